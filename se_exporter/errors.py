@@ -1,0 +1,71 @@
+"""The exception tree raised at se-exporter's I/O boundaries.
+
+    SEExporterError
+    ├── ConfigError                 bad flag, environment variable or file: a start-up error
+    └── IMDSError                   one IMDS request failed; ``reason`` labels poll_errors_total
+        ├── IMDSTimeout             connect/read/write/pool timeout          reason "timeout"
+        ├── IMDSConnectionError     refused, reset, DNS, protocol error      reason "connection"
+        ├── IMDSHTTPError           a non-2xx answer                         reason "http_4xx",
+        │                                                                    "http_5xx", "throttled"
+        └── InvalidDocument         2xx, but not a Scheduled Events document reason "invalid_document"
+
+The poll loop catches ``IMDSError`` only: anything else is a bug and is allowed to surface.
+"""
+
+from __future__ import annotations
+
+
+class SEExporterError(Exception):
+    """Base of every error se-exporter raises on purpose."""
+
+
+class ConfigError(SEExporterError):
+    """Invalid configuration; the message names the flag or key and the problem."""
+
+
+class IMDSError(SEExporterError):
+    """A request to the Instance Metadata Service failed."""
+
+    reason = "connection"
+
+    @property
+    def retryable(self) -> bool:
+        return True
+
+
+class IMDSTimeout(IMDSError):
+    reason = "timeout"
+
+
+class IMDSConnectionError(IMDSError):
+    reason = "connection"
+
+
+class IMDSHTTPError(IMDSError):
+    """IMDS answered with a status outside 2xx."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+    @property
+    def reason(self) -> str:  # type: ignore[override]
+        if self.status_code == 429:
+            return "throttled"
+        return "http_5xx" if self.status_code >= 500 else "http_4xx"
+
+    @property
+    def retryable(self) -> bool:
+        # IMDS documents 410 (retry up to 70 s), 429 and 5xx as transient; any other 4xx
+        # (400: missing Metadata header or api-version) will fail the same way again.
+        return self.status_code in (410, 429) or self.status_code >= 500
+
+
+class InvalidDocument(IMDSError):
+    """The body is not a valid Scheduled Events document; no state is changed."""
+
+    reason = "invalid_document"
+
+    @property
+    def retryable(self) -> bool:
+        return True

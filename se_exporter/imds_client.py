@@ -1,0 +1,175 @@
+"""HTTP client for the Instance Metadata Service: Scheduled Events and compute metadata.
+
+One long-lived ``httpx.Client``. Proxies are bypassed on purpose (``trust_env=False``): IMDS
+is link-local and rejects proxied requests. Every request passes the shared rate limiter,
+is timed into ``on_response`` (the metrics) and traced as an HTTP client span.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+from opentelemetry import trace
+
+from se_exporter.document import Document, parse_document
+from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
+from se_exporter.identity import VMIdentity, parse_compute
+from se_exporter.pacing import Backoff, RateLimiter
+
+EVENTS_PATH = "/metadata/scheduledevents"
+COMPUTE_PATH = "/metadata/instance/compute"
+COMPUTE_API_VERSION = "2021-02-01"
+MAX_BODY_BYTES = 1 << 20  # a real document is a few kB; cap what a broken peer can make us hold
+
+ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    base_url: str = "http://169.254.169.254"
+    api_version: str = "2020-07-01"
+    timeout: float = 5.0
+    # Microsoft: the first call after Scheduled Events is enabled may take up to 2 minutes.
+    first_call_timeout: float = 120.0
+    approve_attempts: int = 5
+    approve_budget: float = 70.0  # 410 is documented as retryable for up to 70 s
+
+
+class IMDSClient:
+    def __init__(
+        self,
+        settings: ClientSettings,
+        limiter: RateLimiter,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        on_response: ResponseObserver | None = None,
+        tracer: trace.Tracer | None = None,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self._limiter = limiter
+        self._on_response = on_response or (lambda _m, _c, _s: None)
+        self._tracer = tracer or trace.NoOpTracer()
+        self._backoff = backoff or Backoff(base=1.0, cap=16.0)
+        self._sleep = sleep
+        self._answered_once = False
+        self._http = httpx.Client(
+            base_url=settings.base_url,
+            headers={"Metadata": "true"},
+            trust_env=False,
+            transport=transport,
+            timeout=_timeout(settings.timeout),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get_document(self) -> Document:
+        timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
+        body = self._request("GET", EVENTS_PATH, self.settings.api_version, timeout=timeout)
+        self._answered_once = True
+        return parse_document(body)
+
+    def get_identity(self) -> VMIdentity:
+        return parse_compute(self._request("GET", COMPUTE_PATH, COMPUTE_API_VERSION))
+
+    def approve(self, event_ids: Sequence[str]) -> None:
+        """POST StartRequests, retrying 410/429/5xx/timeouts with backoff within a bounded budget."""
+        payload = json.dumps({"StartRequests": [{"EventId": event_id} for event_id in event_ids]})
+        deadline = time.monotonic() + self.settings.approve_budget
+        self._backoff.reset()
+        for attempt in range(1, self.settings.approve_attempts + 1):
+            try:
+                self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode())
+                return
+            except IMDSError as error:
+                delay = self._backoff.next_delay()
+                last_try = attempt == self.settings.approve_attempts or time.monotonic() + delay > deadline
+                if not error.retryable or last_try:
+                    raise
+                self._sleep(delay)
+
+    def _request(
+        self, method: str, path: str, api_version: str, *, content: bytes | None = None, timeout: float | None = None
+    ) -> bytes:
+        self._limiter.acquire()
+        url = self._http.base_url.join(path).copy_add_param("api-version", api_version)
+        with self._tracer.start_as_current_span(method, kind=trace.SpanKind.CLIENT) as span:
+            _set_request_attributes(span, method, url)
+            started = time.perf_counter()
+            try:
+                body, code = self._send(method, url, content, timeout)
+            except IMDSError as error:
+                code_label = str(error.status_code) if isinstance(error, IMDSHTTPError) else "error"
+                self._on_response(method, code_label, time.perf_counter() - started)
+                _record_error(span, error)
+                raise
+            self._on_response(method, str(code), time.perf_counter() - started)
+            span.set_attribute("http.response.status_code", code)
+            return body
+
+    def _send(self, method: str, url: httpx.URL, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
+        request_timeout = _timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        try:
+            with self._http.stream(method, url, content=content, headers=headers, timeout=request_timeout) as answer:
+                body = _read_capped(answer)
+        except httpx.TimeoutException as exc:
+            raise IMDSTimeout(f"IMDS {method} {url.path} timed out ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise IMDSConnectionError(f"IMDS {method} {url.path} failed: {type(exc).__name__}: {exc}") from None
+        if not 200 <= answer.status_code < 300:
+            raise IMDSHTTPError(answer.status_code, _explain(method, url, answer.status_code, body))
+        return body, answer.status_code
+
+
+def _timeout(read: float) -> httpx.Timeout:
+    return httpx.Timeout(connect=2.0, read=read, write=2.0, pool=2.0)
+
+
+def _read_capped(answer: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in answer.iter_bytes():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            if 200 <= answer.status_code < 300:
+                raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes; not read further")
+            break  # an oversized error page: its start is enough to explain it
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:
+    snippet = body[:200].decode("utf-8", "replace").strip()
+    text = f"IMDS {method} {url.path} answered {code}: {snippet!r}"
+    if code == 400:
+        text += (" (IMDS rejects requests without the 'Metadata: true' header, without a valid api-version,"
+                 f" or with a malformed body; api-version was {url.params.get('api-version')!r}; not retried)")
+    elif code == 429:
+        text += " (throttled: IMDS allows 5 requests/s per VM)"
+    elif code == 410:
+        text += " (IMDS is not ready yet; retried for up to 70 s)"
+    return text
+
+
+def _set_request_attributes(span: trace.Span, method: str, url: httpx.URL) -> None:
+    span.set_attribute("http.request.method", method)
+    span.set_attribute("url.full", str(url))
+    span.set_attribute("server.address", url.host)
+    if url.port is not None:
+        span.set_attribute("server.port", url.port)
+
+
+def _record_error(span: trace.Span, error: IMDSError) -> None:
+    if isinstance(error, IMDSHTTPError):
+        span.set_attribute("http.response.status_code", error.status_code)
+        span.set_attribute("error.type", str(error.status_code))
+    else:
+        span.set_attribute("error.type", type(error).__name__)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))

@@ -1,0 +1,154 @@
+"""The event store: table-driven lifecycles on an injected clock, and a property over any history."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from se_exporter.document import Document, ScheduledEvent
+from se_exporter.store import EventStore, Transition
+
+T0 = 1_700_000_000.0
+NB1 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+NB2 = NB1 + timedelta(minutes=10)
+
+
+def ev(event_id: str = "e1", status: str = "Scheduled", not_before: datetime | None = NB1,
+       event_type: str = "Reboot") -> ScheduledEvent:
+    return ScheduledEvent(event_id=event_id, event_type=event_type, event_status=status,
+                          resources=("vm-a",), not_before=not_before if status == "Scheduled" else None)
+
+
+def play(steps: list[tuple[float, list[ScheduledEvent]]], store: EventStore | None = None) -> list[tuple]:
+    store = store or EventStore()
+    seen = []
+    for incarnation, (at, events) in enumerate(steps, start=1):
+        for t in store.reconcile(Document(incarnation, tuple(events)), T0 + at):
+            seen.append((t.event.event_id, t.kind, t.previous_status, t.observed_at - T0, t.started_seconds))
+    return seen
+
+
+CASES = {
+    "scheduled, started, completed": (
+        [(0, [ev()]), (10, [ev(status="Started")]), (70, [])],
+        [("e1", "scheduled", "", 0, None), ("e1", "started", "Scheduled", 10, None),
+         ("e1", "completed", "Started", 70, 60.0)],
+    ),
+    "cancelled while scheduled": (
+        [(0, [ev()]), (5, [])],
+        [("e1", "scheduled", "", 0, None), ("e1", "cancelled", "Scheduled", 5, None)],
+    ),
+    "hardware failure appears started": (
+        [(0, [ev(status="Started")]), (30, [])],
+        [("e1", "started", "", 0, None), ("e1", "completed", "Started", 30, 30.0)],
+    ),
+    "rescheduled once per new NotBefore": (
+        [(0, [ev()]), (1, [ev(not_before=NB2)]), (2, [ev(not_before=NB2)]), (3, [ev(not_before=NB1)])],
+        [("e1", "scheduled", "", 0, None), ("e1", "rescheduled", "Scheduled", 1, None)],
+    ),
+    "first NotBefore for an event seen without one is no reschedule": (
+        [(0, [ev(not_before=None)]), (1, [ev()])],
+        [("e1", "scheduled", "", 0, None)],
+    ),
+    "unchanged documents emit nothing": (
+        [(0, [ev()]), (1, [ev()]), (2, [ev()])],
+        [("e1", "scheduled", "", 0, None)],
+    ),
+    "two events interleaved": (
+        [(0, [ev("a")]), (1, [ev("a"), ev("b", status="Started")]), (2, [ev("b", status="Started")]), (9, [])],
+        [("a", "scheduled", "", 0, None), ("b", "started", "", 1, None), ("a", "cancelled", "Scheduled", 2, None),
+         ("b", "completed", "Started", 9, 8.0)],
+    ),
+    "unknown status is tracked without transitions until it starts": (
+        [(0, [ev(status="Pending")]), (1, [ev(status="Started")]), (4, [])],
+        [("e1", "started", "Pending", 1, None), ("e1", "completed", "Started", 4, 3.0)],
+    ),
+    "back to Scheduled after Started does not start twice": (
+        [(0, [ev(status="Started")]), (1, [ev()]), (2, [ev(status="Started")]), (5, [])],
+        [("e1", "started", "", 0, None), ("e1", "completed", "Started", 5, 5.0)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_lifecycle(name: str) -> None:
+    steps, expected = CASES[name]
+    assert play(steps) == expected
+
+
+def test_incarnation_going_backwards_is_accepted() -> None:
+    store = EventStore()
+    store.reconcile(Document(900, (ev(),)), T0)
+    assert store.reconcile(Document(1, (ev(),)), T0 + 1) == []
+    assert store.incarnation == 1
+
+
+def test_is_unchanged_compares_incarnation_and_events() -> None:
+    store = EventStore()
+    store.reconcile(Document(3, (ev(),)), T0)
+    assert store.is_unchanged(Document(3, (ev(),)))
+    assert not store.is_unchanged(Document(4, (ev(),)))
+    assert not store.is_unchanged(Document(3, (ev(status="Started"),)))
+    assert not store.is_unchanged(Document(3, ()))
+
+
+def test_transition_uid_is_stable_and_distinct() -> None:
+    def uid(kind: str, event: ScheduledEvent) -> str:
+        return Transition(kind, event, "", T0, 1, T0).uid
+
+    assert uid("scheduled", ev()) == uid("scheduled", ev())
+    assert uid("scheduled", ev()) != uid("started", ev())
+    assert uid("rescheduled", ev(not_before=NB1)) != uid("rescheduled", ev(not_before=NB2))
+    assert uid("scheduled", ev(not_before=NB1)) == uid("scheduled", ev(not_before=NB2))
+    # pinned: receivers deduplicate on it, so it must never change between releases
+    assert uid("scheduled", ev()) == "2facd483-e3eb-5505-9ed6-16b3ec19caa5"
+
+
+def test_an_event_id_that_returns_starts_a_new_life() -> None:
+    store = EventStore()
+    first = store.reconcile(Document(1, (ev(),)), T0)
+    gone = store.reconcile(Document(2, ()), T0 + 1)
+    again = store.reconcile(Document(3, (ev(),)), T0 + 2)
+    assert [t.kind for t in first + gone + again] == ["scheduled", "cancelled", "scheduled"]
+    assert again[0].life == 2
+    assert again[0].uid != first[0].uid
+
+
+# --- property: any history yields each event's transitions legally ordered, each at most once ---
+
+statuses = st.sampled_from(["Scheduled", "Started"])
+not_befores = st.sampled_from([NB1, NB2, NB1 + timedelta(hours=1)])
+event_views = st.builds(lambda s, nb: (s, nb), statuses, not_befores)
+documents = st.dictionaries(st.sampled_from(["a", "b", "c"]), event_views, max_size=3)
+
+LEGAL_NEXT = {
+    None: {"scheduled", "started"},
+    "scheduled": {"started", "cancelled", "rescheduled"},
+    "rescheduled": {"started", "cancelled", "rescheduled"},
+    "started": {"completed"},
+    "completed": set(),
+    "cancelled": set(),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(documents, max_size=12))
+def test_any_history_yields_legal_transitions(history: list[dict[str, tuple[str, datetime]]]) -> None:
+    store = EventStore()
+    emitted: list[Transition] = []
+    for step, listed in enumerate([*history, {}]):
+        events = tuple(ev(event_id, status, nb) for event_id, (status, nb) in sorted(listed.items()))
+        emitted += store.reconcile(Document(step, events), T0 + step)
+    uids = [t.uid for t in emitted]
+    assert len(uids) == len(set(uids)), "a transition was emitted twice"
+    last: dict[str, str | None] = {}
+    for t in emitted:
+        previous = last.get(t.event.event_id)
+        if previous in ("completed", "cancelled"):  # a removed event that comes back is a new life
+            previous = None
+        assert t.kind in LEGAL_NEXT[previous], f"{previous} -> {t.kind}"
+        last[t.event.event_id] = t.kind
+    assert store.events == {}
