@@ -1,0 +1,7 @@
+"""``python -m se_exporter``."""
+
+import sys
+
+from se_exporter.cli import main
+
+sys.exit(main())

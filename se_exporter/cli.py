@@ -1,0 +1,112 @@
+"""The ``se-exporter`` command: ``run`` (default), ``simulate`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
+
+from se_exporter import __version__, flags, logs
+from se_exporter.config import add_exporter_flags, config_from_args
+from se_exporter.errors import ConfigError
+
+COMMANDS = ("run", "simulate", "demo")
+log = logging.getLogger("se_exporter")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag (the usage is behind --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="se-exporter",
+        description="Prometheus metrics and OTLP logs for Azure Scheduled Events.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"se-exporter {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser("run", help="run the exporter (the default)", allow_abbrev=False)
+    add_exporter_flags(run)
+    simulate = commands.add_parser("simulate", help="run a local IMDS simulator", allow_abbrev=False)
+    from se_exporter.simulator import command as simulator_command
+
+    simulator_command.add_arguments(simulate)
+    demo = commands.add_parser("demo", help="simulator and exporter in one process", allow_abbrev=False)
+    from se_exporter import demo as demo_command
+
+    demo_command.add_arguments(demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if environ is None else environ
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
+        argv.insert(0, "run")  # `se-exporter --flag …` runs the exporter
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    subparser = _subparser(parser, args.command)
+    flags.apply_environment(subparser, args, argv[1:], environ)
+    if args.command == "simulate":
+        from se_exporter.simulator import command as simulator_command
+
+        return simulator_command.run(args)
+    logs.configure(args.log_level, args.log_format)
+    try:
+        if args.command == "demo":
+            from se_exporter import demo as demo_command
+
+            return demo_command.run(args, environ)
+        return run_exporter(args, environ)
+    except ConfigError as error:
+        print(f"se-exporter: error: {error}", file=sys.stderr)
+        return 2
+
+
+def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from se_exporter.app import Exporter
+
+    config = config_from_args(args)
+    try:
+        exporter = Exporter(config)
+    except OSError as error:
+        raise ConfigError(f"--web.listen-address: cannot listen on {args.listen_address}: {error}") from None
+    return serve(exporter.start, exporter.run, exporter.close)
+
+
+def serve(
+    start: Callable[[], None], run: Callable[[threading.Event], None], close: Callable[[], None]
+) -> int:
+    """Run until SIGTERM/SIGINT, then shut down cleanly and exit 0."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        start()
+        run(stop)
+    finally:
+        close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse offers no public lookup of subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            chosen: argparse.ArgumentParser = action.choices[command]
+            return chosen
+    raise AssertionError("parser has no subcommands")

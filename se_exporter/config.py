@@ -1,0 +1,111 @@
+"""The exporter's configuration: flags (see flags.py) turned into a validated, typed value."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from se_exporter import flags
+from se_exporter.logs import FORMATS, LEVELS
+from se_exporter.pacing import IMDS_MIN_REQUEST_SPACING
+
+_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterConfig:
+    listen_host: str = ""
+    listen_port: int = 10160
+    telemetry_path: str = "/metrics"
+    imds_url: str = "http://169.254.169.254"
+    api_version: str = "2020-07-01"
+    poll_interval: float = 1.0
+    imds_timeout: float = 5.0
+    vm_name: str | None = None
+    state_file: Path | None = None
+    approval_config: Path | None = None
+    log_level: str = "info"
+    log_format: str = "logfmt"
+
+
+def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
+    d = ExporterConfig()
+    web = parser.add_argument_group("web")
+    web.add_argument("--web.listen-address", dest="listen_address", type=flags.listen_address,
+                     default=(d.listen_host, d.listen_port), metavar="ADDR",
+                     help="address to serve metrics on (default :10160)")
+    web.add_argument("--web.telemetry-path", dest="telemetry_path", type=_path_flag, default=d.telemetry_path,
+                     metavar="PATH", help="path under which to expose metrics (default /metrics)")
+    imds = parser.add_argument_group("IMDS")
+    imds.add_argument("--imds.url", dest="imds_url", type=_url_flag, default=d.imds_url, metavar="URL",
+                      help="IMDS base URL (default http://169.254.169.254)")
+    imds.add_argument("--imds.api-version", dest="api_version", type=_api_version_flag, default=d.api_version,
+                      metavar="VERSION", help="Scheduled Events api-version (default 2020-07-01)")
+    imds.add_argument("--imds.timeout", dest="imds_timeout", type=_positive_duration, default=d.imds_timeout,
+                      metavar="DURATION", help="read timeout of an IMDS request after the first (default 5s)")
+    imds.add_argument("--poll.interval", dest="poll_interval", type=_poll_interval, default=d.poll_interval,
+                      metavar="DURATION", help="time between polls: 250ms, 1s, 2m or seconds (default 1s)")
+    imds.add_argument("--vm.name", dest="vm_name", default=None, metavar="NAME",
+                      help="this VM's name as listed in Resources (default: learned from IMDS compute metadata)")
+    state = parser.add_argument_group("state and approval")
+    state.add_argument("--state.file", dest="state_file", type=Path, default=None, metavar="FILE",
+                       help="file to keep event lifecycles in across restarts (default: none)")
+    state.add_argument("--approval.config", dest="approval_config", type=Path, default=None, metavar="FILE",
+                       help="approval policy (YAML); approval is off without it")
+    logging_group = parser.add_argument_group("logging")
+    logging_group.add_argument("--log.level", dest="log_level", choices=list(LEVELS), default=d.log_level)
+    logging_group.add_argument("--log.format", dest="log_format", choices=list(FORMATS), default=d.log_format)
+
+
+def config_from_args(args: argparse.Namespace) -> ExporterConfig:
+    host, port = args.listen_address
+    return ExporterConfig(
+        listen_host=host,
+        listen_port=port,
+        telemetry_path=args.telemetry_path,
+        imds_url=args.imds_url,
+        api_version=args.api_version,
+        poll_interval=args.poll_interval,
+        imds_timeout=args.imds_timeout,
+        vm_name=args.vm_name or None,
+        state_file=args.state_file,
+        approval_config=args.approval_config,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
+
+
+def _path_flag(text: str) -> str:
+    if not text.startswith("/") or text in ("/", "/-/healthy", "/-/ready"):
+        raise argparse.ArgumentTypeError(f"{text!r} must start with / and not be /, /-/healthy or /-/ready")
+    return text
+
+
+def _url_flag(text: str) -> str:
+    if not re.match(r"^https?://[^/\s]+$", text.rstrip("/")):
+        raise argparse.ArgumentTypeError(f"invalid URL {text!r} (use e.g. http://169.254.169.254)")
+    return text.rstrip("/")
+
+
+def _api_version_flag(text: str) -> str:
+    if not _API_VERSION.match(text):
+        raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2020-07-01)")
+    return text
+
+
+def _positive_duration(text: str) -> float:
+    seconds = flags.duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration {text!r} must be greater than zero")
+    return seconds
+
+
+def _poll_interval(text: str) -> float:
+    seconds = flags.duration(text)
+    if seconds < IMDS_MIN_REQUEST_SPACING:
+        raise argparse.ArgumentTypeError(
+            f"poll interval {text!r} is below 250ms: IMDS allows 5 requests/s and throttles beyond"
+        )
+    return seconds

@@ -1,0 +1,110 @@
+"""HTTP endpoints: /metrics, the landing page, /-/healthy and /-/ready."""
+
+from __future__ import annotations
+
+import html
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+log = logging.getLogger(__name__)
+
+
+def make_app(
+    registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool], version: str
+) -> WSGIApplication:
+    metrics_app = make_wsgi_app(registry)  # content negotiation, gzip and name[] filters included
+    landing = _landing_page(telemetry_path, version).encode()
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == telemetry_path:
+            body: Iterable[bytes] = metrics_app(environ, start_response)
+            return body
+        if path == "/-/healthy":
+            return _text(start_response, "200 OK", "Healthy\n")
+        if path == "/-/ready":
+            if ready():
+                return _text(start_response, "200 OK", "Ready\n")
+            return _text(start_response, "503 Service Unavailable", "Not ready: no successful IMDS poll yet\n")
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [landing]
+        return _text(start_response, "404 Not Found", "Not found\n")
+
+    return app
+
+
+def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+    return [body.encode()]
+
+
+def _landing_page(telemetry_path: str, version: str) -> str:
+    path = html.escape(telemetry_path)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Azure Scheduled Events Exporter</title></head>
+<body>
+<h1>Azure Scheduled Events Exporter</h1>
+<p>se-exporter {html.escape(version)}: Azure maintenance events from IMDS as Prometheus metrics.</p>
+<ul>
+<li><a href="{path}">Metrics</a></li>
+<li><a href="/-/healthy">Health</a></li>
+<li><a href="/-/ready">Readiness</a> (ready after the first successful IMDS poll)</li>
+</ul>
+</body></html>
+"""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _DualStackServer(_ThreadingServer):
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # IPv4 too, like Go's ":port"
+        super().server_bind()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class WebServer:
+    """Serves ``app`` on a background thread; ``port`` is the bound port (useful with port 0)."""
+
+    def __init__(self, app: WSGIApplication, host: str, port: int) -> None:
+        self._server = _bind(app, host, port)
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="web", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _bind(app: WSGIApplication, host: str, port: int) -> WSGIServer:
+    if host in ("", "::") and socket.has_ipv6:
+        try:
+            return make_server("::", port, app, server_class=_DualStackServer, handler_class=_QuietHandler)
+        except OSError:
+            if host == "::":
+                raise
+    server_class: type[WSGIServer] = _ThreadingServer
+    if ":" in host:
+        server_class = type("_V6Server", (_ThreadingServer,), {"address_family": socket.AF_INET6})
+    return make_server(host or "0.0.0.0", port, app, server_class=server_class, handler_class=_QuietHandler)
