@@ -1,0 +1,35 @@
+"""Shared fixtures: a scriptable IMDS and exporter subprocesses that are always stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter_process import ExporterProcess
+from tests.support.fake_imds import FakeIMDS
+
+
+@pytest.fixture
+def fake_imds() -> Iterator[FakeIMDS]:
+    server = FakeIMDS().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_exporter(tmp_path: Path) -> Iterator[Callable[..., ExporterProcess]]:
+    started: list[ExporterProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, command: str = "run") -> ExporterProcess:
+        process = ExporterProcess(*args, env=env, command=command,
+                                  log_path=tmp_path / f"exporter-{len(started)}.log")
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait(10)

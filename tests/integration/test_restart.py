@@ -1,0 +1,97 @@
+"""Restarts with --state.file: no transition twice, time in Started continues; SIGTERM exits 0."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
+from tests.support.fake_imds import FakeIMDS, document
+from tests.support.wait import wait_for
+
+StartExporter = Callable[..., ExporterProcess]
+EVENT = {"EventId": "E1", "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
+         "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
+         "EventSource": "Platform", "DurationInSeconds": -1}
+STARTED = dict(EVENT, EventStatus="Started", NotBefore="")
+
+
+def transitions(*exporters: ExporterProcess) -> list[str]:
+    return [kind for e in exporters for kind in re.findall(r"transition=(\w+)", e.logs())]
+
+
+def started_seconds(exporter: ExporterProcess) -> float | None:
+    return value(exporter.metrics(), "azure_scheduled_events_event_started_seconds", event_id="E1",
+                 event_type="Reboot")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL])
+def test_restart_emits_no_transition_twice(stop_signal: int, tmp_path: Path, fake_imds: FakeIMDS,
+                                           start_exporter: StartExporter) -> None:
+    state = tmp_path / "state" / "se-exporter.json"
+    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
+    fake_imds.respond = lambda seen: document(1, EVENT)
+    first = start_exporter(*args)
+    wait_for(lambda: transitions(first) == ["scheduled"], 20, "scheduled logged")
+    fake_imds.respond = lambda seen: document(2, STARTED)
+    wait_for(lambda: transitions(first) == ["scheduled", "started"], 20, "started logged")
+    started_at = time.time()
+    wait_for(lambda: json.loads(state.read_text())["sections"]["store"]["events"][0]["started_at"], 10,
+             "state saved")
+    code = first.stop(stop_signal)
+    assert code == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
+    assert state.stat().st_mode & 0o077 == 0, "the state file must not be readable by others"
+
+    second = start_exporter(*args)
+    second.wait_ready()
+    seconds = started_seconds(second)
+    assert seconds is not None and seconds >= time.time() - started_at - 0.5, "time in Started restarted"
+    fake_imds.respond = lambda seen: document(3)
+    wait_for(lambda: "completed" in transitions(second), 20, "completed logged")
+    assert transitions(first, second) == ["scheduled", "started", "completed"]
+    text = second.metrics()
+    assert value(text, "azure_scheduled_events_transitions_total", event_type="Reboot", transition="started") == 0
+    assert value(text, "azure_scheduled_events_started_duration_seconds_count", event_type="Reboot") == 1
+    assert second.stop() == 0
+
+
+def test_removal_while_down_is_seen_at_start(tmp_path: Path, fake_imds: FakeIMDS,
+                                             start_exporter: StartExporter) -> None:
+    state = tmp_path / "state.json"
+    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
+    fake_imds.respond = lambda seen: document(1, EVENT)
+    first = start_exporter(*args)
+    wait_for(lambda: transitions(first) == ["scheduled"], 20, "scheduled logged")
+    assert first.stop() == 0
+    fake_imds.respond = lambda seen: document(2)
+    second = start_exporter(*args)
+    wait_for(lambda: transitions(second) == ["cancelled"], 20, "cancelled logged after restart")
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"version": 1, "sections": {"store": {"events": 7}}}',
+                                     b'{"version": 99}', b"\x00\xff"])
+def test_corrupt_state_file_is_logged_and_ignored(content: bytes, tmp_path: Path, fake_imds: FakeIMDS,
+                                                  start_exporter: StartExporter) -> None:
+    state = tmp_path / "state.json"
+    state.write_bytes(content)
+    fake_imds.respond = lambda seen: document(1, EVENT)
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
+    wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad file")
+    assert "ignoring" in exporter.logs()
+    wait_for(lambda: json.loads(state.read_text())["version"] == 1, 10, "state file rewritten")
+
+
+def test_sigterm_exits_zero_promptly(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=2m")
+    exporter.wait_ready()
+    began = time.monotonic()
+    assert exporter.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - began < 5, "shutdown must not wait out the poll interval"
+    assert "shutting down" in exporter.logs()

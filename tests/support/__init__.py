@@ -1,0 +1,1 @@
+"""Shared test harness: the exporter as a subprocess, a scriptable IMDS, waiting with deadlines."""

@@ -1,0 +1,27 @@
+"""Wait on a condition with a deadline, instead of sleeping and hoping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.02) -> T:
+    """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as error:  # e.g. a port not open yet: retried until the deadline
+            last_error = error
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+        time.sleep(interval)

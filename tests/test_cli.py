@@ -1,0 +1,113 @@
+"""Command line: every bad flag or environment value is one clear line and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from se_exporter import __version__
+from se_exporter.cli import build_parser, main
+from se_exporter.config import config_from_args
+from se_exporter.flags import apply_environment, duration, env_name
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    parser = build_parser()
+    args = parser.parse_args(["run", *argv])
+    run_parser = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    apply_environment(run_parser, args, argv, environ or {})
+    return config_from_args(args)
+
+
+BAD = [
+    (["--poll.interval=soon"], "argument --poll.interval: invalid duration 'soon'"),
+    (["--poll.interval=100ms"], "argument --poll.interval: poll interval '100ms' is below 250ms"),
+    (["--web.listen-address=10160"], "argument --web.listen-address: invalid listen address '10160'"),
+    (["--web.listen-address=::1:80"], "write IPv6 hosts in brackets"),
+    (["--web.listen-address=:99999"], "invalid listen address ':99999'"),
+    (["--web.telemetry-path=metrics"], "argument --web.telemetry-path: 'metrics' must start with /"),
+    (["--imds.url=169.254.169.254"], "argument --imds.url: invalid URL '169.254.169.254'"),
+    (["--imds.api-version=latest"], "argument --imds.api-version: invalid api-version 'latest'"),
+    (["--imds.timeout=0s"], "argument --imds.timeout: duration '0s' must be greater than zero"),
+    (["--log.level=loud"], "argument --log.level: invalid choice: 'loud'"),
+    (["--log.format=xml"], "argument --log.format: invalid choice: 'xml'"),
+    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD)
+def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(argv, environ={})
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+ENV_BAD = [
+    ({"SE_EXPORTER_POLL_INTERVAL": "abc"}, "environment variable SE_EXPORTER_POLL_INTERVAL='abc': invalid duration"),
+    ({"SE_EXPORTER_LOG_LEVEL": "loud"}, "environment variable SE_EXPORTER_LOG_LEVEL='loud': must be one of"),
+    ({"SE_EXPORTER_WEB_LISTEN_ADDRESS": "x"}, "SE_EXPORTER_WEB_LISTEN_ADDRESS='x': invalid listen address"),
+]
+
+
+@pytest.mark.parametrize(("environ", "message"), ENV_BAD)
+def test_bad_environment_values_name_the_variable(environ: dict[str, str], message: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([], environ=environ)
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_defaults_match_the_design() -> None:
+    config = parse([])
+    assert (config.listen_host, config.listen_port, config.telemetry_path) == ("", 10160, "/metrics")
+    assert (config.imds_url, config.api_version, config.poll_interval) == ("http://169.254.169.254", "2020-07-01", 1.0)
+    assert (config.vm_name, config.state_file, config.approval_config) == (None, None, None)
+    assert (config.log_level, config.log_format) == ("info", "logfmt")
+
+
+def test_environment_twins_and_flags_win() -> None:
+    environ = {"SE_EXPORTER_POLL_INTERVAL": "2m", "SE_EXPORTER_VM_NAME": "vm-env",
+               "SE_EXPORTER_WEB_LISTEN_ADDRESS": "[::1]:9999", "SE_EXPORTER_STATE_FILE": "/tmp/s.json",
+               "SE_EXPORTER_IMDS_API_VERSION": "2019-08-01", "SE_EXPORTER_LOG_FORMAT": "json"}
+    config = parse([], environ)
+    assert (config.poll_interval, config.vm_name) == (120, "vm-env")
+    assert (config.listen_host, config.listen_port) == ("::1", 9999)
+    assert (str(config.state_file), config.api_version, config.log_format) == ("/tmp/s.json", "2019-08-01", "json")
+    flagged = parse(["--poll.interval=250ms", "--vm.name", "vm-flag"], environ)
+    assert (flagged.poll_interval, flagged.vm_name) == (0.25, "vm-flag")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("250ms", 0.25), ("1s", 1), ("2m", 120), ("1h", 3600), ("1.5", 1.5),
+                                               ("30", 30)])
+def test_durations(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+def test_env_name_rule() -> None:
+    assert env_name("--web.listen-address") == "SE_EXPORTER_WEB_LISTEN_ADDRESS"
+    assert env_name("--imds.api-version") == "SE_EXPORTER_IMDS_API_VERSION"
+
+
+def test_module_entry_point_and_version() -> None:
+    result = subprocess.run([sys.executable, "-m", "se_exporter", "--version"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"se-exporter {__version__}"
+
+
+def test_listen_failure_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main([f"--web.listen-address=127.0.0.1:{port}", "--imds.url=http://127.0.0.1:9"], environ={})
+    assert code == 2
+    assert "--web.listen-address: cannot listen on" in capsys.readouterr().err
