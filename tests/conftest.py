@@ -10,6 +10,8 @@ import pytest
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS
 
+pytest_plugins = ["tests.otlp.fixtures"]  # the real OTLP receivers (HTTP and gRPC)
+
 
 @pytest.fixture
 def fake_imds() -> Iterator[FakeIMDS]:
