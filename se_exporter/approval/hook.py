@@ -1,0 +1,198 @@
+"""The pre-approval hook: one command per event, in the background, bounded in time and output.
+
+The command is an argument list (never a shell). It gets a minimal environment (so secrets such as
+``OTEL_EXPORTER_OTLP_HEADERS`` do not leak into it) plus the event's fields as ``SE_EVENT_*``
+variables, runs in its own process group (killed as a whole on timeout) and its output is logged line
+by line to ``se_exporter.approval``. Approval follows only an exit status of 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Protocol
+
+from se_exporter.approval.policy import Hook
+from se_exporter.document import ScheduledEvent
+
+log = logging.getLogger("se_exporter.approval")
+
+# Passed through from the exporter's environment when set; anything else only via hook.inherit_env.
+BASE_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+)  # fmt: skip
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_LINE_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class HookResult:
+    """How one hook run ended."""
+
+    exit_code: int | None  # None when it timed out or could not start; negative: killed by that signal
+    timed_out: bool
+    duration_seconds: float
+    summary: str  # "exited with status 3", "timed out after 300 s; ...", "could not start: ..."
+    last_output: str = ""  # the last line it printed (bounded), for the audit record
+
+    @property
+    def ok(self) -> bool:
+        """Approval follows only exit status 0 within the timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+class HookSubmitter(Protocol):
+    """What the approver needs from a hook runner (tests may inject a fake)."""
+
+    def submit(self, event: ScheduledEvent, vm_name: str, rule: str) -> Future[HookResult]: ...
+
+    def close(self) -> None: ...
+
+
+def rfc3339(event: ScheduledEvent) -> str:
+    if event.not_before is None:
+        return ""
+    return event.not_before.isoformat().replace("+00:00", "Z")
+
+
+def hook_environment(
+    event: ScheduledEvent, vm_name: str, rule: str, inherit: tuple[str, ...] = (), base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    base = os.environ if base is None else base
+    env = {name: base[name] for name in (*BASE_ENV, *inherit) if name in base}
+    env.setdefault("PATH", DEFAULT_PATH)
+    fields = {
+        "SE_EVENT_ID": event.event_id,
+        "SE_EVENT_TYPE": event.event_type,
+        "SE_EVENT_STATUS": event.event_status,
+        "SE_EVENT_SOURCE": event.event_source,
+        "SE_EVENT_NOT_BEFORE": rfc3339(event),
+        "SE_EVENT_DURATION_SECONDS": str(event.duration_seconds),
+        "SE_EVENT_RESOURCES": ",".join(event.resources),
+        "SE_EVENT_RESOURCE_TYPE": event.resource_type,
+        "SE_EVENT_DESCRIPTION": event.description,
+        "SE_VM_NAME": vm_name,
+        "SE_APPROVAL_RULE": rule,
+    }
+    env.update({key: value.replace("\0", "") for key, value in fields.items()})  # NUL cannot be in environ
+    return env
+
+
+class HookRunner:
+    """Runs ``hook`` for one event at a time on a background thread; ``submit`` never blocks."""
+
+    def __init__(
+        self,
+        hook: Hook,
+        *,
+        max_workers: int = 1,
+        kill_grace_seconds: float = 5.0,
+        max_logged_lines: int = 200,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._hook = hook
+        self._grace = kill_grace_seconds
+        self._max_lines = max_logged_lines
+        self._environ = environ
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="se-approval-hook")
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, event: ScheduledEvent, vm_name: str, rule: str) -> Future[HookResult]:
+        return self._executor.submit(self.run, event, vm_name, rule)
+
+    def close(self) -> None:
+        """Cancel queued runs and kill the process groups of running ones (the exporter is stopping)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            _signal_group(proc, signal.SIGTERM)
+
+    def run(self, event: ScheduledEvent, vm_name: str, rule: str) -> HookResult:
+        """Run the hook synchronously (the background worker calls this)."""
+        started = time.monotonic()
+        env = hook_environment(event, vm_name, rule, self._hook.inherit_env, self._environ)
+        log.info("approval hook starting: event_id=%s command=%s", event.event_id, list(self._hook.command))
+        try:
+            proc = subprocess.Popen(
+                list(self._hook.command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own process group: a timeout kills the hook's children too
+            )
+        except (OSError, ValueError) as exc:
+            result = HookResult(
+                exit_code=None, timed_out=False, duration_seconds=time.monotonic() - started,
+                summary=f"could not start: {exc}",
+            )  # fmt: skip
+            log.warning("approval hook failed: event_id=%s %s", event.event_id, result.summary)
+            return result
+        with self._lock:
+            self._running.add(proc)
+        tail: deque[str] = deque(maxlen=1)
+        assert proc.stdout is not None
+        reader = threading.Thread(
+            target=self._pump, args=(proc.stdout, event.event_id, tail), name="se-approval-hook-output", daemon=True
+        )
+        reader.start()
+        timed_out = False
+        try:
+            code = proc.wait(timeout=self._hook.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            code = self._kill(proc)
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        reader.join(timeout=self._grace)  # a detached grandchild may keep the pipe open: don't wait forever
+        if timed_out:
+            summary = f"timed out after {self._hook.timeout_seconds:g} s; process group killed"
+        elif code < 0:
+            summary = f"killed by signal {-code}"
+        else:
+            summary = f"exited with status {code}"
+        result = HookResult(
+            exit_code=None if timed_out else code, timed_out=timed_out,
+            duration_seconds=time.monotonic() - started, summary=summary, last_output=tail[0] if tail else "",
+        )  # fmt: skip
+        level = logging.INFO if result.ok else logging.WARNING
+        log.log(level, "approval hook %s: event_id=%s duration=%.3fs", summary, event.event_id, result.duration_seconds)
+        return result
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> int:
+        """SIGTERM the group, give it ``grace`` seconds to clean up, then SIGKILL whatever is left."""
+        _signal_group(proc, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=self._grace)
+        _signal_group(proc, signal.SIGKILL)
+        return proc.wait()
+
+    def _pump(self, stream: IO[bytes], event_id: str, tail: deque[str]) -> None:
+        lines = 0
+        with stream:
+            for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                tail.append(line[:200])
+                lines += 1
+                if lines <= self._max_lines:
+                    log.info("approval hook output: event_id=%s %s", event_id, line)
+                elif lines == self._max_lines + 1:
+                    log.warning("approval hook output: event_id=%s further output not logged", event_id)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
+        os.killpg(proc.pid, sig)

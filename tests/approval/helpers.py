@@ -1,0 +1,123 @@
+"""Shared test helpers: events, a fake clock, a recording IMDS on loopback and an httpx poster."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+
+from se_exporter.document import ScheduledEvent
+from se_exporter.errors import IMDSHTTPError
+
+TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "approval"
+T0 = 1_750_000_000.0  # the fake clock's start (2025-06-15T15:06:40Z)
+VM = "vm-a"
+
+
+def event(event_id: str = "E1", **overrides: object) -> ScheduledEvent:
+    fields: dict[str, object] = {
+        "event_id": event_id,
+        "event_type": "Reboot",
+        "event_status": "Scheduled",
+        "resources": (VM, "vm-b"),
+        "not_before": datetime.fromtimestamp(T0 + 900, UTC),
+        "description": "Virtual machine is going to be restarted as requested by authorized user.",
+        "event_source": "User",
+        "duration_seconds": -1,
+    }
+    fields.update(overrides)
+    return ScheduledEvent(**fields)  # type: ignore[arg-type]
+
+
+class FakeClock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: object
+
+
+@dataclass
+class RecordingIMDS:
+    """A loopback HTTP server that records every request and answers from ``statuses`` (then 200)."""
+
+    statuses: list[int] = field(default_factory=list)
+    requests: list[Request] = field(default_factory=list)
+    gate: threading.Event = field(default_factory=threading.Event)  # cleared: requests wait
+    url: str = ""
+
+    def start_ids(self) -> list[list[str]]:
+        """The EventIds of every POST, one list per request."""
+        return [[item["EventId"] for item in r.body["StartRequests"]] for r in self.requests]  # type: ignore[index]
+
+
+def serve_imds() -> Iterator[RecordingIMDS]:
+    imds = RecordingIMDS()
+    imds.gate.set()
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length) or b"null")
+            imds.gate.wait(10)
+            with lock:
+                imds.requests.append(Request("POST", self.path, dict(self.headers), body))
+                status = imds.statuses.pop(0) if imds.statuses else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    imds.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield imds
+    finally:
+        imds.gate.set()
+        server.shutdown()
+        server.server_close()
+
+
+def httpx_poster(base_url: str) -> Callable[[Sequence[str]], None]:
+    """A minimal stand-in for the IMDS client's ``approve`` (no retries of its own)."""
+    client = httpx.Client(base_url=base_url, trust_env=False, timeout=10)
+
+    def post_start_requests(event_ids: Sequence[str]) -> None:
+        response = client.post(
+            "/metadata/scheduledevents",
+            params={"api-version": "2020-07-01"},
+            headers={"Metadata": "true"},
+            json={"StartRequests": [{"EventId": event_id} for event_id in event_ids]},
+        )
+        if response.status_code != 200:
+            raise IMDSHTTPError(response.status_code, f"POST StartRequests answered {response.status_code}")
+
+    return post_start_requests

@@ -1,0 +1,462 @@
+"""The approver against a real recording HTTP server on loopback, real hooks and a fake wall clock."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from se_exporter.approval import ApprovalDecision, Approver, Hook, HookRunner, Policy, Rule
+from se_exporter.document import ScheduledEvent
+from tests.approval.helpers import VM, FakeClock, RecordingIMDS, event, httpx_poster, serve_imds, wait_until
+
+USER = Rule("user-initiated", event_sources=("User",))
+FREEZE = Rule("short-freeze", event_types=("Freeze",), max_duration_seconds=8)
+POLICY = Policy(rules=(USER, FREEZE))
+
+
+@pytest.fixture
+def imds() -> Iterator[RecordingIMDS]:
+    yield from serve_imds()
+
+
+class Harness:
+    def __init__(
+        self, policy: Policy, imds: RecordingIMDS, state: dict[str, object] | None = None, **kwargs: object
+    ) -> None:
+        self.decisions: list[ApprovalDecision] = []
+        self.clock = FakeClock()
+        kwargs.setdefault("clock", self.clock)
+        poster = httpx_poster(imds.url)
+        if state is None:
+            self.approver = Approver(policy, poster, self.decisions.append, **kwargs)  # type: ignore[arg-type]
+        else:
+            self.approver = Approver.from_state(state, policy, poster, self.decisions.append, **kwargs)
+
+    def poll(self, events: Sequence[ScheduledEvent], times: int = 1, vm_name: str | None = VM) -> None:
+        """``times`` polls, each after whatever is in flight has finished (so nothing is left to chance)."""
+        for _ in range(times):
+            wait_until(lambda: not self.approver.busy, what="the approver to be idle")
+            self.approver.on_poll(events, vm_name)
+
+    def poll_until(
+        self, events: Sequence[ScheduledEvent], condition: Callable[[], object], vm_name: str | None = VM
+    ) -> None:
+        def step() -> object:
+            self.approver.on_poll(events, vm_name)
+            return condition()
+
+        wait_until(step, what="the approver's decision")
+
+    def results(self) -> list[tuple[str, str, str]]:
+        return [(d.event.event_id, d.result, d.reason.split(":")[0]) for d in self.decisions]
+
+    def count(self, result: str) -> int:
+        return sum(d.result == result for d in self.decisions)
+
+
+@pytest.fixture
+def harnesses() -> Iterator[list[Harness]]:
+    made: list[Harness] = []
+    yield made
+    for harness in made:
+        harness.approver.close(timeout=5)
+
+
+@pytest.fixture
+def make(imds: RecordingIMDS, harnesses: list[Harness]) -> Callable[..., Harness]:
+    def factory(policy: Policy = POLICY, **kwargs: object) -> Harness:
+        harness = Harness(policy, imds, **kwargs)  # type: ignore[arg-type]
+        harnesses.append(harness)
+        return harness
+
+    return factory
+
+
+def hook_runner(tmp_path: Path, timeout: float = 10.0) -> HookRunner:
+    """A real hook that appends "<EventId> <NotBefore>" to runs.txt and fails while fail.flag exists."""
+    code = (
+        "import os, sys, time\n"
+        "d = sys.argv[1]\n"
+        "open(os.path.join(d, 'runs.txt'), 'a').write(os.environ['SE_EVENT_ID'] + ' '"
+        " + os.environ['SE_EVENT_NOT_BEFORE'] + '\\n')\n"
+        "while os.path.exists(os.path.join(d, 'hold.flag')): time.sleep(0.01)\n"
+        "sys.exit(1 if os.path.exists(os.path.join(d, 'fail.flag')) else 0)\n"
+    )
+    return HookRunner(Hook(command=(sys.executable, "-c", code, str(tmp_path)), timeout_seconds=timeout))
+
+
+def runs(tmp_path: Path) -> list[str]:
+    path = tmp_path / "runs.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_exactly_the_matching_events_are_posted_once_over_many_polls(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    h = make()
+    events = [
+        event("A"),  # User, this VM first: approved
+        event("B", event_source="Platform"),  # no rule
+        event("C", resources=("vm-b", VM)),  # not the leader
+        event("D", resources=("vm-b", "vm-c")),  # not this VM
+        event("E", event_status="Started", not_before=None),  # not Scheduled
+        event("F", event_type="Freeze", event_source="Platform", duration_seconds=-1),  # unknown duration
+    ]
+    h.poll(events, times=30)
+    assert imds.start_ids() == [["A"]]
+    (request,) = imds.requests
+    assert request.path == "/metadata/scheduledevents?api-version=2020-07-01"
+    assert request.headers["Metadata"] == "true"
+    assert request.body == {"StartRequests": [{"EventId": "A"}]}
+    assert sorted(h.results()) == [
+        ("A", "approved", "rule user-initiated matched; POST StartRequests succeeded"),
+        ("B", "skipped", "no_rule"),
+        ("C", "skipped", "not_leader"),
+        ("D", "skipped", "not_this_vm"),
+        ("E", "skipped", "not_scheduled"),
+        ("F", "skipped", "no_rule"),
+    ]
+    approved = next(d for d in h.decisions if d.result == "approved")
+    assert approved.rule == "user-initiated" and approved.counted
+    assert approved.post_latency_seconds is not None and 0 < approved.post_latency_seconds < 5
+    assert approved.at == h.clock.now
+    assert not any(d.counted for d in h.decisions if d.result == "skipped")
+    # IMDS starts it at once; later polls (and the other events starting) decide nothing more.
+    h.poll([event("A", event_status="Started", not_before=None), *events[1:]], times=5)
+    h.poll([replace_status(e) for e in events], times=5)
+    assert len(h.decisions) == 6 and len(imds.requests) == 1
+
+
+def replace_status(e: ScheduledEvent) -> ScheduledEvent:
+    return event(
+        e.event_id, event_status="Started", not_before=None, resources=e.resources, event_source=e.event_source
+    )
+
+
+def test_events_decided_in_the_same_poll_share_one_post(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    h = make()
+    events = [event("A"), event("B", event_type="Freeze", event_source="Platform", duration_seconds=5)]
+    h.poll(events, times=10)
+    assert imds.start_ids() == [["A", "B"]]
+    assert imds.requests[0].body == {"StartRequests": [{"EventId": "A"}, {"EventId": "B"}]}
+    approved = [d for d in h.decisions if d.result == "approved"]
+    assert [(d.event.event_id, d.rule) for d in approved] == [("A", "user-initiated"), ("B", "short-freeze")]
+    assert approved[0].post_latency_seconds == approved[1].post_latency_seconds
+    assert all("(one request for 2 events)" in d.reason for d in approved)
+
+
+def test_dry_run_decides_and_logs_but_never_posts(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    hook = Hook(command=(sys.executable, "-c", f"open({str(tmp_path / 'ran')!r}, 'w')"))
+    h = make(Policy(rules=(USER,), dry_run=True, hook=hook))
+    h.poll([event("A"), event("B", event_source="Platform")], times=20)
+    assert imds.requests == []
+    assert not (tmp_path / "ran").exists()  # dry run has no side effects: no hook either
+    assert h.results() == [("A", "dry_run", "dry_run"), ("B", "skipped", "no_rule")]
+    assert h.decisions[0].reason == "dry_run: rule user-initiated matched; would run the hook, then POST StartRequests"
+    assert h.decisions[0].counted
+
+
+def test_failed_post_is_retried_with_backoff_then_approved(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    imds.statuses[:] = [500, 503]
+    h = make()
+    events = [event("A")]
+    h.poll(events, times=10)
+    assert imds.start_ids() == [["A"]]
+    failed = h.decisions[-1]
+    assert failed.result == "failed" and failed.rule == "user-initiated" and failed.post_latency_seconds is not None
+    assert failed.reason == (
+        "POST StartRequests failed: IMDSHTTPError: POST StartRequests answered 500; "
+        "POST retry 1/2 in 15 s if still approvable"
+    )
+    h.clock.now += 14.9
+    h.poll(events, times=5)
+    assert len(imds.requests) == 1
+    h.clock.now += 0.1
+    h.poll(events, times=5)
+    assert len(imds.requests) == 2 and h.decisions[-1].reason.endswith("POST retry 2/2 in 60 s if still approvable")
+    h.clock.now += 60
+    h.poll(events, times=5)
+    assert imds.start_ids() == [["A"], ["A"], ["A"]]
+    assert [d.result for d in h.decisions] == ["failed", "failed", "approved"]
+    assert "POST retry after 2 failure(s)" in h.decisions[-1].reason
+
+
+def test_retries_are_bounded_then_wait_for_the_event_to_change(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    imds.statuses[:] = [500, 500, 500]
+    h = make()
+    for _ in range(6):
+        h.poll([event("A")], times=2)
+        h.clock.now += 3600
+    assert len(imds.requests) == 3
+    assert h.decisions[-1].reason.endswith("; not retried until the event changes")
+    moved = event("A", not_before=event("A").not_before + timedelta(minutes=10))  # type: ignore[operator]
+    h.poll([moved], times=3)
+    assert len(imds.requests) == 4 and [d.result for d in h.decisions] == ["failed"] * 3 + ["approved"]
+
+
+def test_400_is_not_retried_until_the_event_changes(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    imds.statuses[:] = [400]
+    h = make()
+    h.poll([event("A")], times=3)
+    h.clock.now += 3600
+    h.poll([event("A")], times=3)
+    assert len(imds.requests) == 1
+    assert h.decisions[-1].reason.endswith("answered 400; not retried until the event changes")
+    h.poll([event("A", duration_seconds=30)], times=3)
+    assert len(imds.requests) == 2 and h.decisions[-1].result == "approved"
+
+
+def test_a_post_error_that_is_not_an_imds_error_is_failed_and_not_retried(imds: RecordingIMDS) -> None:
+    decisions: list[ApprovalDecision] = []
+
+    def broken(event_ids: Sequence[str]) -> None:
+        raise RuntimeError("bug")
+
+    approver = Approver(POLICY, broken, decisions.append, clock=FakeClock())
+    try:
+        approver.on_poll([event("A")], VM)
+        wait_until(lambda: not approver.busy)
+        for _ in range(3):
+            approver.on_poll([event("A")], VM)
+    finally:
+        approver.close()
+    assert [(d.result, d.reason) for d in decisions] == [
+        ("failed", "POST StartRequests failed: RuntimeError: bug; not retried until the event changes")
+    ]
+
+
+def test_no_second_approval_after_a_restart(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    first = make()
+    first.poll([event("A"), event("B", event_source="Platform")], times=3)
+    assert imds.start_ids() == [["A"]]
+    first.approver.close()
+    state = json.loads(json.dumps(first.approver.to_state()))  # through JSON, as the state file does
+    assert state["version"] == 1 and state["policy"] == POLICY.fingerprint
+    assert list(state["events"]) == ["A"]  # skips are not persisted
+    assert state["events"]["A"]["status"] == "approved" and state["events"]["A"]["rule"] == "user-initiated"
+    # The restarted exporter still sees A Scheduled (IMDS was slow to start it): no second POST, no decision.
+    second = make(state=state)
+    second.poll([event("A")], times=10)
+    assert len(imds.requests) == 1 and second.decisions == []
+    # Approved survives even a policy change.
+    third = make(Policy(rules=(FREEZE,), dry_run=True), state=state)
+    third.poll([event("A")], times=3)
+    assert len(imds.requests) == 1 and third.decisions == []
+
+
+def test_hook_runs_once_then_posts(make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path) -> None:
+    hook = Hook(command=("/bin/true",))
+    h = make(Policy(rules=(USER,), hook=hook), hook_runner=hook_runner(tmp_path))
+    h.poll([event("A")], times=10)
+    assert len(runs(tmp_path)) == 1 and imds.start_ids() == [["A"]]
+    assert h.results() == [
+        ("A", "approved", "rule user-initiated matched; hook exited with status 0; POST StartRequests succeeded")
+    ]
+
+
+def test_hook_failure_is_not_retried_until_the_event_changes(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    (tmp_path / "fail.flag").touch()
+    h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
+    h.poll([event("A")], times=10)
+    assert len(runs(tmp_path)) == 1 and imds.requests == []
+    assert h.results() == [("A", "hook_failed", "hook exited with status 1; not retried until the event changes")]
+    assert h.decisions[0].counted and h.decisions[0].post_latency_seconds is None
+    h.clock.now += 3600
+    h.poll([event("A")], times=5)
+    assert len(runs(tmp_path)) == 1
+    (tmp_path / "fail.flag").unlink()
+    moved = event("A", not_before=event("A").not_before + timedelta(minutes=5))  # type: ignore[operator]
+    h.poll([moved], times=5)
+    assert runs(tmp_path) == ["A 2025-06-15T15:21:40Z", "A 2025-06-15T15:26:40Z"]
+    assert [d.result for d in h.decisions] == ["hook_failed", "approved"] and len(imds.requests) == 1
+
+
+def test_polling_is_never_blocked_by_a_hook_or_a_post(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    (tmp_path / "hold.flag").touch()
+    h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
+    events = [event("A")]
+    h.approver.on_poll(events, VM)
+    wait_until(lambda: runs(tmp_path), what="the hook to start")
+    imds.gate.clear()  # the POST will hang in the server until released
+    for _ in range(20):
+        started = time.monotonic()
+        h.approver.on_poll(events, VM)
+        assert time.monotonic() - started < 0.1
+    assert h.approver.busy and h.decisions == []
+    (tmp_path / "hold.flag").unlink()
+    h.poll_until(events, lambda: _post_started(h))  # the hook passed: the POST is on its way
+    for _ in range(20):
+        started = time.monotonic()
+        h.approver.on_poll(events, VM)
+        assert time.monotonic() - started < 0.1
+    assert h.decisions == []
+    imds.gate.set()
+    h.poll_until(events, lambda: h.decisions)
+    assert h.results()[0][1] == "approved" and imds.start_ids() == [["A"]]
+
+
+def _post_started(h: Harness) -> bool:
+    return h.approver.to_state()["events"] != {}
+
+
+def test_post_in_flight_at_shutdown_is_posted_again_after_restart_without_the_hook(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    policy = Policy(rules=(USER,), hook=Hook(command=("/bin/true",)))
+    first = make(policy, hook_runner=hook_runner(tmp_path))
+    imds.gate.clear()
+    first.poll_until([event("A")], lambda: _post_started(first))
+    first.approver.close(timeout=0.2)
+    state = json.loads(json.dumps(first.approver.to_state()))
+    assert state["events"]["A"]["status"] == "post_due" and first.decisions == []
+    imds.gate.set()
+    second = make(policy, hook_runner=hook_runner(tmp_path), state=state)
+    second.poll([event("A")], times=5)
+    assert len(runs(tmp_path)) == 1  # the hook had passed: not run again
+    assert [d.result for d in second.decisions] == ["approved"]
+    wait_until(lambda: len(imds.requests) == 2, what="both POSTs (IMDS answers 200 to a repeated approval)")
+
+
+def test_policy_change_on_restart_decides_non_final_events_again(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    (tmp_path / "fail.flag").touch()
+    first = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
+    first.poll([event("A")], times=3)
+    state = first.approver.to_state()
+    same = make(
+        Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path), state=state
+    )
+    same.poll([event("A")], times=3)
+    assert len(runs(tmp_path)) == 1 and same.decisions == []
+    (tmp_path / "fail.flag").unlink()
+    fixed = make(
+        Policy(rules=(USER,), hook=Hook(command=("/bin/true",), timeout_seconds=60)),
+        hook_runner=hook_runner(tmp_path),
+        state=state,
+    )
+    fixed.poll([event("A")], times=3)
+    assert len(runs(tmp_path)) == 2 and [d.result for d in fixed.decisions] == ["approved"]
+
+
+def test_unknown_vm_name_approves_nothing_and_says_why_once(
+    make: Callable[..., Harness], imds: RecordingIMDS, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="se_exporter.approval")
+    h = make()
+    events = [event("A"), event("B")]
+    h.poll(events, times=10, vm_name=None)
+    assert imds.requests == []
+    assert h.results() == [("A", "skipped", "vm_name_unknown"), ("B", "skipped", "vm_name_unknown")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "approval: this VM's name is unknown (set --vm.name): approving nothing until it is known"
+    ]
+    h.poll(events, times=3)
+    assert imds.start_ids() == [["A", "B"]]
+
+
+def test_a_skip_is_logged_again_only_when_the_event_or_the_reason_changes(make: Callable[..., Harness]) -> None:
+    h = make()
+    b = event("B", event_source="Platform")
+    h.poll([b], times=5)
+    h.poll([event("B", event_source="Platform", description="Rescheduled")], times=5)
+    h.poll([event("B", event_source="Platform", description="Rescheduled", resources=("vm-b", VM))], times=5)
+    assert h.results() == [("B", "skipped", "no_rule"), ("B", "skipped", "no_rule"), ("B", "skipped", "not_leader")]
+
+
+def test_not_before_within_waits_for_the_clock(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    h = make(Policy(rules=(Rule("late", event_types=("Reboot",), not_before_within_seconds=300),)))
+    h.poll([event("A")], times=5)
+    h.clock.now += 599
+    h.poll([event("A")], times=5)
+    assert imds.requests == [] and h.results() == [("A", "skipped", "no_rule")]
+    h.clock.now += 1
+    h.poll([event("A")], times=3)
+    assert imds.start_ids() == [["A"]] and h.count("approved") == 1
+
+
+def test_an_event_that_starts_while_its_hook_runs_is_not_posted(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    (tmp_path / "hold.flag").touch()
+    h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
+    h.approver.on_poll([event("A")], VM)
+    wait_until(lambda: runs(tmp_path), what="the hook to start")
+    (tmp_path / "hold.flag").unlink()
+    started = [event("A", event_status="Started", not_before=None)]
+    h.poll_until(started, lambda: h.decisions)
+    h.poll(started, times=3)
+    assert imds.requests == []
+    assert h.results() == [("A", "skipped", "not_scheduled")]
+    assert h.decisions[0].reason.endswith("(after the hook exited with status 0)")
+
+
+def test_an_emit_failure_does_not_break_the_bookkeeping(imds: RecordingIMDS, caplog: pytest.LogCaptureFixture) -> None:
+    def emit(decision: ApprovalDecision) -> None:
+        raise ValueError("sink down")
+
+    approver = Approver(POLICY, httpx_poster(imds.url), emit, clock=FakeClock())
+    try:
+        approver.on_poll([event("A")], VM)
+        wait_until(lambda: not approver.busy)
+        for _ in range(5):
+            approver.on_poll([event("A")], VM)
+    finally:
+        approver.close()
+    assert imds.start_ids() == [["A"]]
+    assert "approval: emitting the approved decision for A failed" in caplog.text
+
+
+def test_decisions_on_gone_events_are_forgotten_after_the_retention(make: Callable[..., Harness]) -> None:
+    h = make()
+    h.poll([event("A")], times=3)
+    h.poll([], times=1)
+    assert list(h.approver.to_state()["events"]) == ["A"]  # type: ignore[call-overload]
+    h.clock.now += 7 * 24 * 3600 + 1
+    h.poll([], times=1)
+    assert h.approver.to_state()["events"] == {}
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {},
+        {"version": 2, "policy": "x", "events": {}},
+        {"version": 1, "policy": "x", "events": []},
+        {"version": 1, "policy": "x", "events": {"A": {"status": "skipped"}}},
+        {"version": 1, "policy": "x", "events": {"A": {"status": "approved", "revision": "r"}}},
+        {
+            "version": 1,
+            "policy": "x",
+            "events": {
+                "A": {
+                    "status": "approved",
+                    "revision": "r",
+                    "rule": "u",
+                    "attempts": "0",
+                    "retry_at": None,
+                    "decided_at": 1,
+                    "last_seen": 1,
+                }
+            },
+        },
+    ],
+)
+def test_a_malformed_state_is_rejected(state: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="approval state"):
+        Approver.from_state(state, POLICY, lambda ids: None, lambda d: None)

@@ -1,0 +1,256 @@
+"""The policy file: strict validation (one fixture per mistake) and the matching table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+import se_exporter.approval.policy as policy_module
+from se_exporter.approval.policy import (
+    LEADER_ANY_LISTED,
+    NO_RULE,
+    NOT_LEADER,
+    NOT_SCHEDULED,
+    NOT_THIS_VM,
+    VM_NAME_UNKNOWN,
+    Decision,
+    Policy,
+    Rule,
+    load_policy,
+    parse_policy,
+)
+from se_exporter.errors import ConfigError
+from tests.approval.helpers import T0, TESTDATA, VM, event
+
+INVALID = sorted((TESTDATA / "invalid").glob("*.yaml"))
+VALID = sorted((TESTDATA / "valid").glob("*.yaml"))
+PACKAGE = Path(policy_module.__file__).parent
+
+
+def expected_message(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path.name} must start with '# expect: <message>'"
+    return first.removeprefix("# expect: ")
+
+
+@pytest.mark.parametrize("path", INVALID, ids=[p.stem for p in INVALID])
+def test_invalid_policy_is_a_startup_error_naming_key_and_problem(path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert message.startswith(f"approval config {path}: ")
+    assert expected_message(path) in message
+
+
+def test_there_is_one_fixture_per_mistake() -> None:
+    assert len(INVALID) >= 35
+    assert len({expected_message(p) for p in INVALID}) == len(INVALID)
+
+
+def test_the_brief_example_message_verbatim() -> None:
+    path = TESTDATA / "invalid" / "duration_string.yaml"
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f'approval config {path}: rules[1].max_duration_seconds: must be an integer >= 0, got "eight"'),
+    ):
+        load_policy(path)
+
+
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [
+        (lambda p: None, "cannot read the file: No such file or directory"),
+        (lambda p: p.mkdir(), "cannot read the file: Is a directory"),
+        (lambda p: p.write_bytes(b"rules:\n  - name: caf\xe9\n"), "the file is not UTF-8 text"),
+    ],
+    ids=["missing", "directory", "not-utf8"],
+)
+def test_unreadable_file(tmp_path: Path, setup: object, expected: str) -> None:
+    path = tmp_path / "policy.yaml"
+    setup(path)  # type: ignore[operator]
+    with pytest.raises(ConfigError, match=re.escape(f"approval config {path}: {expected}")):
+        load_policy(path)
+
+
+@pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
+def test_valid_policies_load(path: Path) -> None:
+    policy = load_policy(path)
+    assert policy.rules
+    assert policy.source == str(path)
+
+
+def test_all_keys_are_parsed() -> None:
+    policy = load_policy(TESTDATA / "valid" / "all-keys.yaml")
+    assert policy.dry_run is True
+    assert policy.leader == LEADER_ANY_LISTED
+    (rule,) = policy.rules
+    assert rule == Rule(
+        name="late-single-vm-reboot",
+        event_types=("Reboot", "Redeploy"),
+        event_sources=("Platform", "User"),
+        min_duration_seconds=0,
+        max_duration_seconds=600,
+        not_before_within_seconds=120,
+        max_resources=1,
+        description_pattern=re.compile("(?i)host server"),
+    )
+    assert policy.hook is not None
+    assert policy.hook.command == ("sh", "-c", "exit 0")
+    assert policy.hook.timeout_seconds == 2.5
+    assert policy.hook.inherit_env == ("NODE_NAME", "HTTPS_PROXY")
+
+
+def test_defaults() -> None:
+    policy = load_policy(TESTDATA / "valid" / "minimal.yaml")
+    assert (policy.dry_run, policy.leader, policy.hook) == (False, "first_resource", None)
+
+
+def test_demo_policy_approves_user_events_and_short_freezes() -> None:
+    policy = load_policy(PACKAGE / "demo-policy.yaml")
+    assert [r.name for r in policy.rules] == ["user-initiated", "short-freeze"]
+    assert not policy.dry_run and policy.hook is None
+    assert policy.decide(event(event_source="User"), VM, T0).candidate
+    assert policy.decide(event(event_type="Freeze", event_source="Platform", duration_seconds=8), VM, T0).candidate
+    assert not policy.decide(event(event_type="Freeze", event_source="Platform", duration_seconds=9), VM, T0).candidate
+
+
+def test_readme_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every policy file shown in the README section loads (hook paths need not exist here)."""
+    monkeypatch.setattr("se_exporter.approval.policy.shutil.which", lambda command: "/found")
+    text = (PACKAGE / "README-approval.md").read_text()
+    blocks = re.findall(r"```yaml\n(# /etc/se-exporter/approval.yaml\n.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) == 3
+    for block in blocks:
+        parse_policy(yaml.safe_load(block), "README")
+
+
+def test_fingerprint_tracks_what_the_policy_does() -> None:
+    base = load_policy(TESTDATA / "valid" / "minimal.yaml")
+    assert base.fingerprint == replace(base, source="/elsewhere.yaml").fingerprint
+    assert base.fingerprint != replace(base, dry_run=True).fingerprint
+    assert base.fingerprint != replace(base, rules=(Rule("user", event_sources=("Platform",)),)).fingerprint
+
+
+# ---- matching ------------------------------------------------------------------------------------
+
+NB = datetime.fromtimestamp(T0 + 900, UTC)  # the default event's NotBefore: 15 min after "now"
+
+
+def rules(**keys: object) -> tuple[Rule, ...]:
+    return (Rule(name="r", **keys),)  # type: ignore[arg-type]
+
+
+MATCH_TABLE = [
+    # (id, rule keys, event overrides, vm name, leader, expected: rule name or skip reason)
+    ("type-match", {"event_types": ("Reboot",)}, {}, VM, "first_resource", "r"),
+    ("type-mismatch", {"event_types": ("Freeze",)}, {}, VM, "first_resource", NO_RULE),
+    ("source-user", {"event_sources": ("User",)}, {}, VM, "first_resource", "r"),
+    ("source-platform", {"event_sources": ("User",)}, {"event_source": "Platform"}, VM, "first_resource", NO_RULE),
+    ("source-missing-old-api", {"event_sources": ("User",)}, {"event_source": ""}, VM, "first_resource", NO_RULE),
+    ("max-equal", {"max_duration_seconds": 8}, {"duration_seconds": 8}, VM, "first_resource", "r"),
+    ("max-above", {"max_duration_seconds": 8}, {"duration_seconds": 9}, VM, "first_resource", NO_RULE),
+    ("max-zero-impact", {"max_duration_seconds": 8}, {"duration_seconds": 0}, VM, "first_resource", "r"),
+    ("max-unknown", {"max_duration_seconds": 8}, {"duration_seconds": -1}, VM, "first_resource", NO_RULE),
+    ("min-equal", {"min_duration_seconds": 5}, {"duration_seconds": 5}, VM, "first_resource", "r"),
+    ("min-below", {"min_duration_seconds": 5}, {"duration_seconds": 4}, VM, "first_resource", NO_RULE),
+    ("min-zero-unknown", {"min_duration_seconds": 0}, {"duration_seconds": -1}, VM, "first_resource", NO_RULE),
+    (
+        "range-inside",
+        {"min_duration_seconds": 1, "max_duration_seconds": 9},
+        {"duration_seconds": 5},
+        VM,
+        "first_resource",
+        "r",
+    ),
+    (
+        "and-one-key-fails",
+        {"event_types": ("Freeze",), "max_duration_seconds": 8},
+        {"event_type": "Reboot", "duration_seconds": 5},
+        VM,
+        "first_resource",
+        NO_RULE,
+    ),
+    ("within-too-early", {"not_before_within_seconds": 600}, {}, VM, "first_resource", NO_RULE),
+    ("within-exactly", {"not_before_within_seconds": 900}, {}, VM, "first_resource", "r"),
+    (
+        "within-passed",
+        {"not_before_within_seconds": 0},
+        {"not_before": datetime.fromtimestamp(T0 - 5, UTC)},
+        VM,
+        "first_resource",
+        "r",
+    ),
+    ("within-no-not-before", {"not_before_within_seconds": 900}, {"not_before": None}, VM, "first_resource", NO_RULE),
+    ("max-resources-ok", {"max_resources": 2}, {}, VM, "first_resource", "r"),
+    ("max-resources-fleet", {"max_resources": 1}, {}, VM, "first_resource", NO_RULE),
+    ("description", {"description_pattern": re.compile("requested by authorized user")}, {}, VM, "first_resource", "r"),
+    ("description-no", {"description_pattern": re.compile("^Host")}, {}, VM, "first_resource", NO_RULE),
+    (
+        "started",
+        {"event_sources": ("User",)},
+        {"event_status": "Started", "not_before": None},
+        VM,
+        "first_resource",
+        NOT_SCHEDULED,
+    ),
+    (
+        "unknown-status",
+        {"event_sources": ("User",)},
+        {"event_status": "Completed"},
+        VM,
+        "first_resource",
+        NOT_SCHEDULED,
+    ),
+    ("vm-unknown", {"event_sources": ("User",)}, {}, None, "first_resource", VM_NAME_UNKNOWN),
+    ("vm-empty", {"event_sources": ("User",)}, {}, "", "first_resource", VM_NAME_UNKNOWN),
+    ("not-this-vm", {"event_sources": ("User",)}, {"resources": ("vm-b", "vm-c")}, VM, "first_resource", NOT_THIS_VM),
+    ("no-resources", {"event_sources": ("User",)}, {"resources": ()}, VM, "first_resource", NOT_THIS_VM),
+    ("not-leader", {"event_sources": ("User",)}, {"resources": ("vm-b", VM)}, VM, "first_resource", NOT_LEADER),
+    ("any-listed", {"event_sources": ("User",)}, {"resources": ("vm-b", VM)}, VM, "any_listed", "r"),
+    ("any-listed-not-this-vm", {"event_sources": ("User",)}, {"resources": ("vm-b",)}, VM, "any_listed", NOT_THIS_VM),
+    ("name-case-insensitive", {"event_sources": ("User",)}, {"resources": ("VM-A",)}, VM, "first_resource", "r"),
+    ("unknown-type-kept", {"event_sources": ("User",)}, {"event_type": "Hibernate"}, VM, "first_resource", "r"),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule_keys", "overrides", "vm_name", "leader", "expected"),
+    [row[1:] for row in MATCH_TABLE],
+    ids=[row[0] for row in MATCH_TABLE],
+)
+def test_decide(
+    rule_keys: dict[str, object], overrides: dict[str, object], vm_name: str | None, leader: str, expected: str
+) -> None:
+    policy = Policy(rules=rules(**rule_keys), leader=leader)
+    decision = policy.decide(event(**overrides), vm_name, now=T0)  # type: ignore[arg-type]
+    if expected == "r":
+        assert decision == Decision(True, rule="r", detail="rule r matched")
+    else:
+        assert (decision.candidate, decision.rule, decision.reason) == (False, "", expected)
+        assert decision.detail
+
+
+def test_rules_are_ored_first_match_names_the_rule() -> None:
+    policy = Policy(
+        rules=(
+            Rule("freeze", event_types=("Freeze",)),
+            Rule("user", event_sources=("User",)),
+            Rule("any-reboot", event_types=("Reboot",)),
+        )
+    )
+    assert policy.decide(event(), VM, T0).rule == "user"
+    assert policy.decide(event(event_source="Platform"), VM, T0).rule == "any-reboot"
+    assert policy.decide(event(event_type="Freeze"), VM, T0).rule == "freeze"
+    assert policy.decide(event(event_type="Preempt", event_source="Platform"), VM, T0).reason == NO_RULE
+
+
+def test_not_before_within_follows_the_clock() -> None:
+    policy = Policy(rules=rules(event_types=("Reboot",), not_before_within_seconds=300))
+    assert policy.decide(event(), VM, T0).reason == NO_RULE
+    assert policy.decide(event(), VM, T0 + 599).reason == NO_RULE
+    assert policy.decide(event(), VM, T0 + 600).candidate
