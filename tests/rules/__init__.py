@@ -1,0 +1,1 @@
+"""Tests and helpers for se-exporter's Prometheus rules, Alertmanager example and Grafana dashboards."""

@@ -1,0 +1,101 @@
+"""Small PromQL helpers for static checks, and the metric names fixed by DESIGN.md.
+
+No PromQL parser is needed here: promtool does the real parsing (see the tests). These helpers only
+find the metric names an expression uses, which is enough to check them against the contract.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# In CI and in the development checkout, the design contract sits beside the repository.
+DESIGN_MD = REPO_ROOT.parent / "shared" / "DESIGN.md"
+
+# The metric table of DESIGN.md ("## Metrics"): name -> type. Kept here so that the repository's
+# tests are self-contained; test_design_names_match_design_md checks it against DESIGN.md when present.
+DESIGN_METRICS: dict[str, str] = {
+    "azure_scheduled_events_pending": "gauge",
+    "azure_scheduled_events_document_incarnation": "gauge",
+    "azure_scheduled_events_event_info": "gauge",
+    "azure_scheduled_events_event_not_before_timestamp_seconds": "gauge",
+    "azure_scheduled_events_event_seconds_until_not_before": "gauge",
+    "azure_scheduled_events_event_duration_seconds": "gauge",
+    "azure_scheduled_events_event_started_seconds": "gauge",
+    "azure_scheduled_events_started_duration_seconds": "histogram",
+    "azure_scheduled_events_notice_seconds": "histogram",
+    "azure_scheduled_events_transitions_total": "counter",
+    "azure_scheduled_events_approvals_total": "counter",
+    "azure_scheduled_events_imds_up": "gauge",
+    "azure_scheduled_events_imds_requests_total": "counter",
+    "azure_scheduled_events_imds_request_duration_seconds": "histogram",
+    "azure_scheduled_events_poll_errors_total": "counter",
+    "azure_scheduled_events_last_successful_poll_timestamp_seconds": "gauge",
+    "azure_scheduled_events_exporter_build_info": "gauge",
+}
+
+# Transition-log spool metrics announced for the OTel work (not yet in DESIGN.md's table).
+SPOOL_METRICS: dict[str, str] = {
+    "azure_scheduled_events_log_spool_dropped_total": "counter",
+    "azure_scheduled_events_log_spool_depth": "gauge",
+}
+
+# Series Prometheus itself creates for every target.
+PROMETHEUS_METRICS = frozenset({"up"})
+
+_KEYWORDS = frozenset(
+    {
+        # operators and modifiers
+        "and", "or", "unless", "atan2", "bool", "offset", "by", "without", "on", "ignoring",
+        "group_left", "group_right", "inf", "nan",
+        # aggregation operators (may be followed by "by (...)" rather than "(")
+        "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+        "bottomk", "topk", "quantile",
+    }
+)  # fmt: skip
+
+
+def exposed_names(metrics: dict[str, str]) -> set[str]:
+    """Series names a set of metric families exposes (histograms: _bucket, _sum, _count)."""
+    names = set()
+    for name, kind in metrics.items():
+        if kind == "histogram":
+            names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+        else:
+            names.add(name)
+    return names
+
+
+def design_md_metrics(path: Path = DESIGN_MD) -> dict[str, str]:
+    """Parse the metric table of DESIGN.md: rows like | `azure_scheduled_events_x` | gauge | ..."""
+    rows = re.findall(r"^\|\s*`(azure_scheduled_events_\w+)`\s*\|\s*([a-z]+)", path.read_text(), flags=re.M)
+    return dict(rows)
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric (or recording rule) names a PromQL expression selects."""
+    s = re.sub(r"#[^\n]*", "", expr)  # comments
+    s = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`[^`]*`', '""', s)  # string literals
+    s = re.sub(r"\{[^}]*\}", "{}", s)  # label matchers
+    s = re.sub(r"\[[^\]]*\]", "[]", s)  # range and subquery windows
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", s)  # label lists
+    names = set()
+    for match in re.finditer(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", s):
+        name, call = match.group(1), match.group(2)
+        if call or name.lower() in _KEYWORDS:
+            continue
+        names.add(name)
+    return names
+
+
+def range_windows(expr: str) -> list[str]:
+    """The contents of every [...] range or subquery window in an expression."""
+    return re.findall(r"\[([^\]]*)\]", expr)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub generates for a Markdown heading (before de-duplication suffixes)."""
+    text = heading.strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")

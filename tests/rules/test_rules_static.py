@@ -1,0 +1,207 @@
+"""Static checks of alerts/: rule conventions, runbook anchors, test coverage, metric names."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from .promql import (
+    DESIGN_MD,
+    DESIGN_METRICS,
+    PROMETHEUS_METRICS,
+    REPO_ROOT,
+    SPOOL_METRICS,
+    design_md_metrics,
+    exposed_names,
+    github_anchor,
+    metric_names,
+)
+
+ALERTS = REPO_ROOT / "alerts"
+RUNBOOK = ALERTS / "runbook.md"
+RUNBOOK_URL = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md#"
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def _rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((ALERTS / "se-exporter.rules.yml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+RULES = _rules()
+ALERT_RULES = [r for r in RULES if "alert" in r]
+RECORDING_RULES = [r for r in RULES if "record" in r]
+ALERT_NAMES = [r["alert"] for r in ALERT_RULES]
+
+
+def allowed_names() -> set[str]:
+    return (
+        exposed_names(DESIGN_METRICS)
+        | exposed_names(SPOOL_METRICS)
+        | set(PROMETHEUS_METRICS)
+        | {r["record"] for r in RECORDING_RULES}
+    )
+
+
+def test_required_alerts_exist() -> None:
+    assert len(ALERT_NAMES) == len(set(ALERT_NAMES)), "duplicate alert names"
+    for name in [
+        "AzureScheduledEventImpactfulScheduled",
+        "AzureScheduledEventNotBeforeImminent",
+        "AzureScheduledEventStarted",
+        "AzureScheduledEventStartedTooLong",
+        "AzureScheduledEventLongNoticeRedeploy",
+        "AzureScheduledEventsIMDSDown",
+        "AzureScheduledEventsIMDSPollErrors",
+        "AzureScheduledEventsExporterDown",
+        "AzureScheduledEventsExporterAbsent",
+        "AzureScheduledEventsExporterStale",
+        "AzureScheduledEventsApprovalFailed",
+        "AzureScheduledEventsLogSpoolDropping",
+    ]:
+        assert name in ALERT_NAMES
+
+
+@pytest.mark.parametrize("rule", ALERT_RULES, ids=ALERT_NAMES)
+def test_alert_conventions(rule: dict[str, Any]) -> None:
+    name = rule["alert"]
+    assert re.fullmatch(r"AzureScheduledEvents?[A-Z][A-Za-z]+", name), "mixin-style CamelCase name"
+    assert re.fullmatch(r"\d+[smh]", str(rule.get("for", ""))), "every alert states its `for`"
+    assert rule.get("labels", {}).get("severity") in SEVERITIES
+    annotations = rule.get("annotations", {})
+    assert set(annotations) >= {"summary", "description", "runbook_url"}
+    assert annotations["summary"] and "{{" not in annotations["summary"], "summary: short and static"
+    description = annotations["description"]
+    if "absent(" not in rule["expr"]:
+        assert "$labels.instance" in description, "description names the instance"
+    if re.match(r"AzureScheduledEvent[A-Z]", name):  # event-level alerts (exporter-level: ...Events...)
+        assert "$labels.event_type" in description and "$labels.event_id" in description
+    if "$value" in description:
+        assert re.search(r"\$value \| humanize", description) or "{{ $value }}" in description
+    assert annotations["runbook_url"] == RUNBOOK_URL + github_anchor(name)
+
+
+def test_alert_values_are_humanized_where_meaningful() -> None:
+    with_value = [r["alert"] for r in ALERT_RULES if "$value |" in r["annotations"]["description"]]
+    assert len(with_value) >= 8, with_value
+
+
+def test_runbook_has_a_section_per_alert_and_no_orphans() -> None:
+    headings = re.findall(r"^#{1,6} +(.+?)\s*$", RUNBOOK.read_text(), flags=re.M)
+    anchors = {github_anchor(h) for h in headings}
+    for rule in ALERT_RULES:
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in anchors, f"runbook.md has no heading for #{anchor}"
+        assert f"## {rule['alert']}" in RUNBOOK.read_text()
+    alert_like = {h for h in headings if re.fullmatch(r"AzureScheduledEvents?\w+", h)}
+    assert alert_like == set(ALERT_NAMES), "runbook sections without an alert (or the reverse)"
+
+
+def test_runbook_internal_links_resolve() -> None:
+    text = RUNBOOK.read_text()
+    anchors = {github_anchor(h) for h in re.findall(r"^#{1,6} +(.+?)\s*$", text, flags=re.M)}
+    for target in re.findall(r"\]\(#([^)]+)\)", text):
+        assert target in anchors, f"broken link #{target}"
+
+
+def test_runbook_shows_how_to_check_and_approve() -> None:
+    text = RUNBOOK.read_text()
+    assert (
+        "curl -s -H Metadata:true --noproxy '*' "
+        '"http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"' in text.replace("\\\n  ", "")
+    )
+    assert '{"StartRequests":[{"EventId":"<EventId>"}]}' in text
+    assert "az vm redeploy" in text
+
+
+def test_recording_rule_names() -> None:
+    assert RECORDING_RULES
+    for rule in RECORDING_RULES:
+        level, metric, operation = rule["record"].split(":")
+        assert level.startswith("instance"), rule["record"]
+        assert metric.startswith("azure_scheduled_events_"), rule["record"]
+        assert operation, rule["record"]
+
+
+def test_recording_rules_are_used() -> None:
+    exprs = [r["expr"] for r in ALERT_RULES] + [r["expr"] for r in RECORDING_RULES]
+    for rule in RECORDING_RULES:
+        uses = sum(rule["record"] in metric_names(e) for e in exprs)
+        assert uses >= 1, f"{rule['record']} is recorded but never used"
+
+
+def test_job_selector_is_in_one_place() -> None:
+    """Only the up recording rule selects a job; everything else relies on the metric prefix."""
+    with_job = [r.get("record") or r.get("alert") for r in RULES if re.search(r"\bjob\s*=", r["expr"])]
+    assert with_job == ["instance:azure_scheduled_events_exporter_up:max"], with_job
+    with_up = [r.get("record") or r.get("alert") for r in RULES if "up" in metric_names(r["expr"])]
+    assert with_up == ["instance:azure_scheduled_events_exporter_up:max"], with_up
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.get("alert") or r.get("record") for r in RULES])
+def test_rules_use_only_contract_metric_names(rule: dict[str, Any]) -> None:
+    unknown = metric_names(rule["expr"]) - allowed_names()
+    assert not unknown, f"not in DESIGN.md, the spool metrics or the recording rules: {sorted(unknown)}"
+
+
+def test_metric_name_extraction() -> None:
+    expr = (
+        'sum by (job, instance) (rate(a_total{x="y{z}"}[5m])) / on (job) group_left (l) b:c:d '
+        "> bool 0.5 and max by (le) (histogram_quantile(0.9, c_bucket offset 15m)) or vector(0) # d_e"
+    )
+    assert metric_names(expr) == {"a_total", "b:c:d", "c_bucket"}
+
+
+def test_design_names_match_design_md() -> None:
+    if not DESIGN_MD.exists():
+        pytest.skip(f"{DESIGN_MD} not present (checked out without ../shared)")
+    assert design_md_metrics() == DESIGN_METRICS
+
+
+def _unit_test_cases() -> list[tuple[str, bool]]:
+    cases = []
+    for path in sorted(ALERTS.glob("tests/*.yml")):
+        doc = yaml.safe_load(path.read_text())
+        for group in doc["tests"]:
+            assert "interval" in group, f"{path.name}: promtool 2.42 needs interval in every group"
+            for case in group.get("alert_rule_test", []):
+                cases.append((case["alertname"], bool(case.get("exp_alerts"))))
+    return cases
+
+
+@pytest.mark.parametrize("name", ALERT_NAMES)
+def test_every_alert_has_positive_and_negative_unit_tests(name: str) -> None:
+    cases = _unit_test_cases()
+    assert (name, True) in cases, f"no promtool test where {name} fires"
+    assert (name, False) in cases, f"no promtool test where {name} stays quiet"
+
+
+def test_unit_tests_avoid_newer_promtool_syntax() -> None:
+    for path in ALERTS.glob("tests/*.yml"):
+        assert not re.search(r"^\s*fuzzy_compare\s*:", path.read_text(), flags=re.M), path.name
+
+
+def test_alertmanager_example_matches_the_rules() -> None:
+    config = yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
+    assert config["route"]["group_by"] == ["alertname", "instance"]
+    severities = {
+        m.split("=", 1)[1].strip('"'): route["receiver"]
+        for route in config["route"]["routes"]
+        for m in route.get("matchers", [])
+        if m.startswith("severity=")
+    }
+    assert set(severities) == SEVERITIES
+    assert severities["critical"] != severities["warning"] != severities["info"]
+    assert config["inhibit_rules"]
+    for rule in config["inhibit_rules"]:
+        for matcher in rule["source_matchers"] + rule["target_matchers"]:
+            match = re.fullmatch(r'(\w+)(=~|=)"?(.*?)"?', matcher)
+            assert match, matcher
+            key, _op, value = match.groups()
+            if key == "alertname":
+                for name in value.split("|"):
+                    assert name in ALERT_NAMES, f"inhibit rule names unknown alert {name}"
+        assert "instance" in rule["equal"]
