@@ -1,0 +1,73 @@
+# syntax=docker/dockerfile:1
+#
+# se-exporter container image.
+#
+#   docker build -t se-exporter:0.1.0 .
+#   docker run --rm -p 10160:10160 se-exporter:0.1.0 demo
+#
+# Stage 1 builds wheels (the project and all its dependencies); stage 2 installs them offline
+# from a bind mount, so neither the source tree nor the wheels end up in a layer of the final image.
+
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS builder
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY se_exporter ./se_exporter
+# Dependency versions are bounded by pyproject.toml; this resolves them once, here.
+RUN pip wheel --wheel-dir /wheels .
+
+
+FROM ${PYTHON_IMAGE}
+
+ARG PYTHON_IMAGE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=""
+
+LABEL org.opencontainers.image.title="se-exporter" \
+      org.opencontainers.image.description="Prometheus exporter and OTLP shipper for Azure Scheduled Events" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    SE_EXPORTER_STATE_FILE=/var/lib/se-exporter/state.json
+
+# Fixed, non-root uid/gid (10160, like the port) so Kubernetes' runAsNonRoot can verify it and
+# host directories can be prepared with a known owner.
+RUN groupadd --system --gid 10160 se-exporter \
+    && useradd --system --uid 10160 --gid 10160 --no-create-home \
+       --home-dir /nonexistent --shell /usr/sbin/nologin se-exporter \
+    && install -d -o 10160 -g 10160 -m 0750 /var/lib/se-exporter
+
+# Offline install of the project's wheel; its dependencies come from the same wheel directory.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels /wheels/se_exporter-*.whl
+
+# --state.file lives here; a named volume inherits the directory's 10160 ownership.
+VOLUME ["/var/lib/se-exporter"]
+
+USER 10160:10160
+EXPOSE 10160
+
+# No curl in the image: a Python one-liner that follows SE_EXPORTER_WEB_LISTEN_ADDRESS's port and
+# bypasses any HTTP(S)_PROXY. A non-2xx answer or a refused connection raises, so the exit code is 1.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request as u; p = os.environ.get('SE_EXPORTER_WEB_LISTEN_ADDRESS', ':10160').rpartition(':')[2] or '10160'; u.build_opener(u.ProxyHandler({})).open(f'http://127.0.0.1:{p}/-/healthy', timeout=4)"]
+
+ENTRYPOINT ["se-exporter"]
