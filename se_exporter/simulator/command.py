@@ -1,0 +1,190 @@
+"""``se-exporter simulate``: run the IMDS simulator on a local port until SIGINT/SIGTERM.
+
+Standalone: ``python -m se_exporter.simulator.command --web.listen-address 127.0.0.1:0``. The
+first line on stdout is ``listening on http://HOST:PORT`` (useful with port 0); every change of
+the document is logged to stderr unless ``--quiet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from se_exporter.simulator.clock import SimClock
+from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
+from se_exporter.simulator.model import VmIdentity
+from se_exporter.simulator.scenario import Scenario, ScenarioError
+from se_exporter.simulator.scenario_file import builtin_names, resolve_scenario
+from se_exporter.simulator.server import SimulatorServer
+from se_exporter.simulator.truth import Change, Record
+from se_exporter.simulator.world import SimWorld
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """``250ms``, ``1s``, ``2m``, ``1h`` or plain seconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 250ms, 1s, 2m, 1.5)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid speed {text!r}: must be a number > 0")
+    return value
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port``; an empty host means every interface, ``[::1]:8080`` for IPv6."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"invalid listen address {text!r} (expected host:port)")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def _malformed_kind(text: str) -> str:
+    if text not in MALFORMED:
+        raise ValueError(text)
+    return text
+
+
+def _counted(kind: str, parse_value: Callable[[str], object]) -> Callable[[str], tuple[Any, int | None]]:
+    """Parser for ``VALUE[:COUNT]`` fault flags (count 1 if omitted, ``*`` unlimited)."""
+
+    def parse(text: str) -> tuple[Any, int | None]:
+        value, _, count = text.partition(":")
+        try:
+            return parse_value(value), None if count == "*" else int(count or 1)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise argparse.ArgumentTypeError(f"invalid --fault.{kind} {text!r} (expected VALUE[:COUNT])") from None
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``simulate`` flags on ``parser``."""
+    add = parser.add_argument
+    add("--web.listen-address", dest="listen", type=listen_address, default=("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        help="host:port to serve the fake IMDS on (port 0: any free port; default 127.0.0.1:8080)")
+    add("--scenario", dest="scenarios", action="append", default=[], metavar="NAME|FILE",
+        help=f"built-in scenario ({', '.join(builtin_names())}, or 'all') or YAML file; repeatable")
+    add("--speed", type=speed, default=1.0, metavar="FACTOR", help="simulated seconds per real second (default 1)")
+    add("--loop", action="store_true", help="replay the scenarios forever")
+    add("--loop.gap", dest="loop_gap", type=duration, default=10.0, metavar="DURATION",
+        help="simulated pause between scenarios (default 10s)")
+    add("--vm.name", dest="vm_name", default="sim-vm-0", metavar="NAME",
+        help="name of the simulated VM (default sim-vm-0)")
+    add("--seed", type=int, default=None, help="random seed for EventIds and fault dice")
+    add("--incarnation.idle-reset", dest="idle_reset", type=duration, default=None, metavar="DURATION",
+        help="reset DocumentIncarnation after this much simulated time without requests (IMDS: 24h)")
+    add("--fault.first-response-delay", dest="first_delay", type=duration, default=0.0, metavar="DURATION",
+        help="delay the first scheduled-events answer by this real duration")
+    add("--fault.status", dest="fault_status", action="append", default=[], type=_counted("status", int),
+        metavar="CODE[:COUNT]", help="answer CODE (500, 503, 429, 410...) to the next COUNT polls")
+    add("--fault.error-rate", dest="error_rate", type=float, default=0.0, metavar="P",
+        help="probability (0-1) that any poll fails with --fault.error-code")
+    add("--fault.error-code", dest="error_code", type=int, default=503, metavar="CODE",
+        help="code for --fault.error-rate")
+    add("--fault.malformed", dest="fault_malformed", action="append", default=[], metavar="KIND[:COUNT]",
+        type=_counted("malformed", _malformed_kind),
+        help=f"answer a broken body to the next COUNT polls; KIND: {', '.join(MALFORMED)}")
+    add("--fault.reset", dest="fault_reset", type=int, default=0, metavar="COUNT",
+        help="reset the connection of the next COUNT polls")
+    add("--fault.delay", dest="fault_delay", action="append", default=[], type=_counted("delay", duration),
+        metavar="DURATION[:COUNT]", help="delay the next COUNT polls by DURATION (real time)")
+    add("--fault.rate-limit", dest="rate_limit", type=int, default=0, metavar="N",
+        help="answer 429 beyond this many requests per second (IMDS: 5; default 0 = off)")
+    add("--list-scenarios", action="store_true", help="print the built-in scenarios and exit")
+    add("--quiet", action="store_true", help="do not log document changes on stderr")
+
+
+def build_faults(args: argparse.Namespace, rng: random.Random) -> FaultPlan:
+    """The fault plan the flags describe; raises ValueError for a bad combination."""
+    plan = FaultPlan(first_response_delay_s=args.first_delay, rate_limit_per_s=args.rate_limit or None, rng=rng)
+    for code, count in args.fault_status:
+        plan.add(FaultRule("status", count, status=int(code)))
+    for kind, count in args.fault_malformed:
+        plan.add(FaultRule("malformed", count, malformed=kind))
+    if args.fault_reset:
+        plan.add(FaultRule("reset", args.fault_reset))
+    for seconds, count in args.fault_delay:
+        plan.add(FaultRule("delay", count, delay_s=seconds))
+    if args.error_rate:
+        plan.add(FaultRule("status", None, probability=args.error_rate, status=args.error_code))
+    return plan
+
+
+def _scenarios(specs: list[str]) -> list[Scenario]:
+    names = [n for spec in specs for n in (builtin_names() if spec == "all" else (spec,))]
+    return [resolve_scenario(name) for name in names]
+
+
+def _log_change(record: Record) -> None:
+    if isinstance(record, Change):
+        print(
+            f"change={record.kind} reason={record.reason} event_id={record.event_id} type={record.event_type} "
+            f"status={record.status} not_before={record.not_before!r} incarnation={record.incarnation}",
+            file=sys.stderr, flush=True,
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM; 0 on a clean stop, 2 for bad input, 1 if the port is unusable."""
+    if args.list_scenarios:
+        for name in builtin_names():
+            print(f"{name}: {resolve_scenario(name).description}")
+        return 0
+    rng = random.Random(args.seed)  # noqa: S311 - simulation, not security
+    try:
+        scenarios = _scenarios(args.scenarios)
+        faults = build_faults(args, rng)
+        world = SimWorld(vm=VmIdentity(name=args.vm_name), clock=SimClock(args.speed), rng=rng,
+                         idle_reset_after=args.idle_reset)
+        server = SimulatorServer(world, faults=faults, host=args.listen[0], port=args.listen[1])
+    except (ScenarioError, ValueError) as exc:
+        print(f"se-exporter simulate: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"se-exporter simulate: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}",
+              file=sys.stderr)
+        return 1
+    if not args.quiet:
+        world.truth.add_listener(_log_change)
+    if scenarios:
+        world.loop(scenarios, gap=args.loop_gap, repeat=args.loop)
+    return _serve_until_signal(server)
+
+
+def _serve_until_signal(server: SimulatorServer) -> int:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    with server:
+        print(f"listening on {server.url}", flush=True)
+        stop.wait()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="se-exporter simulate", description="Fake Azure IMDS Scheduled Events.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

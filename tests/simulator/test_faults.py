@@ -1,0 +1,157 @@
+"""Fault injection as a client experiences it, over real loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from se_exporter.simulator import EventPlan, FaultPlan, FaultRule, SimulatorServer, SimWorld
+from tests.simulator.conftest import API, EVENTS_PATH, approve, get_document
+
+COMPUTE = {"api-version": "2021-02-01"}
+REBOOT = EventPlan("Reboot", notice=600)
+
+
+@pytest.mark.parametrize(("status", "count"), [(500, 2), (503, 3), (429, 1), (410, 2)])
+def test_fail_next_n_requests(faults: FaultPlan, world: SimWorld, client: httpx.Client, status: int,
+                              count: int) -> None:
+    faults.fail_next(status, count)
+    codes = [client.get(EVENTS_PATH, params=API).status_code for _ in range(count + 2)]
+    assert codes == [status] * count + [200, 200]
+    faulted = [r.fault for r in world.truth.requests() if r.status == status]
+    assert faulted == [f"status:{status}"] * count
+
+
+def test_error_answers_have_a_json_body(faults: FaultPlan, client: httpx.Client) -> None:
+    faults.fail_next(503)
+    response = client.get(EVENTS_PATH, params=API)
+    assert response.json() == {"error": "Service Unavailable"}
+
+
+def test_faults_are_scoped_by_endpoint_and_method(faults: FaultPlan, world: SimWorld, client: httpx.Client) -> None:
+    event_id = world.add_event(REBOOT)
+    faults.fail_next(500, 1, method="POST")
+    faults.fail_next(503, 1, endpoint="compute")
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+    assert approve(client, event_id).status_code == 500
+    assert world.snapshot().events[0].status == "Scheduled"  # a failed POST approved nothing
+    assert world.truth.approvals() == ()
+    assert client.get("/metadata/instance/compute", params=COMPUTE).status_code == 503
+    assert client.get("/metadata/instance/compute", params=COMPUTE).status_code == 200
+    assert approve(client, event_id).status_code == 200
+
+
+def test_probabilistic_errors_are_reproducible(world: SimWorld) -> None:
+    def failures(seed: int) -> list[int]:
+        import random
+
+        plan = FaultPlan([FaultRule("status", None, probability=0.3, status=503)], rng=random.Random(seed))
+        with SimulatorServer(world, faults=plan) as server, httpx.Client(trust_env=False) as client:
+            codes = [client.get(server.url + EVENTS_PATH, params=API, headers={"Metadata": "true"}).status_code
+                     for _ in range(100)]
+        return [i for i, code in enumerate(codes) if code == 503]
+
+    first = failures(11)
+    assert 10 <= len(first) <= 50
+    assert failures(11) == first
+
+
+@pytest.mark.parametrize("variant", ["truncated", "wrong_types", "missing_event_id", "not_json", "empty"])
+def test_malformed_bodies(faults: FaultPlan, world: SimWorld, client: httpx.Client, variant: str) -> None:
+    world.add_event(REBOOT)
+    faults.malformed_next(variant)
+    response = client.get(EVENTS_PATH, params=API)
+    assert response.status_code == 200
+    if variant in ("truncated", "not_json", "empty"):
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(response.content)
+    elif variant == "wrong_types":
+        body = response.json()
+        assert isinstance(body["DocumentIncarnation"], str)
+        assert isinstance(body["Events"][0]["Resources"], str)
+    else:
+        assert "EventId" not in response.json()["Events"][0]
+    assert "EventId" in get_document(client)["Events"][0]  # one-off
+
+
+def test_malformed_without_events_is_still_wrong(faults: FaultPlan, client: httpx.Client) -> None:
+    faults.malformed_next("wrong_types")
+    faults.malformed_next("missing_event_id")
+    assert client.get(EVENTS_PATH, params=API).json()["Events"] == {}
+    assert "EventId" not in client.get(EVENTS_PATH, params=API).json()["Events"][0]
+
+
+def test_connection_reset(faults: FaultPlan, world: SimWorld, client: httpx.Client) -> None:
+    faults.reset_next(2)
+    for _ in range(2):
+        with pytest.raises(httpx.TransportError):
+            client.get(EVENTS_PATH, params=API)
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+    assert [(r.status, r.fault) for r in world.truth.requests()] == [(0, "reset"), (0, "reset"), (200, None)]
+
+
+def test_slow_first_answer(faults: FaultPlan, world: SimWorld, client: httpx.Client) -> None:
+    faults.set_first_response_delay(0.4)
+    began = time.monotonic()
+    assert client.get("/metadata/instance/compute", params=COMPUTE).status_code == 200
+    assert time.monotonic() - began < 0.4  # only scheduled events are slow to wake up
+    began = time.monotonic()
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+    assert time.monotonic() - began >= 0.4
+    began = time.monotonic()
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+    assert time.monotonic() - began < 0.4
+    assert world.truth.requests()[1].fault == "first_response_delay:0.4s"
+
+
+def test_delay_causes_a_client_timeout_then_recovers(faults: FaultPlan, client: httpx.Client) -> None:
+    faults.delay_next(2.0)
+    with pytest.raises(httpx.TimeoutException):
+        client.get(EVENTS_PATH, params=API, timeout=0.2)
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+
+
+def test_stop_does_not_wait_for_a_delayed_answer(world: SimWorld) -> None:
+    plan = FaultPlan([FaultRule("delay", None, delay_s=60)])
+    server = SimulatorServer(world, faults=plan).start()
+    with pytest.raises(httpx.TimeoutException):
+        httpx.get(server.url + EVENTS_PATH, params=API, headers={"Metadata": "true"}, timeout=0.2, trust_env=False)
+    began = time.monotonic()
+    server.stop()
+    assert time.monotonic() - began < 3
+
+
+def test_rate_limit(faults: FaultPlan, client: httpx.Client) -> None:
+    # The manual clock's real monotonic time stands still: all requests fall in one second.
+    faults.set_rate_limit(5)
+    codes = [client.get(EVENTS_PATH, params=API).status_code for _ in range(8)]
+    assert codes == [200] * 5 + [429] * 3
+
+
+def test_fault_plan_over_http(server: SimulatorServer, client: httpx.Client) -> None:
+    plan = {"rules": [{"kind": "status", "status": 410, "count": 2}], "first_response_delay_s": 0}
+    response = client.post("/_sim/faults", json=plan)
+    assert response.status_code == 200
+    assert response.json()["rules"][0]["status"] == 410
+    assert [client.get(EVENTS_PATH, params=API).status_code for _ in range(3)] == [410, 410, 200]
+    assert client.post("/_sim/faults", json={"rules": [], "replace": True}).json()["rules"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"rules": [{"kind": "explode"}]}, "rules[0]: fault rule kind"),
+        ({"rules": [{"kind": "status", "status": 200}]}, "fault rule status"),
+        ({"rules": [{"kind": "status", "colour": "red"}]}, "rules[0]: unknown key 'colour'"),
+        ({"rules": [{"kind": "malformed", "malformed": "weird"}]}, "fault rule malformed"),
+        ({"rule": []}, "unknown key 'rule'"),
+        ([], "must be a JSON object"),
+    ],
+)
+def test_bad_fault_plan_over_http(client: httpx.Client, body: object, message: str) -> None:
+    response = client.post("/_sim/faults", json=body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]
