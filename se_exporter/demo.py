@@ -11,21 +11,26 @@ from collections.abc import Mapping
 from se_exporter.config import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.model import VmIdentity
-from se_exporter.simulator.scenario_file import builtin_names, builtin_scenario
+from se_exporter.simulator.scenario_file import builtin_scenario
 from se_exporter.simulator.server import SimulatorServer
 from se_exporter.simulator.world import SimWorld
 
 log = logging.getLogger(__name__)
 DEMO_VM = "sim-vm-0"
+# Something starts at once (a hardware failure), then the documented maintenance kinds follow.
+DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-preempt", "reschedule",
+              "terminate", "cancelled-maintenance", "user-redeploy")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_exporter_flags(parser)
     demo = parser.add_argument_group("demo")
-    demo.add_argument("--demo.speed", dest="demo_speed", type=float, default=60.0, metavar="FACTOR",
-                      help="simulated seconds per real second (default 60: a 15-minute notice lasts 15 s)")
-    demo.add_argument("--demo.gap", dest="demo_gap", type=float, default=120.0, metavar="SECONDS",
-                      help="simulated seconds between scenarios (default 120)")
+    demo.add_argument("--demo.speed", dest="demo_speed", type=float, default=30.0, metavar="FACTOR",
+                      help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)")
+    demo.add_argument("--demo.gap", dest="demo_gap", type=float, default=60.0, metavar="SECONDS",
+                      help="simulated seconds between scenarios (default 60)")
+    # At 30x a Freeze stays Started for about a second: poll fast enough to see it.
+    parser.set_defaults(poll_interval=0.25)
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -36,7 +41,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print("se-exporter: error: --demo.speed must be greater than zero", file=sys.stderr)
         return 2
     world = SimWorld(vm=VmIdentity(name=DEMO_VM), clock=SimClock(args.demo_speed))
-    world.loop([builtin_scenario(name) for name in builtin_names()], gap=args.demo_gap)
+    world.loop([builtin_scenario(name) for name in DEMO_ORDER], gap=args.demo_gap)
     simulator = SimulatorServer(world).start()
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)
     exporter = Exporter(config)
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         exporter.start()
         host = config.listen_host if config.listen_host not in ("", "::", "0.0.0.0") else "localhost"
         print(
-            f"se-exporter demo: simulated IMDS at {simulator.url} playing {', '.join(builtin_names())}"
+            f"se-exporter demo: simulated IMDS at {simulator.url} playing {', '.join(DEMO_ORDER)}"
             f" at {args.demo_speed:g}x\n"
             f"  metrics:  http://{host}:{exporter.web.port}{config.telemetry_path}\n"
             f"  try:      curl -s http://{host}:{exporter.web.port}{config.telemetry_path}"

@@ -1,0 +1,144 @@
+"""The exporter subprocess against the IMDS simulator: lifecycles match the simulator's ground truth."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
+from se_exporter.simulator.model import VmIdentity
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import series, value
+from tests.support.wait import wait_for
+
+StartExporter = Callable[..., ExporterProcess]
+T = "azure_scheduled_events_transitions_total"
+
+
+@pytest.fixture
+def world() -> Iterator[SimWorld]:
+    world = SimWorld(vm=VmIdentity(name="sim-vm-0"), clock=SimClock(1.0))
+    with SimulatorServer(world) as server:
+        world.url = server.url  # type: ignore[attr-defined]
+        yield world
+
+
+def logged(exporter: ExporterProcess) -> list[tuple[str, str]]:
+    """(transition, event_id) pairs from the exporter's structured transition lines, in order."""
+    return re.findall(r"transition=(\w+) event_id=(\S+)", exporter.logs())
+
+
+def truth_transitions(world: SimWorld) -> list[tuple[str, str]]:
+    """What the exporter must report, derived from the simulator's record of its own changes."""
+    expected, status = [], {}
+    for change in world.truth.changes():
+        if change.kind == "appeared":
+            expected.append(("scheduled" if change.status == "Scheduled" else "started", change.event_id))
+        elif change.kind == "started":
+            expected.append(("started", change.event_id))
+        elif change.kind == "rescheduled":
+            expected.append(("rescheduled", change.event_id))
+        elif change.kind == "removed":
+            expected.append(("completed" if status[change.event_id] == "Started" else "cancelled", change.event_id))
+        status[change.event_id] = change.status or status.get(change.event_id)
+    return expected
+
+
+def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExporter) -> None:
+    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms")  # type: ignore[attr-defined]
+    exporter.wait_ready()
+    freeze = world.add_event(EventPlan("Freeze", notice=900, duration=5, started_for=3600))
+    failure = world.add_event(EventPlan("Reboot", notice=None, started_for=3600))
+    moved = world.add_event(EventPlan("Redeploy", notice=600))
+    dropped = world.add_event(EventPlan("Terminate", notice=300, resources=("other-vm",)))
+    wait_for(lambda: len(logged(exporter)) == 4, 10, "four first sightings")
+
+    text = exporter.metrics()
+    info = {s["event_id"]: s for s in series(text, "azure_scheduled_events_event_info")}
+    assert info[freeze]["affects_this_vm"] == "true" and info[dropped]["affects_this_vm"] == "false"
+    assert info[failure]["event_status"] == "Started"
+    until = value(text, "azure_scheduled_events_event_seconds_until_not_before", event_id=freeze, event_type="Freeze")
+    assert until is not None and 880 < until <= 900
+
+    for step in (lambda: world.start_event(freeze), lambda: world.reschedule(moved, 1800),
+                 lambda: world.cancel_event(dropped), lambda: world.complete_event(failure),
+                 lambda: world.complete_event(freeze)):
+        step()
+        expected = truth_transitions(world)
+        wait_for(lambda expected=expected: logged(exporter) == expected, 10, f"exporter to report {expected[-1]}")
+
+    text = exporter.metrics()
+    assert value(text, T, event_type="Freeze", transition="completed") == 1
+    assert value(text, T, event_type="Redeploy", transition="rescheduled") == 1
+    assert value(text, T, event_type="Terminate", transition="cancelled") == 1
+    assert value(text, T, event_type="Reboot", transition="started") == 1
+    assert value(text, "azure_scheduled_events_notice_seconds_count", event_type="Freeze") == 1
+    assert {s["event_id"] for s in series(text, "azure_scheduled_events_event_info")} == {moved}
+    assert value(text, "azure_scheduled_events_document_incarnation") == world.snapshot().incarnation
+
+
+def test_older_api_version_lacks_source_and_duration(world: SimWorld, start_exporter: StartExporter) -> None:
+    world.add_event(EventPlan("Reboot", event_source="User", duration=0))
+    exporter = start_exporter(f"--imds.url={world.url}", "--imds.api-version=2017-11-01")  # type: ignore[attr-defined]
+    exporter.wait_ready()
+    (info,) = series(exporter.metrics(), "azure_scheduled_events_event_info")
+    assert info["event_source"] == ""
+    event_id = info["event_id"]
+    assert value(exporter.metrics(), "azure_scheduled_events_event_duration_seconds", event_id=event_id,
+                 event_type="Reboot") == -1
+
+
+def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartExporter) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is not installed")
+        pytest.skip("promtool is not installed")
+    world.add_event(EventPlan("Freeze", notice=900, duration=5))
+    world.add_event(EventPlan("Reboot", notice=None))
+    gone = world.add_event(EventPlan("Preempt", notice=30))
+    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms")  # type: ignore[attr-defined]
+    exporter.wait_ready()
+    world.cancel_event(gone)
+    wait_for(lambda: ("cancelled", gone) in logged(exporter), 10, "the cancellation")
+    result = subprocess.run([promtool, "check", "metrics"], input=exporter.get("/metrics").content,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    # promtool reads the classic text format only; OpenMetrics is checked by client_python's parser
+    openmetrics = httpx.get(exporter.url + "/metrics", headers={"Accept": "application/openmetrics-text"},
+                            trust_env=False)
+    assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
+    families = {f.name for f in text_string_to_metric_families(openmetrics.text)}
+    assert "azure_scheduled_events_transitions" in families and openmetrics.text.endswith("# EOF\n")
+
+
+def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
+    exporter = start_exporter(f"--imds.url={world.url}", "--web.telemetry-path=/probe")  # type: ignore[attr-defined]
+    exporter.wait_ready()
+    landing = exporter.get("/")
+    assert landing.status_code == 200 and 'href="/probe"' in landing.text
+    assert exporter.get("/-/healthy").text == "Healthy\n"
+    assert "azure_scheduled_events_imds_up 1.0" in exporter.get("/probe").text
+    assert exporter.get("/metrics").status_code == 404
+    gz = httpx.get(exporter.url + "/probe", headers={"Accept-Encoding": "gzip"}, trust_env=False)
+    assert gz.headers.get("Content-Encoding") == "gzip"
+
+
+def test_demo_shows_something_within_30_seconds(start_exporter: StartExporter) -> None:
+    demo = start_exporter(command="demo")
+    demo.wait_ready()
+
+    def transitions_seen() -> set[str]:
+        return {labels["transition"] for labels in series(demo.metrics(), T)
+                if value(demo.metrics(), T, **labels)}
+
+    wait_for(lambda: {"scheduled", "started"} <= transitions_seen(), 30, "demo transitions")
+    assert "metrics:  http://" in demo.logs()
+    assert demo.stop() == 0
