@@ -26,6 +26,7 @@ from se_exporter.approval.policy import (
 )
 from se_exporter.errors import ConfigError
 from tests.approval.helpers import T0, TESTDATA, VM, event
+from tests.support.readme import section
 
 INVALID = sorted((TESTDATA / "invalid").glob("*.yaml"))
 VALID = sorted((TESTDATA / "valid").glob("*.yaml"))
@@ -122,7 +123,7 @@ def test_demo_policy_approves_user_events_and_short_freezes() -> None:
 def test_readme_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every policy file shown in the README section loads (hook paths need not exist here)."""
     monkeypatch.setattr("se_exporter.approval.policy.shutil.which", lambda command: "/found")
-    text = (PACKAGE / "README-approval.md").read_text()
+    text = section("Auto-approval (optional)")
     blocks = re.findall(r"```yaml\n(# /etc/se-exporter/approval.yaml\n.*?)```", text, flags=re.DOTALL)
     assert len(blocks) == 3
     for block in blocks:

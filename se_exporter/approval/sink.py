@@ -1,0 +1,61 @@
+"""Plugs the approver into the exporter: a poll sink that also persists the approver's state."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from se_exporter.approval.approver import ApprovalDecision, Approver
+from se_exporter.approval.policy import load_policy
+from se_exporter.approval.poster import PostStartRequests
+from se_exporter.persistence import Persistence
+from se_exporter.poller import PollResult
+
+log = logging.getLogger("se_exporter.approval")
+STATE_SECTION = "approvals"
+
+
+class ApprovalSink:
+    """Feeds each successful poll to the approver; saves its decisions whenever they change."""
+
+    def __init__(self, approver: Approver, persistence: Persistence) -> None:
+        self.approver = approver
+        self._persistence = persistence
+        self._saved: Any = approver.to_state()
+        persistence.register(STATE_SECTION, approver.to_state)
+
+    def on_poll(self, result: PollResult) -> None:
+        self.approver.on_poll(result.document.events, result.identity.name)
+        state = self.approver.to_state()
+        if state != self._saved:  # an approval must be on disk before a restart could repeat it
+            self._persistence.save()
+            self._saved = state
+
+    def close(self) -> None:
+        self.approver.close()
+        self._persistence.save()
+
+
+def build_approval_sink(
+    policy_path: Path,
+    post_start_requests: PostStartRequests,
+    emit_decision: Callable[[ApprovalDecision], None],
+    persistence: Persistence,
+) -> ApprovalSink:
+    """Load the policy (``ConfigError`` if invalid) and restore earlier decisions from the state file."""
+    policy = load_policy(policy_path)
+    saved = persistence.loaded.get(STATE_SECTION)
+    approver: Approver | None = None
+    if saved is not None:
+        try:
+            approver = Approver.from_state(saved, policy, post_start_requests, emit_decision)
+        except ValueError as error:
+            log.warning("ignoring the approval decisions in the state file: %s", error)
+    if approver is None:
+        approver = Approver(policy, post_start_requests, emit_decision)
+    mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
+    log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy_path, len(policy.rules),
+             policy.leader, mode)
+    return ApprovalSink(approver, persistence)
