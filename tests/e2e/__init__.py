@@ -1,0 +1,1 @@
+"""End-to-end tests: simulator -> exporter -> real Prometheus (shipped rules) -> real Alertmanager -> webhook."""
