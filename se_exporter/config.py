@@ -26,6 +26,7 @@ class ExporterConfig:
     vm_name: str | None = None
     state_file: Path | None = None
     approval_config: Path | None = None
+    web_config_file: Path | None = None
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -38,6 +39,8 @@ def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
                      help="address to serve metrics on (default :10160)")
     web.add_argument("--web.telemetry-path", dest="telemetry_path", type=_path_flag, default=d.telemetry_path,
                      metavar="PATH", help="path under which to expose metrics (default /metrics)")
+    web.add_argument("--web.config.file", dest="web_config_file", type=Path, default=None, metavar="FILE",
+                     help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)")
     imds = parser.add_argument_group("IMDS")
     imds.add_argument("--imds.url", dest="imds_url", type=_url_flag, default=d.imds_url, metavar="URL",
                       help="IMDS base URL (default http://169.254.169.254)")
@@ -72,6 +75,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vm_name=args.vm_name or None,
         state_file=args.state_file,
         approval_config=args.approval_config,
+        web_config_file=args.web_config_file,
         log_level=args.log_level,
         log_format=args.log_format,
     )

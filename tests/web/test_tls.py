@@ -1,0 +1,178 @@
+"""TLS on a real WebServer (127.0.0.1:0), checked with real HTTPS clients (httpx and ssl sockets)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+
+from se_exporter import web
+from se_exporter.web import WebServer
+from se_exporter.web_config import WebConfig
+from tests.web.conftest import client_context
+from tests.web.pki import PKI
+
+TLS_CONFIG = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+MTLS_CONFIG = TLS_CONFIG + "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+
+Serve = Callable[..., WebServer]
+WriteConfig = Callable[[str], WebConfig]
+
+
+def https_get(server: WebServer, context: ssl.SSLContext, path: str = "/metrics") -> httpx.Response:
+    with httpx.Client(verify=context, trust_env=False, timeout=5) as client:
+        return client.get(f"https://127.0.0.1:{server.port}{path}")
+
+
+def tls_connect(server: WebServer, context: ssl.SSLContext) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_https_serves_every_endpoint(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(TLS_CONFIG))
+    assert server.scheme == "https"
+    context = client_context(pki)
+    response = https_get(server, context)
+    assert response.status_code == 200
+    assert "se_web_test_up 1.0" in response.text
+    assert https_get(server, context, "/-/healthy").status_code == 200
+    assert https_get(server, context, "/-/ready").text == "Ready\n"
+
+
+def test_certificate_is_verified_by_the_client(serve: Serve, write_config: WriteConfig) -> None:
+    server = serve(write_config(TLS_CONFIG))
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        https_get(server, ssl.create_default_context())  # system roots do not know the test CA
+
+
+def test_plain_http_to_the_tls_port_gets_no_metrics(serve: Serve, write_config: WriteConfig) -> None:
+    server = serve(write_config(TLS_CONFIG))
+    response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5)
+    assert response.status_code == 400
+    assert response.text == "Client sent an HTTP request to an HTTPS server.\n"
+    assert "se_web_test_up" not in response.text
+
+
+def test_without_web_config_it_is_plain_http(serve: Serve) -> None:
+    server = serve(None)
+    assert server.scheme == "http"
+    response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5)
+    assert response.status_code == 200 and "se_web_test_up 1.0" in response.text
+
+
+def test_mutual_tls(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(MTLS_CONFIG))
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki))  # no client certificate
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki, "rogue"))  # a certificate from another CA
+    response = https_get(server, client_context(pki, "client"))
+    assert response.status_code == 200 and "se_web_test_up 1.0" in response.text
+
+
+def test_mutual_tls_with_tls12(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(MTLS_CONFIG))
+    tls12 = {"maximum_version": ssl.TLSVersion.TLSv1_2}
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki, **tls12))
+    assert https_get(server, client_context(pki, "client", **tls12)).status_code == 200
+
+
+def test_client_allowed_sans(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(MTLS_CONFIG + "  client_allowed_sans: [scraper.example]\n"))
+    assert https_get(server, client_context(pki, "client")).status_code == 200
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki, "other"))  # same CA, SAN intruder.example
+
+
+def test_verify_client_cert_if_given(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    config = TLS_CONFIG + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"
+    server = serve(write_config(config))
+    assert https_get(server, client_context(pki)).status_code == 200
+    assert https_get(server, client_context(pki, "client")).status_code == 200
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki, "rogue"))  # given, so verified, and it fails
+
+
+def test_min_version_tls13_refuses_a_tls12_only_client(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(TLS_CONFIG + "  min_version: TLS13\n"))
+    with pytest.raises(httpx.ConnectError):
+        https_get(server, client_context(pki, maximum_version=ssl.TLSVersion.TLSv1_2))
+    with tls_connect(server, client_context(pki)) as conn:
+        assert conn.version() == "TLSv1.3"
+
+
+def test_default_minimum_is_tls12(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(TLS_CONFIG))
+    with tls_connect(server, client_context(pki, maximum_version=ssl.TLSVersion.TLSv1_2)) as conn:
+        assert conn.version() == "TLSv1.2"
+
+
+def test_max_version_and_cipher_suites(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    config = TLS_CONFIG + "  max_version: TLS12\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256]\n"
+    server = serve(write_config(config))
+    with tls_connect(server, client_context(pki)) as conn:
+        assert conn.version() == "TLSv1.2"
+        assert conn.cipher()[0] == "ECDHE-ECDSA-CHACHA20-POLY1305"
+    only_gcm = client_context(pki)
+    only_gcm.set_ciphers("ECDHE-ECDSA-AES128-GCM-SHA256")
+    with pytest.raises(ssl.SSLError):
+        tls_connect(server, only_gcm)
+
+
+def test_a_silent_client_neither_blocks_others_nor_keeps_its_thread(
+    serve: Serve, write_config: WriteConfig, pki: PKI
+) -> None:
+    server = serve(write_config(TLS_CONFIG), handshake_timeout=0.5)
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    try:
+        started = time.monotonic()
+        assert https_get(server, client_context(pki)).status_code == 200  # accepted despite the silent ones
+        assert time.monotonic() - started < 2
+        for conn in silent:
+            assert conn.recv(1) == b""  # the server hung up after the handshake timeout
+        assert time.monotonic() - started < 4
+    finally:
+        for conn in silent:
+            conn.close()
+
+
+def test_garbage_instead_of_a_handshake_is_dropped(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
+    server = serve(write_config(TLS_CONFIG))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        conn.sendall(b"\x16\x03\x01\x00\x05hello" + bytes(200))
+        with contextlib.suppress(ConnectionResetError):
+            while conn.recv(1024):  # perhaps an alert, then the server hangs up
+                pass
+    assert https_get(server, client_context(pki)).status_code == 200
+
+
+def test_renewed_certificate_is_picked_up_and_a_broken_one_is_not(
+    serve: Serve, write_config: WriteConfig, pki: PKI, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web, "CERT_RELOAD_CHECK_SECONDS", 0.0)
+    server = serve(write_config(TLS_CONFIG))
+    context = client_context(pki)
+
+    def serial() -> int:
+        with tls_connect(server, context) as conn:
+            der = conn.getpeercert(binary_form=True)
+            assert der is not None
+            return x509.load_der_x509_certificate(der).serial_number
+
+    first = serial()
+    renewed = pki.new_server_cert(config_dir)  # cert-manager style: new files in place
+    assert serial() == renewed.serial_number != first
+    # A half-written renewal (key of another pair): keep serving the last good certificate.
+    shutil.copy(pki.path("client.key"), config_dir / "server.key")
+    assert serial() == renewed.serial_number
+    assert https_get(server, context).status_code == 200
