@@ -37,11 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the exporter (the default)", allow_abbrev=False)
     add_exporter_flags(run)
     simulate = commands.add_parser("simulate", help="run a local IMDS simulator", allow_abbrev=False)
-    from se_exporter.simulator import command as simulator_command
+    import se_exporter.simulator.command as simulator_command
 
     simulator_command.add_arguments(simulate)
     demo = commands.add_parser("demo", help="simulator and exporter in one process", allow_abbrev=False)
-    from se_exporter import demo as demo_command
+    import se_exporter.demo as demo_command
 
     demo_command.add_arguments(demo)
     return parser
@@ -57,13 +57,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     subparser = _subparser(parser, args.command)
     flags.apply_environment(subparser, args, argv[1:], environ)
     if args.command == "simulate":
-        from se_exporter.simulator import command as simulator_command
+        import se_exporter.simulator.command as simulator_command
 
         return simulator_command.run(args)
-    logs.configure(args.log_level, args.log_format)
+    handler = logs.configure(args.log_level, args.log_format)
+    _route_sdk_logs(handler)
     try:
         if args.command == "demo":
-            from se_exporter import demo as demo_command
+            import se_exporter.demo as demo_command
 
             return demo_command.run(args, environ)
         return run_exporter(args, environ)
@@ -77,7 +78,7 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     config = config_from_args(args)
     try:
-        exporter = Exporter(config)
+        exporter = Exporter(config, environ=environ)
     except OSError as error:
         raise ConfigError(f"--web.listen-address: cannot listen on {args.listen_address}: {error}") from None
     return serve(exporter.start, exporter.run, exporter.close)
@@ -102,6 +103,15 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _route_sdk_logs(handler: logging.Handler) -> None:
+    """The OTel SDK logs every failed export attempt; show its errors in our format, not its retries
+    (the log shipper reports an outage once and its end once)."""
+    sdk = logging.getLogger("opentelemetry")
+    sdk.handlers = [handler]
+    sdk.setLevel(logging.ERROR)
+    sdk.propagate = False
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from se_exporter.config import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
@@ -16,6 +17,7 @@ from se_exporter.simulator.server import SimulatorServer
 from se_exporter.simulator.world import SimWorld
 
 log = logging.getLogger(__name__)
+DEMO_POLICY = Path(__file__).parent / "approval" / "demo-policy.yaml"
 DEMO_VM = "sim-vm-0"
 # Something starts at once (a hardware failure), then the documented maintenance kinds follow.
 DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-preempt", "reschedule",
@@ -44,7 +46,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     world.loop([builtin_scenario(name) for name in DEMO_ORDER], gap=args.demo_gap)
     simulator = SimulatorServer(world).start()
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)
-    exporter = Exporter(config)
+    if config.approval_config is None:  # show approvals too: the user's reboot is approved at once
+        config = dataclasses.replace(config, approval_config=DEMO_POLICY)
+    if not any(name.startswith("OTEL_") for name in environ):
+        # Nobody asked for OpenTelemetry: don't retry a collector that isn't there in a laptop demo.
+        environ = {**environ, "OTEL_SDK_DISABLED": "true"}
+    exporter = Exporter(config, environ=environ)
 
     def start() -> None:
         exporter.start()
@@ -52,8 +59,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(
             f"se-exporter demo: simulated IMDS at {simulator.url} playing {', '.join(DEMO_ORDER)}"
             f" at {args.demo_speed:g}x\n"
-            f"  metrics:  http://{host}:{exporter.web.port}{config.telemetry_path}\n"
-            f"  try:      curl -s http://{host}:{exporter.web.port}{config.telemetry_path}"
+            f"  metrics:  {exporter.web.scheme}://{host}:{exporter.web.port}{config.telemetry_path}\n"
+            f"  approval: {config.approval_config}\n"
+            f"  try:      curl -s {exporter.web.scheme}://{host}:{exporter.web.port}{config.telemetry_path}"
             " | grep -E 'pending|event_info|transitions_total'\n"
             "  Ctrl-C to stop.",
             file=sys.stderr,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from se_exporter.accumulators import LabeledCounter, LabeledHistogram
@@ -102,7 +102,7 @@ class SnapshotCollector(Collector):
         identity: Callable[[], VMIdentity],
         clock: Callable[[], float],
         version: str,
-        extra: Callable[[], list[GaugeMetricFamily]] | None = None,
+        extra: Callable[[], list[Metric]] | None = None,
     ) -> None:
         self._metrics = metrics
         self._events = events
@@ -116,11 +116,13 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
         events = list(self._events().values())
-        yield from _event_families(events, self._identity(), now)
-        yield from self._health_families()
-        for accumulator in self._metrics.families():
-            yield accumulator.family()
-        yield from self._extra()
+        families: list[Metric] = [
+            *_event_families(events, self._identity(), now),
+            *self._health_families(),
+            *(accumulator.family() for accumulator in self._metrics.families()),
+            *self._extra(),
+        ]
+        yield from (family for family in families if family.samples)  # no bare HELP/TYPE lines
 
     def _health_families(self) -> Iterator[GaugeMetricFamily]:
         health = self._health()
@@ -187,6 +189,16 @@ def _event_families(events: list[EventState], identity: VMIdentity, now: float) 
         if (seconds := state.started_seconds(now)) is not None:
             started.add_metric(labels, seconds)
     yield from (info, not_before, until, duration, started)
+
+
+def log_spool_families(depth: int, dropped: int) -> list[Metric]:
+    """The OTLP log spool (rendered only while OTLP log export is on)."""
+    return [
+        GaugeMetricFamily(PREFIX + "log_spool_depth",
+                          "Log records (transitions, approvals) waiting for the OTLP collector.", value=depth),
+        CounterMetricFamily(PREFIX + "log_spool_dropped",
+                            "Log records dropped, oldest first, because the spool was full.", value=dropped),
+    ]
 
 
 def _label(value: str) -> str:

@@ -32,7 +32,7 @@ def world() -> Iterator[SimWorld]:
 
 def logged(exporter: ExporterProcess) -> list[tuple[str, str]]:
     """(transition, event_id) pairs from the exporter's structured transition lines, in order."""
-    return re.findall(r"transition=(\w+) event_id=(\S+)", exporter.logs())
+    return re.findall(r"scheduled_event\.transition=(\w+) scheduled_event\.id=(\S+)", exporter.logs())
 
 
 def truth_transitions(world: SimWorld) -> list[tuple[str, str]]:

@@ -1,0 +1,137 @@
+"""One span per Scheduled Event lifecycle, from first sighting to removal (OTel API only).
+
+A span cannot be kept open across a restart, so none is open: each transition is remembered (and
+saved in the state file's ``lifecycle`` section), and when the event is removed the whole span is
+recorded at once with its real start (first sighting), end (removal) and one span event per
+transition at the time it was observed. A restart therefore keeps the original start time.
+The span is a root span (its own trace) linked to the poll that saw the removal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from se_exporter.document import ScheduledEvent
+from se_exporter.identity import VMIdentity
+from se_exporter.poller import PollResult
+from se_exporter.records import rfc3339
+from se_exporter.store import CANCELLED, COMPLETED, Transition
+
+log = logging.getLogger(__name__)
+SPAN_NAME = "scheduled_event.lifecycle"
+REMOVED = "removed"  # outcome of an event that vanished without a completed/cancelled transition
+MAX_OPEN = 1000  # events listed at once are a handful; this only bounds a pathological document
+
+
+@dataclass(slots=True)
+class _Step:
+    kind: str
+    at: float
+    status: str
+    previous_status: str
+    incarnation: int
+    not_before: str | None
+    uid: str
+
+
+@dataclass(slots=True)
+class _Lifecycle:
+    first_seen: float
+    life: int
+    steps: list[_Step] = field(default_factory=list)
+
+
+class LifecycleSpans:
+    """A ``PollSink``; ``to_state``/``state`` make it survive restarts via ``Persistence``."""
+
+    def __init__(self, tracer: trace.Tracer, state: Any = None) -> None:
+        self._tracer = tracer
+        self._open: dict[str, _Lifecycle] = _decode(state)
+
+    def to_state(self) -> dict[str, Any]:
+        return {event_id: asdict(entry) for event_id, entry in self._open.items()}
+
+    def on_poll(self, result: PollResult) -> None:
+        for transition in result.transitions:
+            self._record(transition, result.identity)
+        if result.changed:  # anything still open but no longer listed ended without a removal transition
+            listed = {event.event_id for event in result.document.events}
+            for event_id in [key for key in self._open if key not in listed]:
+                entry = self._open.pop(event_id)
+                self._emit(event_id, entry, None, outcome=REMOVED, end=result.now, identity=result.identity)
+        while len(self._open) > MAX_OPEN:
+            self._open.pop(next(iter(self._open)))
+
+    def _record(self, transition: Transition, identity: VMIdentity) -> None:
+        event = transition.event
+        entry = self._open.get(event.event_id)
+        if entry is None or entry.life != transition.life:
+            entry = self._open[event.event_id] = _Lifecycle(transition.first_seen, transition.life)
+        if all(step.uid != transition.uid for step in entry.steps):  # re-emitted after a crash: once
+            entry.steps.append(_Step(
+                transition.kind, transition.observed_at, event.event_status, transition.previous_status,
+                transition.document_incarnation, rfc3339(event.not_before) if event.not_before else None,
+                transition.uid,
+            ))
+        if transition.kind in (COMPLETED, CANCELLED):
+            del self._open[event.event_id]
+            entry.first_seen = transition.first_seen  # the store's, which survived any restart
+            self._emit(event.event_id, entry, event, outcome=transition.kind, end=transition.observed_at,
+                       identity=identity)
+
+    def _emit(self, event_id: str, entry: _Lifecycle, event: ScheduledEvent | None, *, outcome: str, end: float,
+              identity: VMIdentity) -> None:
+        attributes: dict[str, Any] = {"scheduled_event.id": event_id, "scheduled_event.outcome": outcome}
+        if event is not None:
+            attributes |= {
+                "scheduled_event.type": event.event_type,
+                "scheduled_event.source": event.event_source,
+                "scheduled_event.resource_type": event.resource_type,
+                "scheduled_event.resources": list(event.resources),
+                "scheduled_event.duration_s": event.duration_seconds,
+                "scheduled_event.description": event.description,
+            }
+            if (affects := identity.affects(event.resources)) != "unknown":
+                attributes["scheduled_event.affects_this_vm"] = affects == "true"
+        poll = trace.get_current_span().get_span_context()
+        span = self._tracer.start_span(
+            SPAN_NAME, context=Context(), start_time=_ns(entry.first_seen), attributes=attributes,
+            links=[trace.Link(poll)] if poll.is_valid else None,
+        )
+        for step in entry.steps:
+            step_attributes: dict[str, Any] = {
+                "scheduled_event.transition": step.kind,
+                "scheduled_event.status": step.status,
+                "scheduled_event.previous_status": step.previous_status,
+                "scheduled_event.document_incarnation": step.incarnation,
+                "log.record.uid": step.uid,
+            }
+            if step.not_before:
+                step_attributes["scheduled_event.not_before"] = step.not_before
+            span.add_event(step.kind, step_attributes, timestamp=_ns(step.at))
+        span.end(end_time=_ns(max(end, entry.first_seen)))
+
+
+def _decode(state: Any) -> dict[str, _Lifecycle]:
+    """The saved section; a malformed one is logged and ignored (spans are not worth a failed start)."""
+    if not isinstance(state, Mapping):
+        return {}
+    try:
+        return {
+            str(event_id): _Lifecycle(float(raw["first_seen"]), int(raw["life"]),
+                                      [_Step(**step) for step in raw["steps"]])
+            for event_id, raw in state.items()
+        }
+    except (KeyError, TypeError, ValueError) as error:
+        log.warning("ignoring the lifecycle section of the state file: %s: %s", type(error).__name__, error)
+        return {}
+
+
+def _ns(unix_seconds: float) -> int:
+    return round(unix_seconds * 1e9)

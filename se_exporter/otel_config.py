@@ -1,0 +1,174 @@
+"""The OpenTelemetry configuration, read from the standard ``OTEL_*`` variables only.
+
+The SDK's exporters read several of these variables from ``os.environ`` on their own, and its
+autoconfiguration (which we do not use: providers are built by hand, never globally) would read
+the rest. Parsing them here, from an injected mapping, makes the mapping the only thing that
+counts: ``telemetry.py`` passes every value to the SDK explicitly. Pure: no SDK import, no I/O.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from se_exporter.errors import ConfigError
+from se_exporter.identity import VMIdentity
+
+EXPORTERS = ("otlp", "console", "none")
+PROTOCOLS = ("http/protobuf", "grpc")
+DEFAULT_SERVICE_NAME = "se-exporter"
+DEFAULT_TIMEOUT_MS = 10_000.0
+DEFAULT_BSP_SCHEDULE_DELAY_MS = 5_000.0
+_DEFAULT_ENDPOINTS = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
+_COMPRESSIONS = {"http/protobuf": ("none", "gzip", "deflate"), "grpc": ("none", "gzip")}
+
+
+@dataclass(frozen=True, slots=True)
+class SignalConfig:
+    """How one signal (``traces`` or ``logs``) is exported."""
+
+    exporter: str  # otlp | console | none
+    protocol: str = "http/protobuf"
+    endpoint: str = ""  # OTLP/HTTP: the full URL with the signal path; gRPC: the target URL
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT_MS / 1000  # seconds
+    compression: str = "none"
+    insecure: bool | None = None  # gRPC only; None: decided by the endpoint's scheme
+    certificate: str | None = None
+    client_key: str | None = None
+    client_certificate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OTelConfig:
+    disabled: bool
+    traces: SignalConfig
+    logs: SignalConfig
+    service_name: str | None = None  # OTEL_SERVICE_NAME
+    resource: Mapping[str, str] = field(default_factory=dict)  # OTEL_RESOURCE_ATTRIBUTES
+    span_schedule_delay_ms: float = DEFAULT_BSP_SCHEDULE_DELAY_MS
+
+    @property
+    def enabled(self) -> bool:
+        """False when no pipeline is to be built at all."""
+        return not self.disabled and (self.traces.exporter != "none" or self.logs.exporter != "none")
+
+
+def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
+    """Read the variables; a bad value is a ``ConfigError`` naming the variable."""
+    disabled = environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    return OTelConfig(
+        disabled=disabled,
+        traces=_signal(environ, "traces", "v1/traces"),
+        logs=_signal(environ, "logs", "v1/logs"),
+        service_name=environ.get("OTEL_SERVICE_NAME", "").strip() or None,
+        resource=_key_values(environ, "OTEL_RESOURCE_ATTRIBUTES"),
+        span_schedule_delay_ms=_number(environ, ("OTEL_BSP_SCHEDULE_DELAY",), DEFAULT_BSP_SCHEDULE_DELAY_MS),
+    )
+
+
+def resource_attributes(config: OTelConfig, identity: VMIdentity | None, version: str) -> dict[str, str]:
+    """Detected attributes, overridden by OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME.
+
+    The user's explicit values win over what compute metadata says (e.g. to name the host as the
+    fleet knows it). ``cloud.*`` appear only when compute metadata was read (``vm_id`` is known).
+    """
+    detected = {"service.version": version}
+    if identity is not None:
+        detected |= {"host.name": identity.name or "", "host.id": identity.vm_id, "host.type": identity.vm_size}
+        if identity.vm_id:
+            detected |= {
+                "cloud.provider": "azure",
+                "cloud.platform": "azure.vm",
+                "cloud.region": identity.location,
+                "cloud.account.id": identity.subscription_id,
+                "cloud.resource_id": identity.resource_id,
+                "azure.vm.scaleset.name": identity.vm_scale_set_name,
+            }
+    attributes = {key: value for key, value in detected.items() if value} | dict(config.resource)
+    attributes["service.name"] = config.service_name or attributes.get("service.name") or DEFAULT_SERVICE_NAME
+    return attributes
+
+
+def _signal(environ: Mapping[str, str], signal: str, path: str) -> SignalConfig:
+    upper = signal.upper()
+
+    def var(name: str) -> tuple[str, ...]:  # the per-signal variable first, then the generic one
+        return (f"OTEL_EXPORTER_OTLP_{upper}_{name}", f"OTEL_EXPORTER_OTLP_{name}")
+
+    exporter = _choice(environ, (f"OTEL_{upper}_EXPORTER",), EXPORTERS, "otlp")
+    protocol = _choice(environ, var("PROTOCOL"), PROTOCOLS, "http/protobuf")
+    endpoint = environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "").strip()
+    if not endpoint:  # the generic endpoint is a base URL: OTLP/HTTP appends the signal's path
+        base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or _DEFAULT_ENDPOINTS[protocol]
+        endpoint = f"{base.rstrip('/')}/{path}" if protocol == "http/protobuf" else base
+    insecure = _first(environ, var("INSECURE"))
+    return SignalConfig(
+        exporter=exporter,
+        protocol=protocol,
+        endpoint=endpoint,
+        headers=_key_values(environ, *var("HEADERS")),
+        timeout=_number(environ, var("TIMEOUT"), DEFAULT_TIMEOUT_MS) / 1000,  # milliseconds, per the spec
+        compression=_choice(environ, var("COMPRESSION"), _COMPRESSIONS[protocol], "none"),
+        insecure=None if insecure is None else insecure[1].strip().lower() == "true",
+        certificate=_value(environ, var("CERTIFICATE")),
+        client_key=_value(environ, var("CLIENT_KEY")),
+        client_certificate=_value(environ, var("CLIENT_CERTIFICATE")),
+    )
+
+
+def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first of ``names`` that is set and not blank, with its value."""
+    for name in names:
+        if environ.get(name, "").strip():
+            return name, environ[name]
+    return None
+
+
+def _value(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    found = _first(environ, names)
+    return None if found is None else found[1].strip()
+
+
+def _choice(environ: Mapping[str, str], names: tuple[str, ...], choices: tuple[str, ...], default: str) -> str:
+    found = _first(environ, names)
+    if found is None:
+        return default
+    name, raw = found
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={raw!r} is not supported (use one of: {', '.join(choices)})")
+    return value
+
+
+def _number(environ: Mapping[str, str], names: tuple[str, ...], default: float) -> float:
+    found = _first(environ, names)
+    if found is None:
+        return default
+    name, raw = found
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{name}={raw!r} must be a positive number of milliseconds")
+    return value
+
+
+def _key_values(environ: Mapping[str, str], *names: str) -> dict[str, str]:
+    """``key1=value1,key2=value2`` with percent-encoded values (headers, resource attributes)."""
+    found = _first(environ, names)
+    if found is None:
+        return {}
+    name, raw = found
+    pairs: dict[str, str] = {}
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # The value is not echoed: headers often carry credentials.
+            raise ConfigError(f"{name}: every entry must be key=value (entry {len(pairs) + 1} is not)")
+        pairs[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
+    return pairs

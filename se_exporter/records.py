@@ -1,0 +1,142 @@
+"""Audit records as plain data: one per lifecycle transition and one per approval decision.
+
+A ``Record`` is what DESIGN.md's OpenTelemetry section calls a log record, before any SDK sees it:
+the spool stores it as JSON, the stderr line and the OTLP export are both rendered from it. Its
+``uid`` (the ``log.record.uid`` attribute) is stable: a transition re-emitted after a crash gets
+the same uid, so the spool and downstream receivers can drop the duplicate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from se_exporter.document import ScheduledEvent
+from se_exporter.identity import VMIdentity
+from se_exporter.store import COMPLETED, RESCHEDULED, SCHEDULED, STARTED, Transition
+
+TRANSITION_EVENT = "scheduled_event.transition"
+APPROVAL_EVENT = "scheduled_event.approval"
+INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
+DISRUPTIVE_TYPES = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})  # WARN when they come
+_APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
+
+AttributeValue = str | bool | int | float | tuple[str, ...]
+
+
+class Decision(Protocol):
+    """What the approval engine's ``ApprovalDecision`` offers (structural: no import cycle)."""
+
+    @property
+    def event(self) -> ScheduledEvent: ...
+    @property
+    def result(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def post_latency_seconds(self) -> float | None: ...
+    @property
+    def at(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    event_name: str
+    severity: str  # INFO | WARN | ERROR
+    body: str
+    attributes: Mapping[str, AttributeValue]
+    timestamp_ns: int  # when the exporter observed the change (or decided)
+    uid: str
+
+    def to_json(self) -> dict[str, Any]:
+        attributes = {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes.items()}
+        return {"event_name": self.event_name, "severity": self.severity, "body": self.body,
+                "attributes": attributes, "timestamp_ns": self.timestamp_ns, "uid": self.uid}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Record:
+        """Inverse of ``to_json``; raises KeyError/TypeError/ValueError on a malformed value."""
+        attributes: dict[str, AttributeValue] = {}
+        for key, raw in dict(data["attributes"]).items():
+            if isinstance(raw, list):  # JSON has no tuples; arrays are string arrays here
+                attributes[str(key)] = tuple(str(item) for item in raw)
+            elif isinstance(raw, str | bool | int | float):
+                attributes[str(key)] = raw
+            else:
+                raise TypeError(f"attribute {key!r} has an unsupported value {raw!r:.40}")
+        return cls(str(data["event_name"]), str(data["severity"]), str(data["body"]), attributes,
+                   int(data["timestamp_ns"]), str(data["uid"]))
+
+
+def transition_record(transition: Transition, identity: VMIdentity) -> Record:
+    event = transition.event
+    attributes: dict[str, AttributeValue] = {
+        "scheduled_event.transition": transition.kind,
+        "scheduled_event.id": event.event_id,
+        "scheduled_event.type": event.event_type,
+        "scheduled_event.status": event.event_status,
+        "scheduled_event.previous_status": transition.previous_status,
+        "scheduled_event.source": event.event_source,
+        "scheduled_event.resources": tuple(event.resources),
+        "scheduled_event.duration_s": event.duration_seconds,
+        "scheduled_event.description": event.description,
+        "scheduled_event.document_incarnation": transition.document_incarnation,
+    }
+    if event.not_before is not None:
+        attributes["scheduled_event.not_before"] = rfc3339(event.not_before)
+    affects = identity.affects(event.resources)
+    if affects != "unknown":  # a bool cannot say "unknown": the attribute is left out instead
+        attributes["scheduled_event.affects_this_vm"] = affects == "true"
+    if transition.kind == COMPLETED and transition.started_seconds is not None:
+        attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
+    attributes["log.record.uid"] = transition.uid
+    disruptive = transition.kind in (SCHEDULED, STARTED) and event.event_type in DISRUPTIVE_TYPES
+    return Record(TRANSITION_EVENT, WARN if disruptive else INFO, _transition_body(transition, affects),
+                  attributes, _ns(transition.observed_at), transition.uid)
+
+
+def approval_record(decision: Decision) -> Record:
+    event = decision.event
+    # Every decision is a distinct audit fact (a re-decision after a crash is a real second one).
+    uid = str(uuid.uuid5(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}"))
+    attributes: dict[str, AttributeValue] = {
+        "scheduled_event.id": event.event_id,
+        "scheduled_event.type": event.event_type,
+        "scheduled_event.approval.result": decision.result,
+        "scheduled_event.approval.rule": decision.rule,
+        "scheduled_event.approval.reason": decision.reason,
+    }
+    if decision.post_latency_seconds is not None:
+        attributes["scheduled_event.approval.post_latency_s"] = round(decision.post_latency_seconds, 3)
+    attributes["log.record.uid"] = uid
+    severity = {"failed": ERROR, "hook_failed": WARN}.get(decision.result, INFO)
+    rule = f" by rule {decision.rule}" if decision.rule else ""
+    body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
+    return Record(APPROVAL_EVENT, severity, body, attributes, _ns(decision.at), uid)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _transition_body(transition: Transition, affects: str) -> str:
+    event = transition.event
+    what = {
+        SCHEDULED: f"scheduled, not before {rfc3339(event.not_before)}" if event.not_before else "scheduled",
+        RESCHEDULED: f"rescheduled, not before {rfc3339(event.not_before)}" if event.not_before else "rescheduled",
+        STARTED: "started",
+        COMPLETED: "completed" + (f" after {transition.started_seconds:.0f} s in Started"
+                                  if transition.started_seconds is not None else ""),
+    }.get(transition.kind, transition.kind)
+    whom = {"true": ", affects this VM", "false": ", does not affect this VM"}.get(affects, "")
+    source = f", source {event.event_source}" if event.event_source else ""
+    return f"{event.event_type} {what}{whom} (event {event.event_id}{source})"
+
+
+def _ns(unix_seconds: float) -> int:
+    return round(unix_seconds * 1e9)

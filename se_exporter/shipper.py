@@ -1,0 +1,103 @@
+"""Ships spooled records, oldest first, until the collector accepts them.
+
+A thread takes a batch from the spool, hands it to ``send`` (telemetry.py: an OTLP exporter's
+``export()`` called directly, so no SDK queue can drop anything), acknowledges it on success and
+retries it with a capped backoff on failure. Nothing leaves the spool unacknowledged, so an outage
+of any length (or a restart in the middle of one) costs latency, not records; only the spool's
+bound can drop, and it counts what it drops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from se_exporter.pacing import Backoff
+from se_exporter.records import Record
+from se_exporter.spool import Spool
+
+log = logging.getLogger(__name__)
+BATCH_SIZE = 256
+RETRY_BASE_SECONDS = 1.0
+RETRY_CAP_SECONDS = 5.0  # a collector that comes back is used within seconds
+
+Send = Callable[[Sequence[Record]], bool]  # True once the collector accepted the whole batch
+
+
+class LogShipper:
+    def __init__(
+        self,
+        spool: Spool,
+        send: Send,
+        *,
+        abort: Callable[[], None] = lambda: None,  # makes an in-flight send give up (shutdown)
+        backoff: Backoff | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._spool = spool
+        self._send = send
+        self._abort = abort
+        self._backoff = backoff or Backoff(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS)
+        self._monotonic = monotonic
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
+        self._failing_since: float | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, timeout: float) -> bool:
+        """Send what is pending for up to ``timeout`` seconds, then stop; True if the spool is empty.
+
+        One last attempt is made even while the collector is failing (it may just have come back);
+        records it cannot send stay in the spool (on disk with ``--state.file``) for the next start.
+        """
+        deadline = self._monotonic() + timeout
+        self._stopping.set()
+        self._spool.wake()
+        self._thread.join(max(0.0, deadline - self._monotonic()))
+        if self._thread.is_alive():  # a send is stuck on a dead collector: make it give up
+            self._abort()
+            self._thread.join(1.0)
+        self._spool.close()
+        left = self._spool.depth
+        if left:
+            log.warning("stopping with %d log record(s) not yet accepted by the collector%s", left,
+                        "; they are sent after the next start" if self._spool.path else " (lost: no --state.file)")
+        return left == 0
+
+    def _run(self) -> None:
+        while True:
+            batch = self._spool.peek(BATCH_SIZE)
+            if not batch:
+                if self._stopping.is_set():
+                    return
+                self._spool.wait(timeout=1.0)
+                continue
+            if self._ship(batch):
+                continue
+            if self._stopping.is_set():  # flushing at shutdown: the last attempt failed
+                return
+            self._stopping.wait(self._backoff.next_delay())
+
+    def _ship(self, batch: Sequence[Record]) -> bool:
+        try:
+            accepted = self._send(batch)
+        except Exception:  # a bug in the conversion must not kill the thread: keep the records
+            log.exception("exporting %d log record(s) failed unexpectedly", len(batch))
+            accepted = False
+        if not accepted:
+            if self._failing_since is None:
+                self._failing_since = self._monotonic()
+                log.warning("OTLP log export failing: %d record(s) kept in the spool and retried",
+                            self._spool.depth)
+            return False
+        self._spool.ack([record.uid for record in batch])
+        self._backoff.reset()
+        if self._failing_since is not None:
+            log.info("OTLP log export works again after %.0f s; %d record(s) left to send",
+                     self._monotonic() - self._failing_since, self._spool.depth)
+            self._failing_since = None
+        return True

@@ -1,0 +1,212 @@
+"""A bounded, durable FIFO of audit records waiting for the OTLP collector.
+
+The SDK's exporters give up after a short retry window; transitions and approvals must not. The
+poll loop ``append``s records (before it saves the event store), the shipper ``peek``s the oldest,
+exports them and ``ack``s them once the collector accepted them.
+
+On disk (``<state.file>.spool``) the spool is a journal of JSON lines, each appended, flushed and
+fsynced before the call returns::
+
+    {"add": {<record>}}        a record to send
+    {"ack": ["<uid>", ...]}     accepted by the collector: never sent again
+    {"drop": ["<uid>", ...]}    dropped because the bound was hit (oldest first, counted)
+    {"seen": ["<uid>", ...]}    delivered or dropped uids still remembered for de-duplication
+
+Replaying it gives the pending records in order. A torn last line (crash mid-write) is ignored.
+The journal is compacted (rewritten atomically) at start-up and when mostly garbage. ``uid``s of
+pending and recently finished records are remembered, so a record appended twice (a transition
+re-emitted after a crash between the append and the state save) is sent once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from se_exporter.records import Record
+
+log = logging.getLogger(__name__)
+DEFAULT_CAPACITY = 10_000
+COMPACT_AFTER_GARBAGE_LINES = 1024
+
+
+class Spool:
+    """Thread-safe; in memory only when ``path`` is None."""
+
+    def __init__(self, path: Path | None, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("spool capacity must be at least 1")
+        self.path = path
+        self.capacity = capacity
+        self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
+        self._pending: OrderedDict[str, Record] = OrderedDict()
+        self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
+        self._cond = threading.Condition()
+        self._journal: BinaryIO | None = None
+        self._garbage = 0  # journal lines that no longer describe a pending record
+        self._closed = False
+        self._wakeups = 0
+        if path is not None:
+            self._load(path)
+            if (excess := len(self._pending) - capacity) > 0:  # the bound may have been lowered since
+                self._drop_oldest(excess)
+            self._compact()
+
+    @property
+    def depth(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    def append(self, records: Iterable[Record]) -> int:
+        """Queue records not seen before; returns how many were new. Durable when it returns."""
+        with self._cond:
+            new = [r for r in records if r.uid not in self._pending and r.uid not in self._finished]
+            if not new or self._closed:
+                return 0
+            self._write([{"add": r.to_json()} for r in new])
+            for record in new:
+                self._pending[record.uid] = record
+            if (excess := len(self._pending) - self.capacity) > 0:
+                self._drop_oldest(excess)
+            self._maybe_compact()
+            self._cond.notify_all()
+            return len(new)
+
+    def peek(self, limit: int) -> list[Record]:
+        """The oldest pending records, still pending until acknowledged."""
+        with self._cond:
+            return [record for _, record in zip(range(limit), self._pending.values(), strict=False)]
+
+    def ack(self, uids: Sequence[str]) -> None:
+        """The collector accepted these: forget them for good (unknown uids are ignored)."""
+        with self._cond:
+            done = [uid for uid in uids if uid in self._pending]
+            if not done or self._closed:
+                return
+            self._write([{"ack": done}])
+            self._finish(done)
+            self._maybe_compact()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until something is pending (True), ``wake`` is called or ``timeout`` passes."""
+        with self._cond:
+            wakeups = self._wakeups
+            self._cond.wait_for(lambda: bool(self._pending) or self._closed or self._wakeups != wakeups, timeout)
+            return bool(self._pending) and not self._closed
+
+    def wake(self) -> None:
+        """Release ``wait``ers now (the shipper is asked to stop)."""
+        with self._cond:
+            self._wakeups += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop writing (later appends and acks are ignored); pending records stay on disk."""
+        with self._cond:
+            self._closed = True
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            self._cond.notify_all()
+
+    def _drop_oldest(self, excess: int) -> None:
+        oldest = [uid for _, uid in zip(range(excess), self._pending, strict=False)]
+        self._write([{"drop": oldest}])
+        self._finish(oldest)
+        self.dropped += excess
+        log.warning("log spool full (%d records): dropped the %d oldest; is the OTLP collector reachable?",
+                    self.capacity, excess)
+
+    def _finish(self, uids: Sequence[str]) -> None:
+        for uid in uids:
+            del self._pending[uid]
+            self._finished[uid] = None
+        while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
+            self._finished.popitem(last=False)
+        self._garbage += 2 * len(uids)
+
+    def _maybe_compact(self) -> None:
+        if self._garbage > max(COMPACT_AFTER_GARBAGE_LINES, 2 * len(self._pending)):
+            self._compact()
+
+    def _write(self, entries: Sequence[dict[str, Any]]) -> None:
+        if self.path is None:
+            return
+        try:
+            if self._journal is None:  # 0600 like the state file: nobody else's business
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                self._journal = os.fdopen(fd, "ab")
+            self._journal.write(b"".join(_line(entry) for entry in entries))
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+        except OSError as error:  # keep going in memory: losing durability beats losing monitoring
+            log.error("cannot write log spool %s: %s", self.path, error)
+
+    def _load(self, path: Path) -> None:
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            log.warning("ignoring unreadable log spool %s: %s", path, error)
+            return
+        for number, line in enumerate(lines, 1):
+            try:
+                self._replay(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                if number < len(lines):  # the last line may be torn by a crash; anything else is damage
+                    log.warning("log spool %s: skipping damaged line %d: %s", path, number, error)
+        if self._pending:
+            log.info("log spool %s: %d record(s) still to send", path, len(self._pending))
+
+    def _replay(self, entry: dict[str, Any]) -> None:
+        if "add" in entry:
+            record = Record.from_json(entry["add"])
+            if record.uid not in self._finished:
+                self._pending[record.uid] = record
+            return
+        uids = [str(uid) for uid in entry.get("ack") or entry.get("drop") or entry["seen"]]
+        for uid in uids:
+            self._pending.pop(uid, None)
+            self._finished[uid] = None
+
+    def _compact(self) -> None:
+        """Rewrite the journal as just what is remembered, atomically (a crash keeps the old one)."""
+        if self.path is None:
+            return
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        entries: list[dict[str, Any]] = [{"seen": list(self._finished)}] if self._finished else []
+        entries += [{"add": record.to_json()} for record in self._pending.values()]
+        try:
+            write_atomically(self.path, b"".join(_line(entry) for entry in entries))
+        except OSError as error:
+            log.error("cannot compact log spool %s: %s", self.path, error)
+        self._garbage = 0
+
+
+def write_atomically(path: Path, payload: bytes) -> None:
+    """Temporary file in the same directory, fsynced, renamed over ``path`` (as the state file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _line(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"

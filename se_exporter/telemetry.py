@@ -1,0 +1,187 @@
+"""The OpenTelemetry pipeline: the only module that imports the SDK and the OTLP exporters.
+
+Everything is built from an ``OTelConfig`` (parsed from the injected environment by
+``otel_config``) and handed back as API objects; no provider is ever registered globally.
+
+- Traces: an SDK ``TracerProvider`` with a ``BatchSpanProcessor``. Losing spans in an outage is
+  acceptable; they are not spooled.
+- Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or
+  the exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` converts each batch
+  to SDK log records here and calls the exporter's ``export()`` directly, acknowledging on success.
+
+The Python logs API and SDK are still experimental: every use of them is in this module.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+from opentelemetry._logs import LogRecord, SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.sdk._logs import ReadableLogRecord
+from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.sdk.version import __version__ as sdk_version
+
+from se_exporter.errors import ConfigError
+from se_exporter.otel_config import OTelConfig, SignalConfig
+from se_exporter.records import ERROR, WARN, Record
+from se_exporter.shipper import LogShipper
+from se_exporter.spool import Spool
+
+SCOPE = "se_exporter"
+SHUTDOWN_SECONDS = 5.0  # SIGTERM: logs may use all of it; spans get what is left, at least 1 s
+_SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
+_HTTP_COMPRESSION = {"gzip": HttpCompression.Gzip, "deflate": HttpCompression.Deflate}
+
+
+@dataclass
+class Telemetry:
+    """What the exporter uses: a tracer provider (API type) and the spool the event log fills."""
+
+    tracer_provider: trace.TracerProvider
+    spool: Spool | None = None
+    _shipper: LogShipper | None = None
+    _provider: TracerProvider | None = None
+
+    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Flush within a bounded time: the spool keeps whatever the collector did not take."""
+        started = time.monotonic()
+        if self._shipper is not None:
+            self._shipper.close(timeout)
+        if self._provider is not None:
+            # The provider's shutdown may wait 30 s per exporter on a dead collector: bound it ourselves.
+            stopper = threading.Thread(target=self._provider.shutdown, name="se-exporter-span-flush", daemon=True)
+            stopper.start()
+            stopper.join(max(1.0, timeout - (time.monotonic() - started)))
+
+
+def disabled() -> Telemetry:
+    return Telemetry(trace.NoOpTracerProvider())
+
+
+def build_telemetry(
+    config: OTelConfig, attributes: Mapping[str, str], spool_path: Path | None, version: str
+) -> Telemetry:
+    """Build (and start) the pipeline ``config`` describes; ``disabled()`` when it describes none."""
+    if not config.enabled:
+        return disabled()
+    resource = Resource({
+        "telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
+        "telemetry.sdk.version": sdk_version, **attributes,
+    })
+    telemetry = disabled()
+    span_exporter = _span_exporter(config.traces)
+    if span_exporter is not None:
+        # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
+        provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
+        processor = BatchSpanProcessor(span_exporter, max_queue_size=2048, max_export_batch_size=512,
+                                       schedule_delay_millis=config.span_schedule_delay_ms,
+                                       export_timeout_millis=30_000)
+        provider.add_span_processor(processor)
+        telemetry = Telemetry(provider, _provider=provider)
+    log_exporter = _log_exporter(config.logs)
+    if log_exporter is not None:
+        telemetry.spool = Spool(spool_path)
+        scope = InstrumentationScope(SCOPE, version)
+        telemetry._shipper = LogShipper(telemetry.spool, _sender(log_exporter, resource, scope),
+                                        abort=log_exporter.shutdown)
+        telemetry._shipper.start()
+    return telemetry
+
+
+def _sender(exporter: LogRecordExporter, resource: Resource, scope: InstrumentationScope) -> Callable[
+        [Sequence[Record]], bool]:
+    def send(batch: Sequence[Record]) -> bool:
+        records = [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
+        return exporter.export(records) is LogRecordExportResult.SUCCESS
+
+    return send
+
+
+def _log_record(record: Record) -> LogRecord:
+    return LogRecord(
+        timestamp=record.timestamp_ns,
+        observed_timestamp=record.timestamp_ns,  # the exporter observed it then, not when it was sent
+        context=Context(),  # not part of any trace: the shipper thread's context means nothing here
+        severity_text=record.severity,
+        severity_number=_SEVERITY.get(record.severity, SeverityNumber.INFO),
+        body=record.body,
+        attributes=dict(record.attributes),
+        event_name=record.event_name,
+    )
+
+
+def _span_exporter(signal: SignalConfig) -> SpanExporter | None:
+    if signal.exporter == "console":
+        return ConsoleSpanExporter(out=sys.stdout)
+    if signal.exporter != "otlp":
+        return None
+    if signal.protocol == "grpc":
+        return GrpcSpanExporter(**_grpc_arguments(signal))
+    return HttpSpanExporter(**_http_arguments(signal))
+
+
+def _log_exporter(signal: SignalConfig) -> LogRecordExporter | None:
+    if signal.exporter == "console":
+        return ConsoleLogRecordExporter(out=sys.stdout)
+    if signal.exporter != "otlp":
+        return None
+    if signal.protocol == "grpc":
+        return GrpcLogExporter(**_grpc_arguments(signal))
+    return HttpLogExporter(**_http_arguments(signal))
+
+
+def _http_arguments(signal: SignalConfig) -> dict[str, Any]:
+    return {
+        "endpoint": signal.endpoint,
+        "headers": dict(signal.headers),
+        "timeout": signal.timeout,
+        "compression": _HTTP_COMPRESSION.get(signal.compression, HttpCompression.NoCompression),
+        "certificate_file": signal.certificate,
+        "client_key_file": signal.client_key,
+        "client_certificate_file": signal.client_certificate,
+    }
+
+
+def _grpc_arguments(signal: SignalConfig) -> dict[str, Any]:
+    insecure = signal.insecure if signal.insecure is not None else signal.endpoint.startswith("http://")
+    credentials = None
+    if not insecure and signal.certificate:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(signal.certificate),
+            private_key=_read(signal.client_key) if signal.client_key else None,
+            certificate_chain=_read(signal.client_certificate) if signal.client_certificate else None,
+        )
+    return {
+        "endpoint": signal.endpoint,
+        "insecure": insecure,
+        "credentials": credentials,
+        "headers": dict(signal.headers),
+        "timeout": signal.timeout,
+        "compression": grpc.Compression.Gzip if signal.compression == "gzip" else grpc.Compression.NoCompression,
+    }
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"OTEL_EXPORTER_OTLP_*CERTIFICATE/CLIENT_KEY: cannot read {path}: {error}") from None

@@ -1,0 +1,49 @@
+"""Fixtures for the OpenTelemetry tests: an in-process IMDS simulator on a hand-driven clock,
+and the exporter as a subprocess pointed at it and at a real OTLP receiver."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from se_exporter.simulator import ManualClock, SimulatorServer, SimWorld, VmIdentity
+from tests.otlp import OTLPReceiver
+from tests.support.exporter_process import ExporterProcess
+
+VM = VmIdentity(name="sim-vm-0")
+StartOTel = Callable[..., ExporterProcess]
+
+
+@pytest.fixture
+def simulator() -> Iterator[tuple[SimWorld, str]]:
+    """(world, base URL) of a running simulator."""
+    world = SimWorld(vm=VM, clock=ManualClock(start=time.time()), rng=random.Random())
+    with SimulatorServer(world, tick_interval=0.02) as server:
+        yield world, server.url
+
+
+def otel_env(receiver: OTLPReceiver | None, **extra: str) -> dict[str, str]:
+    """Environment enabling the pipeline; a short export timeout keeps outages and SIGTERM quick."""
+    env = {"OTEL_SDK_DISABLED": "false", "OTEL_EXPORTER_OTLP_TIMEOUT": "1000", "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    if receiver is not None:
+        env.update(receiver.env)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -> StartOTel:
+    """start_otel(imds_url, receiver, *flags, env={...}, state=True) -> ExporterProcess."""
+
+    def start(imds_url: str, receiver: OTLPReceiver | None, *args: str, env: dict[str, str] | None = None,
+              state: bool = True) -> ExporterProcess:
+        flags = [f"--imds.url={imds_url}", "--poll.interval=250ms"]
+        if state:
+            flags.append(f"--state.file={tmp_path / 'state' / 'se-exporter.json'}")
+        return start_exporter(*flags, *args, env=otel_env(receiver, **(env or {})))
+
+    return start

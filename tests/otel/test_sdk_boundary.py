@@ -1,0 +1,29 @@
+"""The developers' guide: only telemetry.py imports the OpenTelemetry SDK, the OTLP exporters and the
+experimental logs API; everything else uses the stable API or plain data."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "se_exporter"
+RESTRICTED = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry._logs", "grpc")
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_only_telemetry_imports_the_sdk() -> None:
+    offenders = {
+        str(path.relative_to(PACKAGE)): sorted(m for m in imported_modules(path) if m.startswith(RESTRICTED))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "telemetry.py"
+    }
+    assert {name: mods for name, mods in offenders.items() if mods} == {}

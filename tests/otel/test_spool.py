@@ -1,0 +1,80 @@
+"""The durable log spool: what survives a restart, what is sent once, what the bound drops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from se_exporter.records import AttributeValue, Record
+from se_exporter.spool import Spool
+
+
+def record(n: int) -> Record:
+    attributes: dict[str, AttributeValue] = {
+        "scheduled_event.id": f"E{n}", "scheduled_event.resources": ("vm-a", "vm-b"),
+        "scheduled_event.document_incarnation": n, "scheduled_event.affects_this_vm": True,
+    }
+    return Record("scheduled_event.transition", "INFO", f"record {n}", attributes, 1_700_000_000_000_000_000 + n,
+                  f"uid-{n}")
+
+
+def uids(records: list[Record]) -> list[str]:
+    return [r.uid for r in records]
+
+
+def test_pending_records_survive_a_restart_in_order_and_acked_ones_never_return(tmp_path: Path) -> None:
+    path = tmp_path / "state.json.spool"
+    spool = Spool(path)
+    assert spool.append([record(1), record(2), record(3)]) == 3
+    spool.ack(["uid-1"])
+    spool.close()  # as at SIGTERM; a SIGKILL leaves the same file: every write was fsynced
+
+    again = Spool(path)
+    assert uids(again.peek(10)) == ["uid-2", "uid-3"]
+    assert again.peek(10)[0] == record(2), "attributes keep their types (tuple, int, bool) through the file"
+    assert again.append([record(1), record(2)]) == 0, "re-emitted after a crash: recognised by uid"
+    assert again.depth == 2
+
+
+def test_full_spool_drops_the_oldest_and_counts_them(tmp_path: Path) -> None:
+    path = tmp_path / "spool"
+    spool = Spool(path, capacity=3)
+    spool.append([record(n) for n in range(1, 6)])
+    assert uids(spool.peek(10)) == ["uid-3", "uid-4", "uid-5"]
+    assert spool.dropped == 2
+    spool.close()
+    assert uids(Spool(path, capacity=3).peek(10)) == ["uid-3", "uid-4", "uid-5"]
+
+
+def test_torn_last_line_is_ignored_and_a_damaged_line_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "spool"
+    spool = Spool(path)
+    spool.append([record(1)])
+    spool.append([record(2)])
+    spool.close()
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"not json\n" + b"".join(lines) + b'{"add": {"event_na')  # a crash mid-write
+    assert uids(Spool(path).peek(10)) == ["uid-1", "uid-2"]
+
+
+def test_journal_is_compacted_and_still_deduplicates(tmp_path: Path) -> None:
+    path = tmp_path / "spool"
+    spool = Spool(path)
+    for n in range(3000):
+        spool.append([record(n)])
+        spool.ack([f"uid-{n}"])
+    spool.append([record(5000)])
+    assert path.stat().st_size < 200_000, "acknowledged records must not pile up in the journal"
+    spool.close()
+    again = Spool(path)
+    assert uids(again.peek(10)) == ["uid-5000"]
+    assert again.append([record(2999)]) == 0
+    assert all(json.loads(line) for line in path.read_bytes().splitlines())
+    assert path.stat().st_mode & 0o077 == 0, "the spool holds the same data as the state file: 0600"
+
+
+def test_without_a_state_file_the_spool_lives_in_memory(tmp_path: Path) -> None:
+    spool = Spool(None, capacity=2)
+    spool.append([record(1), record(2), record(3)])
+    assert uids(spool.peek(10)) == ["uid-2", "uid-3"] and spool.dropped == 1
+    assert list(tmp_path.iterdir()) == []
