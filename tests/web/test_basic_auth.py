@@ -10,7 +10,8 @@ import bcrypt
 import httpx
 import pytest
 
-from se_exporter.web import BasicAuthenticator, WebServer
+from se_exporter.web import WebServer
+from se_exporter.web_auth import BasicAuthenticator
 from se_exporter.web_config import WebConfig
 from tests.web.conftest import HASH, PASSWORD, client_context
 from tests.web.pki import PKI

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from cryptography import x509
 
-from se_exporter import web
+from se_exporter import web_tls as web
 from se_exporter.web import WebServer
 from se_exporter.web_config import WebConfig
 from tests.web.conftest import client_context

@@ -1,0 +1,231 @@
+"""``tls_server_config`` of the web config: parsing, and ``TLSServerConfig`` which builds the SSL context.
+
+See ``se_exporter.web_config`` for the supported subset and where it differs from exporter-toolkit.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from se_exporter.config_file import show
+from se_exporter.errors import ConfigError
+from se_exporter.web_config_fields import WebConfigFields, os_problem
+
+# The logger name from before web_config.py was split: operators filter and alert on it.
+log = logging.getLogger("se_exporter.web_config")
+
+CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+_UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
+TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_INSECURE_TLS_VERSIONS = ("TLS10", "TLS11")
+
+# Go's tls.CipherSuites() names -> OpenSSL names. TLS 1.3 suites map to None: Go ignores them in
+# cipher_suites and so does OpenSSL's cipher list (TLS 1.3 suites are always the safe defaults).
+CIPHER_SUITES: Mapping[str, str | None] = {
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+}
+CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
+
+_TLS_KEYS = (
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TLSServerConfig:
+    """``tls_server_config`` with absolute paths; ``ssl_context()`` builds the server context."""
+
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    client_allowed_sans: tuple[str, ...] = ()
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
+    cipher_suites: tuple[str, ...] = ()  # Go / IANA names, in preference order
+    prefer_server_cipher_suites: bool = True
+    source: str = field(default="<web config>", compare=False)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files the context is built from (watched for certificate rotation)."""
+        return (self.cert_file, self.key_file, *((self.client_ca_file,) if self.client_ca_file else ()))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A fresh server context from the files as they are now; ``ConfigError`` if one is unusable."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = self.min_version
+        context.maximum_version = self.max_version
+        context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+        if self.prefer_server_cipher_suites:
+            context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        tls12 = [name for suite in self.cipher_suites if (name := CIPHER_SUITES[suite])]
+        if tls12:
+            try:
+                context.set_ciphers(":".join(tls12))
+            except ssl.SSLError as exc:
+                self._fail("cipher_suites", f"OpenSSL accepts none of them: {exc}")
+        context.set_alpn_protocols(["http/1.1"])  # http2 is accepted in the file but not served
+        self._load_certificate(context)
+        if self.client_auth_type != "NoClientCert":
+            assert self.client_ca_file is not None  # enforced by the loader
+            ca_text = _read_text(self, "client_ca_file", self.client_ca_file)
+            if "-----BEGIN CERTIFICATE-----" not in ca_text:
+                self._fail("client_ca_file", f"{self.client_ca_file} contains no PEM certificate")
+            try:
+                context.load_verify_locations(cafile=str(self.client_ca_file))
+            except (ssl.SSLError, OSError) as exc:
+                self._fail("client_ca_file", f"cannot load {self.client_ca_file}: {_ssl_problem(exc)}")
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if self.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+            )
+        return context
+
+    def allows_peer(self, peer_certificate: Mapping[str, Any] | None) -> bool:
+        """``client_allowed_sans``: the verified client certificate has one of the listed SANs."""
+        if not self.client_allowed_sans:
+            return True
+        if not peer_certificate:
+            return False
+        names = {_normalize_san(kind, str(value)) for kind, value in peer_certificate.get("subjectAltName", ())}
+        return any(_normalize_san_any(allowed) in names for allowed in self.client_allowed_sans)
+
+    def _load_certificate(self, context: ssl.SSLContext) -> None:
+        cert_text = _read_text(self, "cert_file", self.cert_file)
+        if "-----BEGIN CERTIFICATE-----" not in cert_text:
+            self._fail("cert_file", f"{self.cert_file} contains no PEM certificate")
+        try:  # parse the certificates alone first, so a broken one is blamed on cert_file
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=cert_text)
+        except (ssl.SSLError, ValueError) as exc:
+            self._fail("cert_file", f"{self.cert_file} is not a valid PEM certificate: {_ssl_problem(exc)}")
+        key_text = _read_text(self, "key_file", self.key_file)
+        if "PRIVATE KEY-----" not in key_text:
+            self._fail("key_file", f"{self.key_file} contains no PEM private key")
+        if "ENCRYPTED" in key_text:
+            self._fail("key_file", f"{self.key_file} is encrypted; se-exporter needs an unencrypted key")
+
+        def no_password() -> str:  # never prompt on the terminal
+            raise ConfigError("encrypted key")
+
+        try:
+            context.load_cert_chain(str(self.cert_file), str(self.key_file), password=no_password)
+        except (ssl.SSLError, OSError, ConfigError) as exc:
+            self._fail("key_file", f"cannot use {self.key_file} with {self.cert_file}: {_ssl_problem(exc)}")
+
+    def _fail(self, key: str, problem: str) -> NoReturn:
+        raise ConfigError(f"web config {self.source}: tls_server_config.{key}: {problem}")
+
+
+def parse_tls(source: str, value: object, base: Path) -> TLSServerConfig | None:
+    """The ``tls_server_config`` mapping ``value``; None when absent or empty (plain HTTP)."""
+    if value is None or value == {}:
+        return None
+    f = WebConfigFields(source, "tls_server_config", value, _TLS_KEYS)
+    cert_file = f.path("cert_file", base, required=True)
+    key_file = f.path("key_file", base, required=True)
+    assert cert_file is not None and key_file is not None
+    client_auth = f.string("client_auth_type") or "NoClientCert"
+    if client_auth in _UNSUPPORTED_CLIENT_AUTH:
+        f.fail(
+            "client_auth_type",
+            f"{client_auth} accepts a client certificate without verifying it and is not supported; "
+            "use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) with client_ca_file",
+        )
+    if client_auth not in CLIENT_AUTH_TYPES:
+        f.fail("client_auth_type", f"must be one of {', '.join(CLIENT_AUTH_TYPES)}, got {show(client_auth)}")
+    client_ca = f.path("client_ca_file", base)
+    if client_ca is not None and client_auth == "NoClientCert":
+        f.fail("client_ca_file", "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert")
+    if client_ca is None and client_auth != "NoClientCert":
+        f.fail("client_ca_file", f"is required with client_auth_type {client_auth}")
+    sans = f.string_list("client_allowed_sans")
+    if sans and client_auth != "RequireAndVerifyClientCert":
+        f.fail("client_allowed_sans", "requires client_auth_type RequireAndVerifyClientCert")
+    min_version = _tls_version(f, "min_version", "TLS12")
+    max_version = _tls_version(f, "max_version", "TLS13")
+    if min_version > max_version:
+        f.fail("min_version", "is greater than max_version")
+    ciphers = f.string_list("cipher_suites", choices=tuple(CIPHER_SUITES))
+    curves = f.string_list("curve_preferences", choices=CURVES)
+    if curves:
+        log.warning(
+            "web config: tls_server_config.curve_preferences is accepted but ignored; OpenSSL's default "
+            "groups are used", extra={"file": source},
+        )
+    return TLSServerConfig(
+        cert_file=cert_file,
+        key_file=key_file,
+        client_auth_type=client_auth,
+        client_ca_file=client_ca,
+        client_allowed_sans=sans,
+        min_version=min_version,
+        max_version=max_version,
+        cipher_suites=ciphers,
+        prefer_server_cipher_suites=f.boolean("prefer_server_cipher_suites", default=True),
+        source=source,
+    )
+
+
+def _tls_version(f: WebConfigFields, key: str, default: str) -> ssl.TLSVersion:
+    value = f.string(key) or default
+    if value in _INSECURE_TLS_VERSIONS:
+        f.fail(key, f"{value} is not supported (insecure); use TLS12 or TLS13")
+    if value not in TLS_VERSIONS:
+        f.fail(key, f"must be one of {', '.join(TLS_VERSIONS)}, got {show(value)}")
+    return TLS_VERSIONS[value]
+
+
+def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        config._fail(key, f"cannot read {path}: {os_problem(exc)}")
+
+
+def _ssl_problem(exc: Exception) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return f"{exc.library or 'SSL'}: {exc.reason}"
+    return str(exc)
+
+
+def _normalize_san(kind: str, value: str) -> str:
+    if kind == "IP Address":
+        try:
+            return str(ipaddress.ip_address(value.strip()))
+        except ValueError:
+            return value
+    return value
+
+
+def _normalize_san_any(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return value
