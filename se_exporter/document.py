@@ -6,6 +6,7 @@ in older api-versions get neutral defaults. Anything else malformed raises ``Inv
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +71,8 @@ def _parse_event(index: int, raw: Any) -> ScheduledEvent:
     resources = raw.get("Resources", [])
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise InvalidDocument(f"{where}.Resources must be a list of strings")
+    for resource in resources:
+        _check_unicode(resource, f"{where}.Resources")
     duration = raw.get("DurationInSeconds", UNKNOWN_DURATION)
     if not _is_int(duration):
         raise InvalidDocument(f"{where}.DurationInSeconds must be an integer, got {duration!r:.40}")
@@ -92,9 +95,15 @@ def parse_not_before(text: str, where: str = "NotBefore") -> datetime | None:
     if not text:
         return None
     try:
-        parsed = datetime.fromisoformat(text) if text[:4].isdigit() else parsedate_to_datetime(text)
-    except (ValueError, TypeError, IndexError):
+        return _parse_time(text)
+    # OverflowError: a zone offset that moves a date beyond year 1..9999 (e.g. 9999-12-31T23:59-01:00)
+    except (ValueError, TypeError, IndexError, OverflowError):
         raise InvalidDocument(f"{where}.NotBefore is neither RFC 1123 nor ISO 8601: {text!r:.80}") from None
+
+
+@functools.lru_cache(maxsize=4096)  # the same few NotBefore strings come back every poll
+def _parse_time(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text) if text[:4].isdigit() else parsedate_to_datetime(text)
     if parsed.tzinfo is None:  # IMDS times are UTC even when the zone is left out
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
@@ -104,11 +113,20 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_unicode(value: str, where: str) -> str:
+    """JSON's \\ud800 escapes can smuggle lone surrogates in: no UTF-8 label, log line or uid can carry them."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidDocument(f"{where} is not valid Unicode (lone surrogate): {value!r:.80}") from None
+    return value
+
+
 def _required_str(raw: dict[str, Any], key: str, where: str) -> str:
     value = raw.get(key)
     if not isinstance(value, str) or not value:
         raise InvalidDocument(f"{where}.{key} must be a non-empty string, got {value!r:.80}")
-    return value
+    return _check_unicode(value, f"{where}.{key}")
 
 
 def _optional_str(raw: dict[str, Any], key: str, where: str) -> str:
@@ -117,4 +135,4 @@ def _optional_str(raw: dict[str, Any], key: str, where: str) -> str:
         return ""
     if not isinstance(value, str):
         raise InvalidDocument(f"{where}.{key} must be a string, got {value!r:.80}")
-    return value
+    return _check_unicode(value, f"{where}.{key}")

@@ -58,6 +58,8 @@ class IMDSClient:
         self._backoff = backoff or Backoff(base=1.0, cap=16.0)
         self._sleep = sleep
         self._answered_once = False
+        self._last_body: bytes | None = None
+        self._last_document: Document | None = None
         self._http = httpx.Client(
             base_url=settings.base_url,
             headers={"Metadata": "true"},
@@ -73,7 +75,10 @@ class IMDSClient:
         timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
         body = self._request("GET", EVENTS_PATH, self.settings.api_version, timeout=timeout)
         self._answered_once = True
-        return parse_document(body)
+        if body != self._last_body or self._last_document is None:  # most polls repeat the last answer
+            self._last_document = parse_document(body)
+            self._last_body = body
+        return self._last_document
 
     def get_identity(self) -> VMIdentity:
         return parse_compute(self._request("GET", COMPUTE_PATH, COMPUTE_API_VERSION))

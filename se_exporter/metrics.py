@@ -114,30 +114,32 @@ class SnapshotCollector(Collector):
         self._extra = extra or list
 
     def collect(self) -> Iterator[Metric]:
-        now = self._clock()
+        yield from (family for family in self._families() if family.samples)  # no bare HELP/TYPE lines
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family, even empty: the registry learns the names from it, which /metrics?name[]= needs."""
+        return self._families()
+
+    def _families(self) -> Iterator[Metric]:
         events = list(self._events().values())
-        families: list[Metric] = [
-            *_event_families(events, self._identity(), now),
-            *self._health_families(),
-            *(accumulator.family() for accumulator in self._metrics.families()),
-            *self._extra(),
-        ]
-        yield from (family for family in families if family.samples)  # no bare HELP/TYPE lines
+        yield from _event_families(events, self._identity(), self._clock())
+        yield from self._health_families()
+        yield from (accumulator.family() for accumulator in self._metrics.families())
+        yield from self._extra()
 
     def _health_families(self) -> Iterator[GaugeMetricFamily]:
         health = self._health()
         yield GaugeMetricFamily(PREFIX + "imds_up", "1 if the last IMDS poll succeeded.", value=int(health.up))
-        if health.last_success is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "last_successful_poll_timestamp_seconds",
-                "Unix time of the last successful poll.",
-                value=health.last_success,
-            )
-        incarnation = self._incarnation()
-        if incarnation is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "document_incarnation", "Last DocumentIncarnation.", value=incarnation
-            )
+        last_success = GaugeMetricFamily(
+            PREFIX + "last_successful_poll_timestamp_seconds", "Unix time of the last successful poll."
+        )
+        if health.last_success is not None:  # absent, not 0 (1970), before the first good poll
+            last_success.add_metric([], health.last_success)
+        yield last_success
+        incarnation = GaugeMetricFamily(PREFIX + "document_incarnation", "Last DocumentIncarnation.")
+        if (value := self._incarnation()) is not None:
+            incarnation.add_metric([], value)
+        yield incarnation
         info = GaugeMetricFamily(
             PREFIX + "exporter_build_info", "Build information.", labels=["version", "python_version"]
         )

@@ -84,6 +84,7 @@ class EventStore:
         self._events: Mapping[str, EventState] = MappingProxyType(dict(events or {}))
         self.incarnation = incarnation
         self.removed: dict[str, int] = dict(removed or {})  # EventId -> last life, oldest first
+        self._last_document: Document | None = None
 
     @property
     def events(self) -> Mapping[str, EventState]:
@@ -92,6 +93,8 @@ class EventStore:
 
     def is_unchanged(self, document: Document) -> bool:
         """True when reconciling would change nothing (the common 1 Hz case)."""
+        if document is self._last_document:  # the client hands back the same object for the same body
+            return True
         if document.incarnation != self.incarnation or len(document.events) != len(self._events):
             return False
         return all(
@@ -119,6 +122,7 @@ class EventStore:
                 transitions.append(_transition(kind, state, state.event.event_status, now, document.incarnation))
         self._events = MappingProxyType(updated)
         self.incarnation = document.incarnation
+        self._last_document = document
         return transitions
 
     def _forget(self, event_id: str, life: int) -> None:

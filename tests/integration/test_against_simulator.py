@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
 from se_exporter.simulator.model import VmIdentity
 from tests.support.exporter_process import ExporterProcess
-from tests.support.exposition import series, value
+from tests.support.exposition import samples, series, value
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
@@ -127,6 +127,9 @@ def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
     assert exporter.get("/-/healthy").text == "Healthy\n"
     assert "azure_scheduled_events_imds_up 1.0" in exporter.get("/probe").text
     assert exporter.get("/metrics").status_code == 404
+    only = exporter.get("/probe?name[]=azure_scheduled_events_imds_up&name[]=azure_scheduled_events_poll_errors_total")
+    assert {s[0] for s in samples(only.text)} == {"azure_scheduled_events_imds_up",
+                                                  "azure_scheduled_events_poll_errors_total"}
     gz = httpx.get(exporter.url + "/probe", headers={"Accept-Encoding": "gzip"}, trust_env=False)
     assert gz.headers.get("Content-Encoding") == "gzip"
 
