@@ -1,0 +1,63 @@
+"""``python -m benchmarks [--quick|--tiny] [--only NAME ...] [--duration S]``: run the benchmarks.
+
+Each benchmark prints Markdown tables and writes its figures as JSON to ``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+from benchmarks.common import Mode, machine_info, write_results
+
+BENCHMARKS = {
+    "footprint": "benchmarks.bench_footprint",  # CPU % and peak RSS vs the reference loop
+    "poll": "benchmarks.bench_poll",  # cost per poll, fetch excluded
+    "metrics": "benchmarks.bench_metrics",  # /metrics latency
+    "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
+    "startup": "benchmarks.bench_startup",  # spawn → ready, import time
+    "series": "benchmarks.bench_series",  # series per VM, fleet cost
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true", help="short runs (~10 s windows), for a first look")
+    speed.add_argument("--tiny", action="store_true", help="a few seconds in all: checks the benchmarks start")
+    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
+                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="footprint measuring window in seconds (default 60, --quick 10)")
+    parser.add_argument("--no-save", action="store_true", help="do not write JSON results")
+    args = parser.parse_args(argv)
+    mode = Mode("quick" if args.quick else "tiny" if args.tiny else "full")
+    machine = machine_info()
+    print(f"# se-exporter benchmarks ({mode.name})\n")
+    print(f"machine: {machine['nproc']} x {machine['cpu_model']}, {machine['mem_gib']} GiB, "
+          f"{machine['implementation']} {machine['python']}, Linux {machine['kernel']}\n", flush=True)
+    failed = []
+    for name in args.only or list(BENCHMARKS):
+        module = importlib.import_module(BENCHMARKS[name])
+        print(f"## {name}\n", flush=True)
+        began = time.monotonic()
+        try:
+            report = module.run(mode, duration=args.duration) if name == "footprint" else module.run(mode)
+        except Exception as error:  # one broken benchmark must not hide the others
+            print(f"error: benchmark {name} failed: {type(error).__name__}: {error}\n", flush=True)
+            failed.append(name)
+            continue
+        if not args.no_save:
+            path = write_results(report, mode)
+            print(f"({name}: {time.monotonic() - began:.1f} s, results in {path.relative_to(path.parents[2])})\n",
+                  flush=True)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

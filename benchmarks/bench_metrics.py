@@ -1,0 +1,123 @@
+"""/metrics latency p50/p99 with 0, 10, 100 and 1000 events listed.
+
+- ``render``: in-process, ``generate_latest`` on the ``Exporter``'s registry (the collector and
+  the text encoder; no HTTP), the store filled by one poll through an ``httpx.MockTransport``.
+- ``HTTP``: a real exporter process polling a simulator process (1 s), scraped over loopback by the
+  driver with a fresh connection per scrape, as Prometheus does it (OpenMetrics, gzip) and as
+  curl does it (plain text 0.0.4, no compression). Latency is request sent → last byte read.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import logging
+import time
+from typing import Any
+
+from benchmarks.bench_poll import make_body
+from benchmarks.common import ExporterProc, Mode, Report, count_samples, percentile, simulator_process, wait_until
+
+NAME = "metrics"
+SIZES = (0, 10, 100, 1000)
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
+CURL_HEADERS = {"Accept": "*/*"}
+
+
+def _render_samples(size: int, repeats: int) -> tuple[list[float], int, int]:
+    import httpx
+    from prometheus_client import generate_latest
+
+    from se_exporter.app import Exporter
+    from se_exporter.config import ExporterConfig
+
+    body = make_body(size, 1)
+    quiet = logging.getLogger("se_exporter")  # the in-process exporter's transition lines: not wanted here
+    quiet.handlers[:] = [logging.NullHandler()]
+    quiet.propagate = False
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"Content-Type": "application/json"})
+
+    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid",
+                            vm_name="vm-self")
+    exporter = Exporter(config, transport=httpx.MockTransport(answer))
+    exporter.start()  # close() shuts the web server down, which waits for it to have started
+    try:
+        if exporter.poller.poll_once() is not None:
+            raise RuntimeError("the in-process poll failed")
+        text = generate_latest(exporter.registry)
+        samples = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            generate_latest(exporter.registry)
+            samples.append((time.perf_counter() - began) * 1000)
+        return samples, count_samples(text.decode()), len(text)
+    finally:
+        exporter.close()
+
+
+def _scrape(port: int, headers: dict[str, str]) -> tuple[float, bytes]:
+    began = time.perf_counter()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", "/metrics", headers=headers)
+        response = connection.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"/metrics answered {response.status}")
+    finally:
+        connection.close()
+    return (time.perf_counter() - began) * 1000, body
+
+
+def _http_samples(size: int, repeats: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with simulator_process(size, seed=size) as url:
+        exporter = ExporterProc(url, extra_args=["--vm.name=sim-vm-0"], name=f"exporter-{size}")
+        try:
+            exporter.wait_ready()
+            wait_until(lambda: "azure_scheduled_events_event_info{" in exporter.metrics() or size == 0,
+                       10, "events visible")
+            for label, headers in (("Prometheus (OpenMetrics, gzip)", PROMETHEUS_HEADERS),
+                                   ("curl (text 0.0.4)", CURL_HEADERS)):
+                for _ in range(3):
+                    _scrape(exporter.port, headers)  # warm
+                samples, size_bytes = [], 0
+                for _ in range(repeats):
+                    ms, body = _scrape(exporter.port, headers)
+                    samples.append(ms)
+                    size_bytes = len(body)
+                    time.sleep(0.002)  # leave the poll loop its share, as a 15 s scrape interval would
+                plain = gzip.decompress(body) if "gzip" in headers.get("Accept-Encoding", "") else body
+                out[label] = {"samples": samples, "bytes": size_bytes, "series": count_samples(plain.decode())}
+        finally:
+            exporter.stop()
+    return out
+
+
+def run(mode: Mode) -> Report:
+    report = Report(NAME)
+    render_repeats = mode.pick(1000, 300, 20)
+    http_repeats = mode.pick(500, 150, 10)
+    sizes = SIZES if mode.name != "tiny" else (0, 10)
+    rows: list[list[Any]] = []
+    data: dict[str, Any] = {"unit": "milliseconds", "cells": []}
+    for size in sizes:
+        samples, series, length = _render_samples(size, render_repeats)
+        rows.append(["render (in-process)", size, percentile(samples, 50), percentile(samples, 99), series, length])
+        data["cells"].append({"how": "render", "events": size, "p50_ms": percentile(samples, 50),
+                              "p99_ms": percentile(samples, 99), "series": series, "bytes": length})
+    for size in sizes:
+        for label, cell in _http_samples(size, http_repeats).items():
+            p50, p99 = percentile(cell["samples"], 50), percentile(cell["samples"], 99)
+            rows.append([f"HTTP, {label}", size, p50, p99, cell["series"], cell["bytes"]])
+            data["cells"].append({"how": f"HTTP {label}", "events": size, "p50_ms": p50, "p99_ms": p99,
+                                  "series": cell["series"], "bytes": cell["bytes"]})
+    report.table("/metrics latency (ms)", ["how", "events", "p50 ms", "p99 ms", "series", "bytes"], rows)
+    report.data = data
+    return report

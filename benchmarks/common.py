@@ -1,0 +1,361 @@
+"""Shared helpers of the benchmarks: tables, percentiles, /proc readings, processes, simulators.
+
+Everything here is stdlib (plus se_exporter itself): the benchmarks must start on any checkout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FAR_NOTICE = 30 * 24 * 3600.0  # a NotBefore a month away: the event stays Scheduled for the whole run
+
+# Urllib without proxies: everything here talks to 127.0.0.1.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# ----- modes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How long/how often: ``full`` (publishable), ``quick`` (~10 s runs) or ``tiny`` (smoke test)."""
+
+    name: str = "full"
+
+    def pick(self, full: Any, quick: Any, tiny: Any) -> Any:
+        return {"full": full, "quick": quick, "tiny": tiny}[self.name]
+
+
+# ----- statistics and tables -------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (readable in a terminal, pasteable into BENCHMARKS.md)."""
+    cells = [[str(h) for h in headers], *[[fmt(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = [f"### {title}", ""]
+    for index, row in enumerate(cells):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if index == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    """What one benchmark produced: printed tables plus a JSON document."""
+
+    name: str
+    tables: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        text = render_table(title, headers, rows)
+        self.tables.append(text)
+        print(text, "", sep="\n", flush=True)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"note: {text}", flush=True)
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kib = 0
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        mem_kib = int(meminfo.readline().split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "mem_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "kernel": platform.release(),
+        "python_executable": sys.executable,
+    }
+
+
+def write_results(report: Report, mode: Mode) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    path = RESULTS_DIR / f"{report.name}-{mode.name}-{stamp}.json"
+    payload = {"benchmark": report.name, "mode": mode.name, "machine": machine_info(),
+               "data": report.data, "notes": report.notes, "tables": report.tables}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    return path
+
+
+# ----- /proc -----------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the whole process (every thread, also exited ones), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        text = stat.read()
+    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kib(pid: int, key: str) -> int:
+    """A ``kB`` field of /proc/<pid>/status, e.g. ``VmHWM`` (peak RSS) or ``VmRSS``."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# ----- HTTP ------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with _OPENER.open(request, timeout=timeout) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            value = condition()
+            if value:
+                return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# ----- subprocesses ----------------------------------------------------------------------------
+
+
+def clean_env(extra: dict[str, str] | None = None, *, otel: bool = False) -> dict[str, str]:
+    """The current environment without SE_EXPORTER_*/OTEL_*; OTel disabled unless ``otel``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    if not otel:
+        env["OTEL_SDK_DISABLED"] = "true"
+    env.update(extra or {})
+    return env
+
+
+class Proc:
+    """A child process whose stdout+stderr lines are collected, each stamped with its arrival time."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str], name: str) -> None:
+        self.name = name
+        self.spawned_at = time.time()
+        self.spawned_mono = time.monotonic()
+        self.proc = subprocess.Popen(
+            list(argv), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, bufsize=0,
+        )
+        self.output: list[str] = []
+        self.stamped: list[tuple[float, str]] = []  # (wall time the line arrived, line)
+        self._reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            arrived = time.time()
+            self.output.append(line)
+            self.stamped.append((arrived, line))
+
+    def alive(self) -> bool:
+        if self.proc.poll() is not None:
+            tail = "\n".join(self.output[-30:])
+            raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
+        return True
+
+    def kill_for_rusage(self) -> tuple[float, int]:
+        """SIGKILL now (no shutdown work counted) and reap: (CPU seconds of the whole life, µs precision;
+        peak RSS KiB). /proc/<pid>/stat only has clock ticks (10 ms); wait4's rusage is exact."""
+        self.proc.kill()
+        _, _, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = -9
+        self._reader.join(timeout=2)
+        return usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        self._reader.join(timeout=2)
+
+
+class ExporterProc(Proc):
+    """``python -m se_exporter run`` on a free loopback port."""
+
+    def __init__(self, imds_url: str, *, otel_env: dict[str, str] | None = None, interval: str = "1s",
+                 extra_args: Sequence[str] = (), name: str = "exporter") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [sys.executable, "-m", "se_exporter", "run", f"--web.listen-address=127.0.0.1:{self.port}",
+                f"--imds.url={imds_url}", f"--poll.interval={interval}", *extra_args]
+        super().__init__(argv, env=clean_env(otel_env, otel=otel_env is not None), name=name)
+
+    def ready(self) -> bool:
+        return self.alive() and http_get(self.url + "/-/ready", timeout=1)[0] == 200
+
+    def wait_ready(self, timeout: float = 30.0) -> float:
+        """Block until /-/ready answers 200; return seconds since spawn."""
+        wait_until(self.ready, timeout, f"{self.name} ready", interval=0.005)
+        return time.monotonic() - self.spawned_mono
+
+    def metrics(self, headers: dict[str, str] | None = None) -> str:
+        code, body = http_get(self.url + "/metrics", headers)
+        if code != 200:
+            raise RuntimeError(f"/metrics answered {code}")
+        return body.decode()
+
+
+class ReferenceProc(Proc):
+    """The plain polling loop of Microsoft's docs (benchmarks/reference_loop.py)."""
+
+    def __init__(self, imds_url: str, *, interval: float = 1.0, name: str = "reference") -> None:
+        argv = [sys.executable, str(REPO / "benchmarks" / "reference_loop.py"), imds_url, f"--interval={interval}"]
+        super().__init__(argv, env=clean_env(), name=name)
+
+    def wait_first_document(self, timeout: float = 30.0) -> float:
+        """Block until the loop printed its first document; return seconds since spawn."""
+        wait_until(lambda: self.alive() and any("DocumentIncarnation" in line for line in self.output),
+                   timeout, f"{self.name} first document", interval=0.005)
+        return time.monotonic() - self.spawned_mono
+
+
+# ----- simulator -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def simulator(events: int = 0, *, seed: int = 0) -> Iterator[Any]:
+    """An in-process IMDS simulator (real time) listing ``events`` far-future Scheduled events."""
+    from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
+
+    world = SimWorld(clock=SimClock(speed=1.0), rng=random.Random(seed))
+    types = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+    for index in range(events):
+        world.add_event(EventPlan(event_type=types[index % len(types)], notice=FAR_NOTICE, duration=-1,
+                                  description=f"benchmark event {index}"))
+    server = SimulatorServer(world, tick_interval=0.05)
+    with server:
+        yield server
+
+
+@contextlib.contextmanager
+def simulator_process(events: int = 0, *, seed: int = 0) -> Iterator[str]:
+    """Like :func:`simulator`, in a child process (off the driver's GIL); yields its base URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.sim_server", f"--events={events}", f"--seed={seed}"],
+                            cwd=REPO, env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"simulator process did not start (exit {proc.poll()})")
+        yield url
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[Any]:
+    """The real OTLP/HTTP receiver of tests/otlp, or None when its dependencies are missing."""
+    try:
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from tests.otlp import OTLPHttpReceiver
+    except ImportError as error:  # grpcio / opentelemetry-proto are test extras
+        print(f"note: OTLP receiver unavailable ({error}); OTel-on rows are skipped", flush=True)
+        yield None
+        return
+    with OTLPHttpReceiver() as receiver:
+        yield receiver
+
+
+def otel_env(receiver: Any) -> dict[str, str]:
+    """Environment of an exporter with OTel on, shipping to ``receiver`` over OTLP/HTTP."""
+    env = dict(receiver.env)
+    env.update({"OTEL_SERVICE_NAME": "se-exporter-bench", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    return env
+
+
+def telemetry_module_present() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("se_exporter.telemetry") is not None
+
+
+def count_samples(exposition: str) -> int:
+    return sum(1 for line in exposition.splitlines() if line and not line.startswith("#"))
+
+
+def metric_value(exposition: str, name: str) -> float | None:
+    for line in exposition.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None

@@ -1,0 +1,51 @@
+"""The benchmarks still start: ``python -m benchmarks --tiny`` prints every benchmark's table.
+
+The benchmarks themselves are not part of the test run (see BENCHMARKS.md); this only runs each
+one in its tiny mode (a couple of seconds each) and checks it printed its table(s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# benchmark → the title of a table it must print
+EXPECTED = {
+    "footprint": "### CPU and memory at 1 s polling",
+    "poll": "### Cost per poll, fetch excluded",
+    "metrics": "### /metrics latency",
+    "detection": "### Detection latency at 1 s polling",
+    "startup": "### Start-up: spawn → ready",
+    "series": "### Series per VM and for a 10,000-VM fleet",
+}
+
+
+@pytest.mark.timeout(120)
+def test_every_benchmark_starts_and_prints_its_table() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--tiny", "--no-save"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=110,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    for name, title in EXPECTED.items():
+        assert f"## {name}\n" in done.stdout, f"benchmark {name} did not run:\n{output[-4000:]}"
+        section = done.stdout.split(f"## {name}\n", 1)[1]
+        assert title in section, f"benchmark {name} printed no table:\n{section[:2000]}"
+        table = section.split(title, 1)[1]
+        assert "\n| " in table and "|---" in table, f"benchmark {name}: malformed table:\n{table[:2000]}"
+
+
+def test_reference_loop_is_plain_stdlib() -> None:
+    """The reference stays the documented plain loop: stdlib only, one GET with Metadata: true."""
+    source = (REPO / "benchmarks" / "reference_loop.py").read_text()
+    imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert imports <= {"argparse", "contextlib", "json", "time", "urllib"}, imports
+    assert '"Metadata": "true"' in source
