@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 
 from se_exporter import __version__
 from se_exporter.approval.approver import ApprovalDecision
+from se_exporter.approval.policy import load_policy
 from se_exporter.approval.sink import ApprovalSink, build_approval_sink
 from se_exporter.config import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
@@ -51,7 +52,9 @@ class Exporter:
         environ: Mapping[str, str] | None = None,  # OTEL_* variables; None: no OpenTelemetry pipeline
     ) -> None:
         self.config = config
-        web_config = load_web_config(config.web_config_file) if config.web_config_file else None  # fail first
+        # Operator files first: a mistake in one stops start-up before anything touches the network.
+        web_config = load_web_config(config.web_config_file) if config.web_config_file else None
+        policy = load_policy(config.approval_config) if config.approval_config else None
         self.registry = CollectorRegistry(auto_describe=False)
         self.metrics = ExporterMetrics(approval_enabled=config.approval_config is not None)
         self.persistence = Persistence(StateFile(config.state_file) if config.state_file else None)
@@ -78,9 +81,8 @@ class Exporter:
             tracer=tracer,
         )
         self.approval: ApprovalSink | None = None
-        if config.approval_config is not None:
-            self.approval = build_approval_sink(config.approval_config, self.client.approve, self._on_decision,
-                                                self.persistence)
+        if policy is not None:
+            self.approval = build_approval_sink(policy, self.client.approve, self._on_decision, self.persistence)
         if config.state_file is not None and not self.persistence.save():
             raise ConfigError(f"--state.file: cannot write {config.state_file} (see the error above)")
         self.poller = Poller(

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from se_exporter.approval.approver import ApprovalDecision, Approver
-from se_exporter.approval.policy import load_policy
+from se_exporter.approval.policy import Policy
 from se_exporter.approval.poster import PostStartRequests
 from se_exporter.persistence import Persistence
 from se_exporter.poller import PollResult
@@ -39,13 +38,12 @@ class ApprovalSink:
 
 
 def build_approval_sink(
-    policy_path: Path,
+    policy: Policy,
     post_start_requests: PostStartRequests,
     emit_decision: Callable[[ApprovalDecision], None],
     persistence: Persistence,
 ) -> ApprovalSink:
-    """Load the policy (``ConfigError`` if invalid) and restore earlier decisions from the state file."""
-    policy = load_policy(policy_path)
+    """An approval sink that remembers earlier decisions from the state file."""
     saved = persistence.loaded.get(STATE_SECTION)
     approver: Approver | None = None
     if saved is not None:
@@ -56,6 +54,6 @@ def build_approval_sink(
     if approver is None:
         approver = Approver(policy, post_start_requests, emit_decision)
     mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
-    log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy_path, len(policy.rules),
+    log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules),
              policy.leader, mode)
     return ApprovalSink(approver, persistence)
