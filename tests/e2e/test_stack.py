@@ -368,8 +368,9 @@ def test_alertmanager_delivers_to_webhook(stack: Stack) -> None:
         assert "#azurescheduledevent" in alert["annotations"]["runbook_url"]
 
     # Inhibition (shipped alertmanager.yml): NotBeforeImminent mutes ImpactfulScheduled for the same event.
-    inhibited = named("AzureScheduledEventImpactfulScheduled", "imminent-reboot")
-    assert not any(inhibited(p, a) for p, a in stack.webhook.alerts()), "inhibited alert was delivered"
+    # Whether ImpactfulScheduled slipped out before the inhibiting alert reached Alertmanager is a race
+    # (they can come in separate batches, and the test's group_wait is 0s), so what is asserted is
+    # Alertmanager's own verdict once both are there: suppressed, and by which alert.
     states = [
         a["status"]
         for a in stack.alertmanager.alerts()
