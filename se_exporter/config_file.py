@@ -25,6 +25,8 @@ def show(value: object) -> str:
         text = json.dumps(value, default=str)
     except (TypeError, ValueError):
         text = repr(value)
+    except RecursionError:  # nested deeper than json (and repr) can walk
+        text = f"<a {type(value).__name__} nested too deeply to show>"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -58,6 +60,8 @@ def load_yaml(kind: str, source: str, text: str) -> object:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ConfigError(f"{kind} {source}: not valid YAML: {exc}") from None
+    except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
+        raise ConfigError(f"{kind} {source}: not valid YAML: nested too deeply") from None
 
 
 class Fields:

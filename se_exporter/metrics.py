@@ -8,6 +8,7 @@ are exact at scrape time. Nothing here is registered anywhere unless a registry 
 
 from __future__ import annotations
 
+import hashlib
 import platform
 from collections.abc import Callable, Iterator, Mapping
 
@@ -65,12 +66,13 @@ class ExporterMetrics:
 
     def observe_transition(self, transition: Transition) -> None:
         event = transition.event
-        self.transitions.inc((event.event_type, transition.kind))
+        event_type = _label(event.event_type)  # an unknown type is kept, but bounded like every label
+        self.transitions.inc((event_type, transition.kind))
         if transition.kind == COMPLETED and transition.started_seconds is not None:
-            self.started_duration.observe((event.event_type,), transition.started_seconds)
+            self.started_duration.observe((event_type,), transition.started_seconds)
         if transition.kind == SCHEDULED and event.not_before is not None:
             notice = event.not_before.timestamp() - transition.first_seen
-            self.notice.observe((event.event_type,), max(0.0, notice))
+            self.notice.observe((event_type,), max(0.0, notice))
 
     def observe_response(self, method: str, code: str, seconds: float) -> None:
         self.imds_requests.inc((method, code))
@@ -80,7 +82,7 @@ class ExporterMetrics:
         self.poll_errors.inc((error.reason,))
 
     def observe_approval(self, event_type: str, result: str) -> None:
-        self.approvals.inc((event_type, result))
+        self.approvals.inc((_label(event_type), result))
 
     def families(self) -> list[LabeledCounter | LabeledHistogram]:
         return [
@@ -204,4 +206,9 @@ def log_spool_families(depth: int, dropped: int) -> list[Metric]:
 
 
 def _label(value: str) -> str:
-    return value if len(value) <= MAX_LABEL_LENGTH else value[: MAX_LABEL_LENGTH - 1] + "…"
+    """A value over MAX_LABEL_LENGTH is cut, and keeps a digest of the whole (``<127 chars>…~<8 hex>``), so
+    two long EventIds sharing a prefix stay two series (identical label sets make the exposition invalid)."""
+    if len(value) <= MAX_LABEL_LENGTH:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{value[: MAX_LABEL_LENGTH - 1]}…~{digest}"

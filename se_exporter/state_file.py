@@ -88,7 +88,7 @@ def decode_store(section: Any) -> EventStore:
         if incarnation is not None and not isinstance(incarnation, int):
             raise TypeError("incarnation is not an integer")
         removed = {str(event_id): int(life) for event_id, life in section.get("removed", {}).items()}
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:  # Overflow: "life": 1e999
         log.warning("ignoring the event store in the state file: %s: %s", type(exc).__name__, exc)
         return EventStore()
     return EventStore({state.event.event_id: state for state in states}, incarnation, removed)
@@ -116,8 +116,26 @@ def _encode_state(state: EventState) -> dict[str, Any]:
     }
 
 
+_TEXT_FIELDS = ("event_id", "event_type", "event_status", "resource_type", "description", "event_source")
+
+
+def _check_event_fields(fields: dict[str, Any]) -> None:
+    """A damaged file can be valid JSON with the wrong types: refuse them here, not at the next scrape."""
+    texts = [fields.get(key, "") for key in _TEXT_FIELDS] + list(fields.get("resources") or [])
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"event field {text!r:.40} is not a string")
+        text.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    if not isinstance(fields.get("resources", []), list):
+        raise TypeError("event resources is not a list")
+    duration = fields.get("duration_seconds", -1)
+    if not isinstance(duration, int) or isinstance(duration, bool):
+        raise TypeError(f"event duration_seconds {duration!r:.40} is not an integer")
+
+
 def _decode_state(raw: dict[str, Any]) -> EventState:
     fields = dict(raw["event"])
+    _check_event_fields(fields)
     fields["resources"] = tuple(fields["resources"])
     fields["not_before"] = _decode_time(fields["not_before"])
     started_at = raw["started_at"]

@@ -185,7 +185,7 @@ def _parse_rule(source: str, index: int, raw: object) -> Rule:
     pattern = fields.string("description_pattern")
     try:
         compiled = re.compile(pattern) if pattern is not None else None
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:  # "a{99999999999}", "((((...))))" nested deeply
         fields.fail("description_pattern", f"is not a valid regular expression: {exc}")
     return Rule(
         name=name,
