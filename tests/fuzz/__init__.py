@@ -1,0 +1,1 @@
+"""Fuzzing with hypothesis (and atheris when installed): only typed errors escape."""

@@ -1,0 +1,102 @@
+"""Coverage-guided fuzzing with atheris (libFuzzer for Python), when it is installed.
+
+    python -m tests.fuzz.atheris_fuzz document -runs=100000 -artifact_prefix=/tmp/
+    python -m tests.fuzz.atheris_fuzz policy -max_total_time=600
+
+Targets: ``document`` (the IMDS parser and everything downstream of it), ``policy`` (the approval
+policy file), ``web_config`` (``--web.config.file``), ``state`` (the state file's event store). Only
+the typed errors may escape (``InvalidDocument``, ``ConfigError``); anything else is a crash, written
+by libFuzzer as ``crash-<sha1>`` under ``-artifact_prefix``. ``test_atheris.py`` runs each target for
+a bounded number of inputs in the normal suite.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import atheris
+
+with atheris.instrument_imports():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from se_exporter.approval._validate import load_yaml
+    from se_exporter.approval.policy import parse_policy
+    from se_exporter.document import parse_document
+    from se_exporter.errors import ConfigError, InvalidDocument
+    from se_exporter.health import PollHealth
+    from se_exporter.identity import VMIdentity
+    from se_exporter.metrics import ExporterMetrics, SnapshotCollector
+    from se_exporter.records import transition_record
+    from se_exporter.state_file import decode_store
+    from se_exporter.store import EventStore
+    from se_exporter.web_config import parse_web_config
+
+IDENTITY = VMIdentity(name="vm-a")
+
+
+def _render(store: EventStore) -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(
+        metrics=ExporterMetrics(), events=lambda: store.events, incarnation=lambda: store.incarnation,
+        health=PollHealth, identity=lambda: IDENTITY, clock=time.time, version="fuzz",
+    ))
+    generate_latest(registry)
+
+
+def document(data: bytes) -> None:
+    try:
+        parsed = parse_document(data)
+    except InvalidDocument:
+        return
+    store = EventStore()
+    for transition in store.reconcile(parsed, 1_700_000_000.0):
+        json.dumps(transition_record(transition, IDENTITY).to_json(), ensure_ascii=False).encode()
+    _render(store)
+
+
+def _text(data: bytes) -> str:
+    return atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(len(data))
+
+
+def policy(data: bytes) -> None:
+    try:
+        parse_policy(load_yaml("fuzz.yaml", _text(data)), "fuzz.yaml")
+    except ConfigError:
+        return
+
+
+def web_config(data: bytes) -> None:
+    try:
+        parse_web_config(_text(data), source="fuzz-web.yml", base_dir=Path("/nonexistent"))
+    except ConfigError:
+        return
+
+
+def state(data: bytes) -> None:
+    try:
+        section = json.loads(data)
+    except (ValueError, RecursionError):
+        return
+    store = decode_store(section)
+    _render(store)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "document": document, "policy": policy, "web_config": web_config, "state": state,
+}
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2 or argv[1] not in TARGETS:
+        sys.exit(f"usage: python -m tests.fuzz.atheris_fuzz {{{','.join(TARGETS)}}} [libFuzzer flags]")
+    target = TARGETS[argv[1]]
+    atheris.Setup([argv[0], *argv[2:]], target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

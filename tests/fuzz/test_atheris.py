@@ -1,0 +1,43 @@
+"""Runs each atheris target for a bounded number of inputs (skipped when atheris is not installed).
+
+Seeds: the IMDS documents, policies and web configs under tests/testdata, so libFuzzer starts from
+real inputs. A crash fails the test with libFuzzer's report; the crashing input is kept in tmp_path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = 8000
+SEEDS = {
+    "document": ["tests/testdata/imds/*.json", "tests/testdata/imds/malformed/*"],
+    "policy": ["tests/testdata/approval/valid/*", "tests/testdata/approval/invalid/*"],
+    "web_config": ["tests/testdata/web/good/*.yml", "tests/testdata/web/bad/*.yml"],
+    "state": [],
+}
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
+                                reason="atheris is not installed (pip install atheris; see the test extras)")
+
+
+@pytest.mark.parametrize("target", sorted(SEEDS))
+def test_atheris_target(target: str, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for pattern in SEEDS[target]:
+        for seed in REPO.glob(pattern):
+            if seed.is_file():
+                shutil.copy(seed, corpus / seed.name)
+    command = [sys.executable, "-m", "tests.fuzz.atheris_fuzz", target, f"-runs={RUNS}", "-seed=1",
+               f"-artifact_prefix={tmp_path}/", "-max_len=4096", "-rss_limit_mb=1024", str(corpus)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    report = done.stderr[-4000:]
+    assert done.returncode == 0, f"atheris found a crash in {target}:\n{report}"
+    assert f"Done {RUNS} runs" in done.stderr, report

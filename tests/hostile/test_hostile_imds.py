@@ -1,0 +1,216 @@
+"""Hostile IMDS answers over real HTTP: bounded reads, clear errors, no crash, nothing lost.
+
+Each test serves one or more hostile answers from a scriptable IMDS, then a good document, and checks
+that the exporter said clearly what was wrong, kept running, kept its memory small, and then handled
+the good document normally. Bodies are generated here; the label-breaking EventIds are kept in
+``tests/testdata/hostile/event_ids.json`` so that other tests (and people) can reuse them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from se_exporter.imds_client import MAX_BODY_BYTES
+from se_exporter.metrics import _label
+from tests.otlp import OTLPHttpReceiver
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
+from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
+from tests.support.wait import wait_for
+
+StartExporter = Callable[..., ExporterProcess]
+DATA = Path(__file__).resolve().parents[1] / "testdata" / "hostile"
+HOSTILE_IDS: list[str] = json.loads((DATA / "event_ids.json").read_text(encoding="utf-8"))["event_ids"]
+ERRORS = "azure_scheduled_events_poll_errors_total"
+MAX_RSS_KB = 150 * 1024  # the exporter idles at ~50 MiB; holding a 50 MB body would show
+
+
+def event(event_id: str = "E1", **fields: Any) -> dict[str, Any]:
+    base = {"EventId": event_id, "EventType": "Freeze", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
+            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
+            "EventSource": "Platform", "DurationInSeconds": 5}
+    return {**base, **fields}
+
+
+class Script:
+    """Serves the given answers in order, then ``then`` for ever (thread-safe)."""
+
+    def __init__(self, answers: Iterable[Answer], then: Answer) -> None:
+        self._answers = list(answers)
+        self._then = then
+        self._lock = threading.Lock()
+        self.served = 0
+
+    def __call__(self, seen: Seen) -> Answer:
+        with self._lock:
+            self.served += 1
+            return self._answers.pop(0) if self._answers else self._then
+
+
+def rss_kb(exporter: ExporterProcess) -> int:
+    for line in Path(f"/proc/{exporter.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def transitions(exporter: ExporterProcess) -> list[dict[str, Any]]:
+    """The exporter's JSON transition lines (``--log.format=json``)."""
+    lines = []
+    for line in exporter.logs().split("\n"):  # not splitlines(): U+2028 in an EventId is not a line break
+        if line.startswith("{") and '"event": "scheduled_event.transition"' in line:
+            lines.append(json.loads(line))
+    return lines
+
+
+def start(start_exporter: StartExporter, fake: FakeIMDS, *args: str, env: dict[str, str] | None = None,
+          log_format: str = "json") -> ExporterProcess:
+    return start_exporter(f"--imds.url={fake.url}", "--poll.interval=250ms", "--vm.name=vm-a",
+                          f"--log.format={log_format}", *args, env=env)
+
+
+def promtool_check(text: str) -> None:
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is not installed (the README's test command installs Debian's prometheus)")
+        return  # the exposition is still parsed by prometheus_client below
+    result = subprocess.run([tool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()[:2000]
+
+
+HUGE = 50 * 1024 * 1024
+HOSTILE_BODIES = {
+    # name: (answer, poll error reason, words the log must say)
+    "50MB-document": (lambda: Answer(body=b'{"DocumentIncarnation": 1, "Events": [], "x": "' + b"x" * HUGE + b'"}'),
+                      "invalid_document", f"exceeds {MAX_BODY_BYTES} bytes"),
+    "50MB-error-page": (lambda: Answer(status=503, body=b"<html>" + b"x" * HUGE), "http_5xx", "answered 503"),
+    "nested-100k-arrays": (lambda: Answer(body=b"[" * 100_000 + b"]" * 100_000), "invalid_document",
+                           "not JSON"),
+    "nested-100k-objects": (lambda: Answer(body=b'{"a":' * 100_000 + b"1" + b"}" * 100_000), "invalid_document",
+                            "not JSON"),
+    "not-utf8": (lambda: Answer(body=b'{"DocumentIncarnation": 1, "Events": [{"EventId": "\xff\xfe\xc3\x28"}]}'),
+                 "invalid_document", "not JSON"),
+    "lone-surrogate": (lambda: Answer(body=b'{"DocumentIncarnation": 1, "Events": [{"EventId": "E\\ud800", '
+                                           b'"EventType": "Freeze", "EventStatus": "Scheduled"}]}'),
+                       "invalid_document", "not valid Unicode"),
+    "binary-garbage": (lambda: Answer(body=bytes(range(256)) * 64), "invalid_document", "not JSON"),
+    "date-overflow": (lambda: document(1, event(NotBefore="9999-12-31T23:59:59-01:00")), "invalid_document",
+                      "NotBefore"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+def test_hostile_answer_then_good_document(name: str, fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    make, reason, words = HOSTILE_BODIES[name]
+    fake_imds.respond = Script([make(), make()], then=document(7, event("GOOD")))
+    exporter = start(start_exporter, fake_imds)
+    wait_for(lambda: [t["scheduled_event.id"] for t in transitions(exporter)] == ["GOOD"], 30,
+             "the good document handled after the hostile ones")
+    text = exporter.metrics()
+    assert value(text, ERRORS, reason=reason) == 2, f"both hostile answers counted as {reason}"
+    assert value(text, "azure_scheduled_events_document_incarnation") == 7
+    assert value(text, "azure_scheduled_events_imds_up") == 1
+    assert rss_kb(exporter) < MAX_RSS_KB, f"RSS {rss_kb(exporter)} kB after a {name} answer"
+    logs = exporter.logs()
+    assert words in logs, f"the log should say {words!r}:\n{logs[-2000:]}"
+    assert "Traceback" not in logs
+    assert exporter.stop() == 0
+
+
+def test_megabyte_description_and_resources_intact_in_logs_bounded_in_labels(
+    fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
+) -> None:
+    description = "".join(f"{i:07d} \"quoted\" \\ line\n" for i in range(40_000))[:1_000_000]
+    long_vm = "vm-" + "r" * 100_000
+    resources = ["vm-a", long_vm]
+    hostile = event("LONG-1", Description=description, Resources=resources, EventSource="S" * 5000,
+                    EventType="Live" + "M" * 1000)
+    assert len(json.dumps({"DocumentIncarnation": 1, "Events": [hostile]})) < MAX_BODY_BYTES
+    fake_imds.respond = lambda seen: document(1, hostile)
+    exporter = start(start_exporter, fake_imds, env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"})
+    wait_for(lambda: transitions(exporter), 30, "scheduled logged")
+    line = transitions(exporter)[0]
+    assert line["scheduled_event.description"] == description, "stderr carries the description intact"
+    assert line["scheduled_event.resources"] == resources
+    logs = otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)
+    assert logs[0]["scheduled_event.description"] == description, "OTLP carries the description intact"
+    assert list(logs[0]["scheduled_event.resources"]) == resources  # type: ignore[arg-type]
+    text = exporter.metrics()
+    assert len(text) < 64_000, f"exposition of one event is {len(text)} bytes"
+    assert "r" * 200 not in text and "M" * 200 not in text and "S" * 200 not in text
+    info = [s for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "azure_scheduled_events_event_info"]
+    assert len(info) == 1 and info[0].labels["affects_this_vm"] == "true"
+    assert info[0].labels["event_source"] == _label("S" * 5000)
+    promtool_check(text)
+
+
+@pytest.mark.parametrize("log_format", ["json", "logfmt"])
+def test_label_breaking_event_ids(log_format: str, fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    events = [event(event_id, EventType=("Live\"Migration\n}" if i == 0 else "Reboot")) for i, event_id
+              in enumerate(HOSTILE_IDS)]
+    fake_imds.respond = Script([], then=document(1, *events))
+    exporter = start(start_exporter, fake_imds, log_format=log_format)
+    wait_for(lambda: len(logged_ids(exporter, log_format)) == len(HOSTILE_IDS), 30, "every event logged")
+    assert sorted(logged_ids(exporter, log_format)) == sorted(HOSTILE_IDS), "logged with the exact EventId"
+    text = exporter.metrics()
+    promtool_check(text)
+    info = [s.labels["event_id"] for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "azure_scheduled_events_event_info"]
+    assert sorted(info) == sorted(_label(i) for i in HOSTILE_IDS), "label values escaped and read back exactly"
+    assert len(set(info)) == len(HOSTILE_IDS), "two long EventIds with one prefix are still two series"
+    fake_imds.respond = Script([], then=document(2))
+    wait_for(lambda: len(logged_ids(exporter, log_format)) == 2 * len(HOSTILE_IDS), 30, "every event cancelled")
+    assert exporter.stop() == 0
+
+
+_LOGFMT_ID = re.compile(r'scheduled_event\.id=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+def logged_ids(exporter: ExporterProcess, log_format: str) -> list[str]:
+    if log_format == "json":
+        return [str(t["scheduled_event.id"]) for t in transitions(exporter)]
+    ids = []
+    for line in exporter.logs().split("\n"):
+        if "event=scheduled_event.transition" in line and (match := _LOGFMT_ID.search(line)):
+            raw = match.group(1)
+            ids.append(json.loads(raw) if raw.startswith('"') else raw)
+    return ids
+
+
+def test_five_thousand_events(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    events = [event(f"{i:08d}-1111-4222-8333-444455556666", EventType=("Freeze", "Reboot", "Redeploy")[i % 3],
+                    EventStatus=("Scheduled", "Started")[i % 2], NotBefore="" if i % 2 else event()["NotBefore"])
+              for i in range(5000)]
+    body = document(1, *events)
+    assert len(body.body) > 1 << 20, "a realistic 5,000-event document is over 1 MiB"
+    fake_imds.respond = Script([], then=body)
+    exporter = start(start_exporter, fake_imds)
+    wait_for(lambda: len(transitions(exporter)) == 5000, 60, "5,000 transitions logged")
+    began = time.monotonic()
+    for _ in range(3):
+        text = exporter.metrics()
+    scrape = (time.monotonic() - began) / 3
+    assert scrape < 2.0, f"a scrape of 5,000 events took {scrape:.2f} s"
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert len(families["azure_scheduled_events_event_info"].samples) == 5000, "every event listed"
+    assert sum(s.value for s in families["azure_scheduled_events_pending"].samples) == 5000
+    promtool_check(text)
+    fake_imds.respond = Script([], then=document(2))
+    wait_for(lambda: len(transitions(exporter)) == 10_000, 60, "5,000 removals logged")
+    kinds = [t["scheduled_event.transition"] for t in transitions(exporter)]
+    assert kinds.count("cancelled") == 2500 and kinds.count("completed") == 2500
+    assert exporter.stop() == 0

@@ -1,0 +1,1 @@
+"""Soak test: randomised legal histories under injected faults, compared with the simulator's truth."""

@@ -1,0 +1,340 @@
+"""The soak run: simulator + real OTLP receiver + exporter subprocesses, with faults injected all along.
+
+Threads (all bounded by the run's deadline, all joined before the run returns):
+
+- *chaos*: one IMDS fault at a time (5xx/429/410 bursts, malformed bodies, connection resets, a
+  read timeout, slow answers) or an exporter restart (SIGKILL or SIGTERM, each new process meeting
+  a slow first answer), each followed by a quiet pause. One at a time keeps every blind window of the
+  exporter (a burst of 2 failed polls with its backoff, or a kill + restart + slow first answer) to
+  about 4 s, below the shortest state of the history (``tmin``), so the expectation stays exact.
+- *otlp*: the OTLP receiver answers 503 for a while, or goes away entirely (``stop``) and comes back
+  on the same port. SIGTERM restarts wait for the receiver to be up, so shutdown stays quick; a
+  SIGKILL may land in the middle of an outage (the spool on disk must carry the records over).
+- *director*: DocumentIncarnation resets at planned moments.
+- *sampler*: the RSS of the current exporter process, twice a second.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from se_exporter.simulator import FaultPlan, FaultRule, SimClock, SimulatorServer, SimWorld, VmIdentity
+from se_exporter.simulator.faults import MALFORMED
+from se_exporter.simulator.truth import ApprovalRecord, Change, RequestRecord
+from tests.otlp import OTLPHttpReceiver, ReceivedLog
+from tests.soak.history import HistoryPlan, plan_history
+from tests.support.exporter_process import ExporterProcess
+
+VM_NAME = "sim-vm-0"
+IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client timeout
+SLOW_ANSWER = 0.4  # a delay the client waits out
+FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
+POLICY = """\
+dry_run: false
+leader: first_resource
+rules:
+  - name: user-initiated
+    event_sources: [User]
+  - name: short-freeze
+    event_types: [Freeze]
+    max_duration_seconds: 8
+"""
+StartExporter = Callable[..., ExporterProcess]
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    active: float  # real seconds of history (events appear, live and finish within it)
+    speed: float = 300.0  # simulated seconds per real second
+    tmin: float = 8.0  # shortest state, real seconds (see history.py)
+    tmax: float = 12.0
+    mean_gap: float = 1.2  # mean real seconds between event appearances
+    burst_every: float = 20.0
+    kill_every: float = 12.0
+    kill_until: float = 0.6  # fraction of ``active`` after which the exporter is left running
+    quiet: tuple[float, float] = (2.5, 4.0)  # pause after each IMDS fault (real s)
+    otlp_gap: tuple[float, float] = (4.0, 9.0)
+    otlp_outage: tuple[float, float] = (2.0, 5.0)
+    warmup: float = 5.0  # RSS samples of the last process before this are warm-up
+    seed: int = 20240617
+
+    @classmethod
+    def short(cls, seed: int) -> SoakConfig:
+        return cls(active=46.0, seed=seed)
+
+    @classmethod
+    def long(cls, minutes: float, seed: int) -> SoakConfig:
+        return cls(active=minutes * 60.0, tmax=30.0, mean_gap=2.0, burst_every=60.0, kill_every=40.0,
+                   kill_until=0.5, otlp_gap=(10.0, 30.0), otlp_outage=(2.0, 12.0), warmup=30.0, seed=seed)
+
+
+@dataclass
+class ExporterRun:
+    index: int
+    process: ExporterProcess
+    started: float  # monotonic
+    ended: float | None = None
+    how: str = ""  # SIGKILL | SIGTERM | final | died
+    exit_code: int | None = None
+
+
+@dataclass
+class SoakResult:
+    config: SoakConfig
+    plan: HistoryPlan
+    ids: dict[str, str]  # scenario alias -> EventId
+    changes: tuple[Change, ...]
+    requests: tuple[RequestRecord, ...]
+    approvals: tuple[ApprovalRecord, ...]
+    arrivals: list[tuple[float, str, str]]  # (monotonic, method, endpoint) of every IMDS request
+    logs: list[ReceivedLog]
+    runs: list[ExporterRun]
+    rss: list[tuple[int, float, int]]  # (run index, monotonic, kB)
+    final_metrics: str
+    otlp_outages: list[tuple[str, float]]  # (kind, seconds)
+    sim_seconds: float
+    wall_seconds: float
+    errors: list[str] = field(default_factory=list)  # unexpected events seen while running
+
+
+class ArrivalRecordingFaultPlan(FaultPlan):
+    """A fault plan that also notes when each IMDS request arrived (real monotonic time).
+
+    ``decide`` is called once per IMDS request as it arrives (after the slow first answer, which is
+    waited out on the server side before the request counts), so these are the times IMDS's 5/s
+    limit would see, unlike the ground truth's request records (taken when the answer is sent).
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.arrivals: list[tuple[float, str, str]] = []
+        self._arrival_lock = threading.Lock()
+
+    def decide(self, method: str, endpoint: str, real_monotonic: float) -> FaultRule | None:
+        with self._arrival_lock:
+            self.arrivals.append((real_monotonic, method, endpoint))
+        return super().decide(method, endpoint, real_monotonic)
+
+
+class Fleet:
+    """The exporter process of the moment, restarted by the chaos thread; remembers every run."""
+
+    def __init__(self, start_exporter: StartExporter, args: tuple[str, ...], env: dict[str, str],
+                 faults: FaultPlan) -> None:
+        self._start_exporter = start_exporter
+        self._args = args
+        self._env = env
+        self._faults = faults
+        self.runs: list[ExporterRun] = []
+        self.lock = threading.Lock()
+        self.restart_lock = threading.RLock()  # one restart at a time (chaos thread, crash handling)
+
+    @property
+    def current(self) -> ExporterRun:
+        with self.lock:
+            return self.runs[-1]
+
+    def start(self) -> ExporterRun:
+        self._faults.set_first_response_delay(FIRST_ANSWER_DELAY)
+        process = self._start_exporter(*self._args, env=self._env)
+        run = ExporterRun(len(self.runs), process, time.monotonic())
+        with self.lock:
+            self.runs.append(run)
+        return run
+
+    def stop(self, sig: int, how: str) -> ExporterRun:
+        run = self.current
+        if run.process.proc.poll() is not None:  # died on its own: a crash
+            run.ended, run.how, run.exit_code = time.monotonic(), "died", run.process.proc.returncode
+            return run
+        run.ended = time.monotonic()
+        run.exit_code = run.process.stop(sig, timeout=30)
+        run.how = how
+        return run
+
+    def alive(self) -> bool:
+        return self.current.process.proc.poll() is None
+
+
+def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> SoakResult:
+    rng = random.Random(config.seed)
+    plan = plan_history(rng, active=config.active, speed=config.speed, tmin=config.tmin, tmax=config.tmax,
+                        mean_gap=config.mean_gap, burst_every=config.burst_every)
+    world = SimWorld(vm=VmIdentity(name=VM_NAME), clock=SimClock(config.speed), rng=random.Random(config.seed))
+    faults = ArrivalRecordingFaultPlan(rng=random.Random(config.seed + 1), rate_limit_per_s=5)
+    policy = tmp / "policy.yaml"
+    policy.write_text(POLICY)
+    errors: list[str] = []
+    with SimulatorServer(world, faults=faults) as sim, OTLPHttpReceiver() as receiver:
+        args = (f"--imds.url={sim.url}", "--poll.interval=1s", f"--imds.timeout={IMDS_TIMEOUT}s",
+                f"--state.file={tmp / 'state' / 'se-exporter.json'}", f"--approval.config={policy}",
+                f"--vm.name={VM_NAME}", "--log.format=json")
+        env = {**receiver.env, "OTEL_SDK_DISABLED": "false"}
+        fleet = Fleet(start_exporter, args, env, faults)
+        fleet.start().process.wait_ready(30)
+        began, sim_began = time.monotonic(), world.clock.now()
+        ids = world.play(plan.scenario)
+        deadline = began + plan.end
+        stop = threading.Event()
+        otlp_up = threading.Lock()  # held while the receiver is down
+        outages: list[tuple[str, float]] = []
+        rss: list[tuple[int, float, int]] = []
+        threads = [
+            threading.Thread(target=_chaos, name="soak-chaos", args=(config, rng), kwargs={
+                "faults": faults, "fleet": fleet, "otlp_up": otlp_up, "began": began, "stop": stop, "errors": errors}),
+            threading.Thread(target=_otlp_chaos, name="soak-otlp", args=(config, random.Random(config.seed + 2)),
+                             kwargs={"receiver": receiver, "otlp_up": otlp_up, "stop": stop, "outages": outages}),
+            threading.Thread(target=_director, name="soak-director", args=(world, plan, began, stop)),
+            threading.Thread(target=_sampler, name="soak-rss", args=(fleet, stop, rss)),
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            while time.monotonic() < deadline:
+                time.sleep(0.5)
+                with fleet.restart_lock:
+                    if not fleet.alive():  # a crash: noted (the checks fail on it), and carried on
+                        errors.append(f"exporter run {fleet.current.index} died on its own")
+                        fleet.stop(signal.SIGTERM, "died")
+                        fleet.start()
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+        faults.clear()
+        faults.set_rate_limit(5)
+        _wait(lambda: not world.snapshot().events, 3 * config.tmax, "every event gone", errors)
+        # Not an error by itself: if records are missing, check_transitions names them.
+        _wait(lambda: _all_delivered(world.truth.changes(), receiver), 45, "every transition delivered", [])
+        time.sleep(1.5)  # stragglers: a duplicate delivery would show up now
+        final_metrics = fleet.current.process.metrics()
+        _sample(fleet, rss)
+        fleet.stop(signal.SIGTERM, "final")
+        truth = {**world.truth.to_json(), "requests": world.truth.requests_json(), "event_ids": ids}
+        (tmp / "soak-truth.json").write_text(json.dumps(truth))  # for a look after a failure
+        return SoakResult(
+            config=config, plan=plan, ids=ids, changes=world.truth.changes(), requests=world.truth.requests(),
+            approvals=world.truth.approvals(), arrivals=list(faults.arrivals), logs=receiver.store.logs,
+            runs=list(fleet.runs), rss=rss, final_metrics=final_metrics, otlp_outages=outages,
+            sim_seconds=world.clock.now() - sim_began, wall_seconds=time.monotonic() - began, errors=errors,
+        )
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str, errors: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            errors.append(f"timed out after {timeout:.0f} s waiting for {what}")
+            return
+        time.sleep(0.25)
+
+
+def _all_delivered(changes: tuple[Change, ...], receiver: OTLPHttpReceiver) -> bool:
+    wanted = sum(1 for c in changes if c.event_id is not None)
+    uids = {log.attributes.get("log.record.uid") for log in receiver.store.logs
+            if log.event_name == "scheduled_event.transition"}
+    return len(uids) >= wanted
+
+
+def _chaos(config: SoakConfig, rng: random.Random, *, faults: FaultPlan, fleet: Fleet, otlp_up: threading.Lock,
+           began: float, stop: threading.Event, errors: list[str]) -> None:
+    kill_until = began + config.active * config.kill_until
+    next_kill = began + config.kill_every * 0.8
+    signals = [signal.SIGKILL, signal.SIGTERM]
+    kills = 0
+    while not stop.is_set() and time.monotonic() < began + config.active - 2 * config.tmin:
+        now = time.monotonic()
+        if now >= next_kill and now < kill_until:
+            sig = signals[kills % 2]
+            kills += 1
+            next_kill = now + config.kill_every
+            _restart(fleet, sig, otlp_up, errors)
+        else:
+            _imds_fault(rng, faults)
+        stop.wait(rng.uniform(*config.quiet))
+
+
+def _restart(fleet: Fleet, sig: int, otlp_up: threading.Lock, errors: list[str]) -> None:
+    name = signal.Signals(sig).name
+    with fleet.restart_lock:
+        if sig == signal.SIGTERM:  # a clean stop flushes the log spool: not while the receiver is down
+            with otlp_up:
+                run = fleet.stop(sig, name)
+        else:
+            run = fleet.stop(sig, name)
+        fleet.start()
+    expected = 0 if sig == signal.SIGTERM else -signal.SIGKILL
+    if run.exit_code != expected:
+        errors.append(f"exporter run {run.index} stopped by {name} exited {run.exit_code}, expected {expected}")
+
+
+def _imds_fault(rng: random.Random, faults: FaultPlan) -> None:
+    """One fault from the catalogue; waits (bounded) until the exporter has met all of it."""
+    kind = rng.choice(["status", "status", "malformed", "reset", "timeout", "slow"])
+    if kind == "status":
+        rule = faults.fail_next(rng.choice([500, 502, 503, 504, 429, 410]), rng.choice([1, 2]), method="any")
+    elif kind == "malformed":  # GET only: a POST answered 200 with a body would look like a success
+        rule = faults.malformed_next(rng.choice(MALFORMED), rng.choice([1, 2]), method="GET")
+    elif kind == "reset":
+        rule = faults.reset_next(rng.choice([1, 2]), method="any")
+    elif kind == "timeout":
+        rule = faults.delay_next(IMDS_TIMEOUT + 0.5, 1, method="GET")
+    else:
+        rule = faults.delay_next(SLOW_ANSWER, 2, method="GET")
+    deadline = time.monotonic() + 10
+    while rule.count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rule.count = 0  # never left armed: a late burst could overlap the next fault
+
+
+def _otlp_chaos(config: SoakConfig, rng: random.Random, *, receiver: OTLPHttpReceiver, otlp_up: threading.Lock,
+                stop: threading.Event, outages: list[tuple[str, float]]) -> None:
+    kinds = ["unavailable", "gone"]
+    while not stop.wait(rng.uniform(*config.otlp_gap)):
+        kind = kinds[len(outages) % 2]
+        seconds = rng.uniform(*config.otlp_outage)
+        with otlp_up:
+            if kind == "unavailable":
+                receiver.set_unavailable(True)
+            else:
+                receiver.stop()
+            stop.wait(seconds)
+            if kind == "unavailable":
+                receiver.set_unavailable(False)
+            else:
+                receiver.start()  # same port
+        outages.append((kind, seconds))
+
+
+def _director(world: SimWorld, plan: HistoryPlan, began: float, stop: threading.Event) -> None:
+    for at in plan.reset_at:
+        if stop.wait(max(0.0, began + at - time.monotonic())):
+            return
+        world.reset_incarnation()
+
+
+def _sampler(fleet: Fleet, stop: threading.Event, rss: list[tuple[int, float, int]]) -> None:
+    while not stop.wait(0.5):
+        _sample(fleet, rss)
+
+
+def _sample(fleet: Fleet, rss: list[tuple[int, float, int]]) -> None:
+    run = fleet.current
+    try:
+        status = Path(f"/proc/{run.process.proc.pid}/status").read_text()
+    except OSError:
+        return
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            rss.append((run.index, time.monotonic(), int(line.split()[1])))
+
+
+def write_summary(path: Path, summary: dict[str, object]) -> None:
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
