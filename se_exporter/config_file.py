@@ -59,9 +59,19 @@ def load_yaml(kind: str, source: str, text: str) -> object:
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{kind} {source}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{kind} {source}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
         raise ConfigError(f"{kind} {source}: not valid YAML: nested too deeply") from None
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """PyYAML's message spans lines and names "<unicode string>"; the operator needs what and where."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        context = f"{error.context}: " if error.context else ""
+        return f"{context}{error.problem}{where}"
+    return " ".join(str(error).split())
 
 
 class Fields:
