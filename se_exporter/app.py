@@ -17,7 +17,7 @@ from prometheus_client.core import Metric
 from se_exporter import __version__
 from se_exporter.approval.approver import ApprovalDecision
 from se_exporter.approval.policy import load_policy
-from se_exporter.approval.sink import ApprovalSink, build_approval_sink
+from se_exporter.approval.sink import build_approval_sink
 from se_exporter.config import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.event_log import EventLog
@@ -80,9 +80,9 @@ class Exporter:
             on_response=self.metrics.observe_response,
             tracer=tracer,
         )
-        self.approval: ApprovalSink | None = None
-        if policy is not None:
-            self.approval = build_approval_sink(policy, self.client.approve, self._on_decision, self.persistence)
+        self.approval = (
+            build_approval_sink(policy, self.client.approve, self._on_decision, self.persistence) if policy else None
+        )
         if config.state_file is not None and not self.persistence.save():
             raise ConfigError(f"--state.file: cannot write {config.state_file} (see the error above)")
         self.poller = Poller(
@@ -96,18 +96,7 @@ class Exporter:
             clock=clock,
             tracer=tracer,
         )
-        self.registry.register(
-            SnapshotCollector(
-                metrics=self.metrics,
-                events=lambda: store.events,
-                incarnation=lambda: store.incarnation,
-                health=lambda: self.poller.health,
-                identity=lambda: self.poller.identity,
-                clock=clock,
-                version=__version__,
-                extra=self._spool_families,
-            )
-        )
+        self.registry.register(self._collector(store, clock))
         app = make_app(self.registry, config.telemetry_path, lambda: self.poller.health.ready, __version__)
         self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
 
@@ -145,6 +134,18 @@ class Exporter:
             probe.close()
         log.info("learned VM identity name=%s vm_id=%s location=%s", learned.name, learned.vm_id, learned.location)
         return dataclasses.replace(learned, name=given.name) if given is not None else learned
+
+    def _collector(self, store: EventStore, clock: Callable[[], float]) -> SnapshotCollector:
+        return SnapshotCollector(
+            metrics=self.metrics,
+            events=lambda: store.events,
+            incarnation=lambda: store.incarnation,
+            health=lambda: self.poller.health,
+            identity=lambda: self.poller.identity,
+            clock=clock,
+            version=__version__,
+            extra=self._spool_families,
+        )
 
     def _on_decision(self, decision: ApprovalDecision) -> None:
         if decision.counted:
