@@ -13,6 +13,12 @@ from tests.support.fake_imds import FakeIMDS
 pytest_plugins = ["tests.otlp.fixtures"]  # the real OTLP receivers (HTTP and gRPC)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("soak", "the long soak test (tests/soak)")
+    group.addoption("--soak", action="store_true", default=False, help="run the long soak (10 minutes)")
+    group.addoption("--soak-minutes", type=float, default=None, help="run the long soak for this many minutes")
+
+
 @pytest.fixture
 def fake_imds() -> Iterator[FakeIMDS]:
     server = FakeIMDS().start()

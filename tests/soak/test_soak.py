@@ -44,11 +44,11 @@ def test_soak_short(tmp_path: Path, start_exporter: StartExporter) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(int(MINUTES * 60 + 600) if MINUTES else 7200)
 def test_soak_long(tmp_path: Path, start_exporter: StartExporter, request: pytest.FixtureRequest) -> None:
-    minutes = MINUTES or float(request.config.getoption("--soak-minutes", default=0) or 0)
-    if not minutes and request.config.getoption("--soak", default=False):
+    minutes = MINUTES or float(request.config.getoption("--soak-minutes") or 0)
+    if not minutes and request.config.getoption("--soak"):
         minutes = 10.0
     if not minutes:
-        pytest.skip("long soak: set SE_SOAK_MINUTES=N (or --soak / --soak-minutes if registered)")
+        pytest.skip("long soak: run with --soak (10 minutes), --soak-minutes=N or SE_SOAK_MINUTES=N")
     result = run_soak(SoakConfig.long(minutes, SEED), tmp_path, start_exporter)
     figures = all_checks(result)
     _report(figures, tmp_path)
