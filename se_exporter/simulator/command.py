@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from se_exporter import flags
+from se_exporter.flags import duration
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
 from se_exporter.simulator.model import VmIdentity
@@ -24,17 +25,6 @@ from se_exporter.simulator.scenario_file import builtin_names, resolve_scenario
 from se_exporter.simulator.server import SimulatorServer
 from se_exporter.simulator.truth import Change, Record
 from se_exporter.simulator.world import SimWorld
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def duration(text: str) -> float:
-    """``250ms``, ``1s``, ``2m``, ``1h`` or plain seconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 250ms, 1s, 2m, 1.5)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def speed(text: str) -> float:
@@ -48,11 +38,9 @@ def speed(text: str) -> float:
 
 
 def listen_address(text: str) -> tuple[str, int]:
-    """``host:port``; an empty host means every interface, ``[::1]:8080`` for IPv6."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"invalid listen address {text!r} (expected host:port)")
-    return (host.strip("[]") or "0.0.0.0"), int(port)
+    """The exporter's ``host:port`` syntax; an empty host means every (IPv4) interface."""
+    host, port = flags.listen_address(text)
+    return host or "0.0.0.0", port
 
 
 def _malformed_kind(text: str) -> str:
