@@ -119,6 +119,16 @@ def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartE
     assert "azure_scheduled_events_transitions" in families and openmetrics.text.endswith("# EOF\n")
 
 
+# What Prometheus 2 and 3 send by default: text is on offer, so text is what they get (as from node_exporter).
+PROMETHEUS_ACCEPT_HEADERS = [
+    ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "text/plain; version=0.0.4"),
+    ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,text/plain;version=1.0.0;"
+     "escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1", "text/plain; version=1.0.0"),
+    ("*/*", "text/plain; version=0.0.4"),
+]
+
+
 def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
     exporter = start_exporter(f"--imds.url={world.url}", "--web.telemetry-path=/probe")  # type: ignore[attr-defined]
     exporter.wait_ready()
@@ -132,6 +142,10 @@ def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
                                                   "azure_scheduled_events_poll_errors_total"}
     gz = httpx.get(exporter.url + "/probe", headers={"Accept-Encoding": "gzip"}, trust_env=False)
     assert gz.headers.get("Content-Encoding") == "gzip"
+    for accept, answered in PROMETHEUS_ACCEPT_HEADERS:
+        scraped = httpx.get(exporter.url + "/probe", headers={"Accept": accept}, trust_env=False)
+        assert scraped.headers["Content-Type"].startswith(answered), accept
+        assert "azure_scheduled_events_imds_up 1.0" in scraped.text
 
 
 def test_demo_shows_something_within_30_seconds(start_exporter: StartExporter) -> None:
