@@ -46,6 +46,9 @@ def test_get_sends_metadata_header_and_api_version() -> None:
     (request,) = seen
     assert request.method == "GET"
     assert request.headers["Metadata"] == "true"
+    assert request.headers["Host"] == "169.254.169.254"
+    assert request.headers["User-Agent"].startswith("se-exporter/")
+    assert "Cookie" not in request.headers and "Content-Type" not in request.headers
     assert str(request.url) == "http://169.254.169.254/metadata/scheduledevents?api-version=2019-08-01"
     assert client.responses[0][:2] == ("GET", "200")  # type: ignore[attr-defined]
 
@@ -67,6 +70,8 @@ def test_approve_posts_start_requests() -> None:
     (request,) = seen
     assert request.method == "POST"
     assert request.headers["Metadata"] == "true"
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["Content-Length"] == str(len(request.content))
     assert json.loads(request.content) == {"StartRequests": [{"EventId": "a"}, {"EventId": "b"}]}
 
 
