@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import logging
+import selectors
 import socket
 import ssl
 import sys
@@ -154,14 +155,29 @@ class WebServer:
         self._server.tls = tls
         self.port: int = self._server.server_address[1]
         self.scheme: str = config.scheme
-        self._thread = threading.Thread(target=self._server.serve_forever, name="web", daemon=True)
+        self._server.timeout = 0  # handle_request() only after select() said a connection waits
+        self._wake, self._woken = socket.socketpair()
+        self._thread = threading.Thread(target=self._accept_loop, name="web", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        self._wake.send(b"\0")
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
         self._server.server_close()
+        self._wake.close()
+        self._woken.close()
+
+    def _accept_loop(self) -> None:
+        # Unlike serve_forever(), which wakes every 0.5 s to look for a shutdown request, this sleeps
+        # until a client connects or stop() writes to the wake-up socket: an idle exporter stays asleep.
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._woken, selectors.EVENT_READ)
+            while all(key.fileobj is self._server for key, _ in selector.select()):
+                self._server.handle_request()
 
 
 def _bind(app: WSGIApplication, host: str, port: int) -> _ThreadingServer:
