@@ -74,7 +74,7 @@ class LogShipper:
             if not batch:
                 if self._stopping.is_set():
                     return
-                self._spool.wait(timeout=1.0)
+                self._spool.wait()  # append() and stop() wake it: an idle shipper costs nothing
                 continue
             if self._ship(batch):
                 continue

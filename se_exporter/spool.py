@@ -52,7 +52,7 @@ class Spool:
         self._journal: BinaryIO | None = None
         self._garbage = 0  # journal lines that no longer describe a pending record
         self._closed = False
-        self._wakeups = 0
+        self._woken = False
         if path is not None:
             self._load(path)
             if (excess := len(self._pending) - capacity) > 0:  # the bound may have been lowered since
@@ -94,17 +94,16 @@ class Spool:
             self._finish(done)
             self._maybe_compact()
 
-    def wait(self, timeout: float) -> bool:
-        """Block until something is pending (True), ``wake`` is called or ``timeout`` passes."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until something is pending (True), after ``wake`` or ``close``, or when ``timeout`` passes."""
         with self._cond:
-            wakeups = self._wakeups
-            self._cond.wait_for(lambda: bool(self._pending) or self._closed or self._wakeups != wakeups, timeout)
+            self._cond.wait_for(lambda: bool(self._pending) or self._closed or self._woken, timeout)
             return bool(self._pending) and not self._closed
 
     def wake(self) -> None:
-        """Release ``wait``ers now (the shipper is asked to stop)."""
+        """Release ``wait``ers now and from now on (the shipper is stopping: it must not sleep again)."""
         with self._cond:
-            self._wakeups += 1
+            self._woken = True
             self._cond.notify_all()
 
     def close(self) -> None:

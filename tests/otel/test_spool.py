@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 from se_exporter.records import AttributeValue, Record
@@ -78,3 +80,23 @@ def test_without_a_state_file_the_spool_lives_in_memory(tmp_path: Path) -> None:
     spool.append([record(1), record(2), record(3)])
     assert uids(spool.peek(10)) == ["uid-2", "uid-3"] and spool.dropped == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_wait_returns_when_records_arrive_and_never_blocks_after_wake() -> None:
+    spool = Spool(None)
+    arrived = threading.Event()
+
+    def waiter() -> None:
+        if spool.wait(timeout=30):
+            arrived.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    spool.append([record(1)])
+    thread.join(10)
+    assert arrived.is_set() and not thread.is_alive(), "append() wakes a waiting shipper"
+    spool.ack(["uid-1"])
+    spool.wake()  # the shipper is stopping; its next wait, even one that starts later, must not sleep
+    began = time.monotonic()
+    assert spool.wait() is False
+    assert time.monotonic() - began < 1.0
