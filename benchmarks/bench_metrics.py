@@ -3,8 +3,9 @@
 - ``render``: in-process, ``generate_latest`` on the ``Exporter``'s registry (the collector and
   the text encoder; no HTTP), the store filled by one poll through an ``httpx.MockTransport``.
 - ``HTTP``: a real exporter process polling a simulator process (1 s), scraped over loopback by the
-  driver with a fresh connection per scrape, as Prometheus does it (OpenMetrics, gzip) and as
-  curl does it (plain text 0.0.4, no compression). Latency is request sent → last byte read.
+  driver with a fresh connection per scrape, with Prometheus's headers (OpenMetrics offered first,
+  gzip; the exporter answers the text format, as node_exporter does) and with curl's (``*/*``: text
+  0.0.4, no compression). Latency is request sent → last byte read.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _http_samples(size: int, repeats: int) -> dict[str, Any]:
             exporter.wait_ready()
             wait_until(lambda: "azure_scheduled_events_event_info{" in exporter.metrics() or size == 0,
                        10, "events visible")
-            for label, headers in (("Prometheus (OpenMetrics, gzip)", PROMETHEUS_HEADERS),
+            for label, headers in (("Prometheus headers (text, gzip)", PROMETHEUS_HEADERS),
                                    ("curl (text 0.0.4)", CURL_HEADERS)):
                 for _ in range(3):
                     _scrape(exporter.port, headers)  # warm

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
 from se_exporter import __version__, flags, logs
-from se_exporter.config import add_exporter_flags, config_from_args
+from se_exporter.config import add_exporter_flags, config_from_args, untrusted_imds_url
 from se_exporter.errors import ConfigError
 
 COMMANDS = ("run", "simulate", "demo")
@@ -78,6 +78,9 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from se_exporter.app import Exporter
 
     config = config_from_args(args)
+    if untrusted_imds_url(config.imds_url):
+        log.warning("--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
+                    "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)", config.imds_url)
     try:
         exporter = Exporter(config, environ=environ)
     except OSError as error:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from se_exporter import flags
 from se_exporter.logs import FORMATS, LEVELS
@@ -91,6 +93,16 @@ def _url_flag(text: str) -> str:
     if not re.match(r"^https?://[^/\s]+$", text.rstrip("/")):
         raise argparse.ArgumentTypeError(f"invalid URL {text!r} (use e.g. http://169.254.169.254)")
     return text.rstrip("/")
+
+
+def untrusted_imds_url(url: str) -> bool:
+    """True when ``url`` is neither link-local (the real IMDS) nor loopback (the simulator)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host != "localhost"  # a name: DNS, and possibly a proxy, decide who answers
+    return not (address.is_link_local or address.is_loopback)
 
 
 def _api_version_flag(text: str) -> str:

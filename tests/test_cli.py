@@ -111,3 +111,24 @@ def test_listen_failure_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> 
         code = main([f"--web.listen-address=127.0.0.1:{port}", "--imds.url=http://127.0.0.1:9"], environ={})
     assert code == 2
     assert "--web.listen-address: cannot listen on" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("url", "warned"), [
+    ("http://10.0.0.4", True),
+    ("http://imds.example.com", True),
+    ("http://169.254.169.254", False),
+    ("http://127.0.0.1:8080", False),
+    ("http://localhost:8080", False),
+    ("http://[::1]:8080", False),
+    ("http://[fe80::1]", False),
+])
+def test_an_imds_url_that_is_neither_link_local_nor_loopback_is_warned_about(
+        url: str, warned: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:  # the exporter stops at the listen step: no request is ever sent
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        code = main([f"--web.listen-address=127.0.0.1:{busy.getsockname()[1]}", f"--imds.url={url}"], environ={})
+    assert code == 2
+    assert ("is neither link-local nor loopback" in capsys.readouterr().err) is warned
