@@ -6,6 +6,7 @@ import json
 import logging
 import socket
 import struct
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +42,13 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.faults = faults
         self.stopping = threading.Event()  # interrupts injected delays at shutdown
         super().__init__(address, ImdsHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up mid-answer (its timeout, a test's injected delay) is routine, not a bug.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            _log.debug("client %s went away mid-answer", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class ImdsHandler(BaseHTTPRequestHandler):
