@@ -155,14 +155,20 @@ def _timeout(read: float) -> dict[str, float]:
 def _read_capped(answer: httpx.Response) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    for chunk in answer.iter_bytes():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            if 200 <= answer.status_code < 300:
-                raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes; not read further")
-            break  # an oversized error page: its start is enough to explain it
-        chunks.append(chunk)
-    return b"".join(chunks)
+    success = 200 <= answer.status_code < 300
+    try:
+        for chunk in answer.iter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                if success:
+                    raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes; not read further")
+                break  # an oversized error page: its start is enough to explain it
+            chunks.append(chunk)
+    except httpx.DecodingError as exc:  # we never ask for compression, yet a broken peer may claim it
+        if success:
+            encoding = answer.headers.get("Content-Encoding", "")
+            raise InvalidDocument(f"IMDS body cannot be decoded (Content-Encoding: {encoding}): {exc}") from None
+    return b"".join(chunks)  # an undecodable error page: its status code says enough
 
 
 def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:

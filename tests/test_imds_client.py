@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -147,6 +147,17 @@ def test_oversized_body_is_invalid_and_not_read_whole() -> None:
     huge = b'{"DocumentIncarnation": 1, "Events": [' + b" " * (MAX_BODY_BYTES + 10) + b"]}"
     with pytest.raises(InvalidDocument, match="exceeds"):
         client_for(lambda r: httpx.Response(200, content=huge)).get_document()
+
+
+@pytest.mark.parametrize(("code", "error_type"), [(200, InvalidDocument), (503, IMDSHTTPError)])
+def test_a_body_claiming_an_encoding_it_does_not_have_is_a_typed_error(code: int, error_type: type) -> None:
+    class Streamed(httpx.SyncByteStream):  # as from the network: decoded only when read
+        def __iter__(self) -> Iterator[bytes]:
+            yield b"not gzip"
+
+    client = client_for(lambda r: httpx.Response(code, stream=Streamed(), headers={"Content-Encoding": "gzip"}))
+    with pytest.raises(error_type, match="cannot be decoded" if code == 200 else "answered 503"):
+        client.get_document()
 
 
 def test_compute_metadata_gives_identity() -> None:

@@ -107,6 +107,10 @@ HOSTILE_BODIES = {
                                            b'"EventType": "Freeze", "EventStatus": "Scheduled"}]}'),
                        "invalid_document", "not valid Unicode"),
     "binary-garbage": (lambda: Answer(body=bytes(range(256)) * 64), "invalid_document", "not JSON"),
+    "false-gzip": (lambda: Answer(body=b"{}" * 100, headers={"Content-Encoding": "gzip"}), "invalid_document",
+                   "cannot be decoded (Content-Encoding: gzip)"),
+    "false-gzip-error-page": (lambda: Answer(status=503, body=b"oops", headers={"Content-Encoding": "gzip"}),
+                              "http_5xx", "answered 503"),
     "date-overflow": (lambda: document(1, event(NotBefore="9999-12-31T23:59:59-01:00")), "invalid_document",
                       "NotBefore"),
 }

@@ -17,6 +17,7 @@ class Answer:
     body: bytes = b'{"DocumentIncarnation": 1, "Events": []}'
     delay: float = 0.0
     reset: bool = False  # close the connection without answering
+    headers: dict[str, str] = field(default_factory=dict)  # extra response headers
 
 
 @dataclass
@@ -99,6 +100,8 @@ class FakeIMDS:
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(answer.body)))
+                for name, header_value in answer.headers.items():
+                    self.send_header(name, header_value)
                 self.end_headers()
                 self.wfile.write(answer.body)
 
