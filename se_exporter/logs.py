@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("logfmt", "json")
+_NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -43,7 +45,8 @@ def _logfmt_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         value = ",".join(map(str, value))
     text = str(value)
-    if text and not any(c in text for c in ' ="\\\n\t') and text.isprintable():
+    # isprintable() already rules out newlines, tabs and other control characters.
+    if text and text.isprintable() and _NEEDS_QUOTES.search(text) is None:
         return text
     return json.dumps(text, ensure_ascii=False)
 

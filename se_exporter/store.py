@@ -7,6 +7,7 @@ seconds), so tests drive it with any timeline and a restored store continues whe
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -59,11 +60,17 @@ class Transition:
     @property
     def uid(self) -> str:
         """Stable id of this transition: the same if it is ever emitted again after a crash."""
-        key = self.event.event_id if self.life == 1 else f"{self.event.event_id}#{self.life}"
-        key += f"/{self.kind}"
-        if self.kind == RESCHEDULED and self.event.not_before is not None:
-            key += "/" + self.event.not_before.isoformat()
-        return str(uuid.uuid5(_UID_NAMESPACE, key))
+        not_before = self.event.not_before if self.kind == RESCHEDULED else None
+        return _transition_uid(self.event.event_id, self.life, self.kind, not_before)
+
+
+@functools.lru_cache(maxsize=4096)  # each sink asks for the uid of the same transition
+def _transition_uid(event_id: str, life: int, kind: str, not_before: datetime | None) -> str:
+    key = event_id if life == 1 else f"{event_id}#{life}"
+    key += f"/{kind}"
+    if not_before is not None:
+        key += "/" + not_before.isoformat()
+    return str(uuid.uuid5(_UID_NAMESPACE, key))
 
 
 class EventStore:
