@@ -3,8 +3,8 @@
 One long-lived httpx transport (connection pool), called directly: IMDS needs none of
 ``httpx.Client``'s cookies, auth or redirects, which cost more CPU than the rest of an idle poll.
 Proxies are bypassed on purpose (no proxy, ``trust_env=False``): IMDS is link-local and rejects
-proxied requests. Every request passes the shared rate limiter,
-is timed into ``on_response`` (the metrics) and traced as an HTTP client span.
+proxied requests. Every request passes the shared rate limiter, is timed into ``on_response``
+(the metrics) and traced as an HTTP client span.
 """
 
 from __future__ import annotations
