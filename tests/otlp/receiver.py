@@ -47,26 +47,6 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-__all__ = [
-    "AttrValue",
-    "Failure",
-    "MetricPoint",
-    "OTLPGrpcReceiver",
-    "OTLPHttpReceiver",
-    "OTLPReceiver",
-    "ReceivedLog",
-    "ReceivedMetric",
-    "ReceivedSpan",
-    "ReceiverTimeout",
-    "RequestRecord",
-    "SpanEvent",
-    "SpanLink",
-    "SpanStatus",
-    "TelemetryStore",
-    "any_value_to_python",
-    "attributes_to_dict",
-]
-
 _log = logging.getLogger(__name__)
 
 LOOPBACK: Final = "127.0.0.1"
@@ -567,19 +547,9 @@ class TelemetryStore:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> list[ReceivedLog]:
         """Wait until at least ``count`` matching logs were received; return all matching logs."""
-
-        def check() -> list[ReceivedLog] | None:
-            found = self.find_logs(predicate, event_name=event_name, attributes=attributes)
-            return found if len(found) >= count else None
-
-        return self.wait_until(
-            check,
-            timeout=timeout,
-            message=lambda: (
-                f"expected >= {count} log(s) (event_name={event_name!r}, attributes={attributes!r}, "
-                f"predicate={predicate!r}), got "
-                f"{len(self.find_logs(predicate, event_name=event_name, attributes=attributes))}"
-            ),
+        return self._wait_for_count(
+            lambda: self.find_logs(predicate, event_name=event_name, attributes=attributes), count, timeout,
+            f"log(s) (event_name={event_name!r}, attributes={attributes!r}, predicate={predicate!r})",
         )
 
     def wait_for_spans(
@@ -592,18 +562,9 @@ class TelemetryStore:
         timeout: float = DEFAULT_TIMEOUT,
     ) -> list[ReceivedSpan]:
         """Wait until at least ``count`` matching spans were received; return all matching spans."""
-
-        def check() -> list[ReceivedSpan] | None:
-            found = self.find_spans(predicate, name=name, attributes=attributes)
-            return found if len(found) >= count else None
-
-        return self.wait_until(
-            check,
-            timeout=timeout,
-            message=lambda: (
-                f"expected >= {count} span(s) (name={name!r}, attributes={attributes!r}, "
-                f"predicate={predicate!r}), got {len(self.find_spans(predicate, name=name, attributes=attributes))}"
-            ),
+        return self._wait_for_count(
+            lambda: self.find_spans(predicate, name=name, attributes=attributes), count, timeout,
+            f"span(s) (name={name!r}, attributes={attributes!r}, predicate={predicate!r})",
         )
 
     def wait_for_requests(
@@ -626,17 +587,16 @@ class TelemetryStore:
                 and (predicate is None or predicate(r))
             ]
 
-        def check() -> list[RequestRecord] | None:
+        return self._wait_for_count(find, count, timeout, f"request(s) (signal={signal!r}, accepted={accepted!r})")
+
+    def _wait_for_count(self, find: Callable[[], list[_T]], count: int, timeout: float, what: str) -> list[_T]:
+        """Wait until ``find()`` returns at least ``count`` items; return them all."""
+
+        def check() -> list[_T] | None:
             found = find()
             return found if len(found) >= count else None
 
-        return self.wait_until(
-            check,
-            timeout=timeout,
-            message=lambda: (
-                f"expected >= {count} request(s) (signal={signal!r}, accepted={accepted!r}), got {len(find())}"
-            ),
-        )
+        return self.wait_until(check, timeout=timeout, message=lambda: f"expected >= {count} {what}, got {len(find())}")
 
     def describe(self, limit: int = 20) -> str:
         """Human-readable summary used in timeout messages."""
