@@ -408,6 +408,68 @@ def up_expr(job_selector: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+# Panels both dashboards show: the same query and look, each with its own description.
+def event_timeline(description: str) -> dict[str, Any]:
+    return _panel(
+        "state-timeline",
+        "Event timeline",
+        description,
+        [target(EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}")],
+        "none",
+        defaults={
+            "color": {"mode": "thresholds"},
+            "thresholds": GREEN,
+            "mappings": STATUS_MAPPINGS,
+            "custom": {"fillOpacity": 80, "lineWidth": 0},
+        },
+        options={
+            "alignValue": "left",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "showValue": "auto",
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+            "tooltip": {"mode": "single", "sort": "none"},
+        },
+    )
+
+
+def soonest_not_before(description: str) -> dict[str, Any]:
+    return stat(
+        "Soonest NotBefore",
+        description,
+        f"min({m('event_seconds_until_not_before')}{{{SEL}}})",
+        "s",
+        steps=thresholds((None, "red"), (300, "orange"), (900, "green")),
+        no_value="none scheduled",
+    )
+
+
+def approvals_by_result(description: str) -> dict[str, Any]:
+    return timeseries(
+        "Approvals by result",
+        description,
+        [
+            target(
+                f"sum by (event_type, result) (increase({m('approvals_total')}{{{SEL}}}[$__rate_interval]))",
+                "{{event_type}} {{result}}",
+            )
+        ],
+        "short",
+        bars=True,
+        stacked=True,
+    )
+
+
+def poll_errors_by_reason(description: str) -> dict[str, Any]:
+    return timeseries(
+        "Poll errors by reason",
+        description,
+        [target(f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        "ops",
+        stacked=True,
+    )
+
+
 def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay = Layout()
     impactful_info = f'{m("event_info")}{{{SEL}, event_type=~"{IMPACTFUL}", affects_this_vm!="false"}}'
@@ -438,14 +500,9 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         4,
     )
     lay.add(
-        stat(
-            "Soonest NotBefore",
+        soonest_not_before(
             "Time until the earliest NotBefore of any listed event (negative: passed, event not yet Started). "
             "Red below 5 minutes.",
-            f"min({m('event_seconds_until_not_before')}{{{SEL}}})",
-            "s",
-            steps=thresholds((None, "red"), (300, "orange"), (900, "green")),
-            no_value="none scheduled",
         ),
         4,
         4,
@@ -631,27 +688,9 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         8,
     )
     lay.add(
-        _panel(
-            "state-timeline",
-            "Event timeline",
+        event_timeline(
             "Each listed event per VM over time: yellow Scheduled, red Started; a gap means not listed "
             "(not yet announced, completed or cancelled).",
-            [target(EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}")],
-            "none",
-            defaults={
-                "color": {"mode": "thresholds"},
-                "thresholds": GREEN,
-                "mappings": STATUS_MAPPINGS,
-                "custom": {"fillOpacity": 80, "lineWidth": 0},
-            },
-            options={
-                "alignValue": "left",
-                "mergeValues": True,
-                "rowHeight": 0.8,
-                "showValue": "auto",
-                "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
-                "tooltip": {"mode": "single", "sort": "none"},
-            },
         ),
         24,
         8,
@@ -677,20 +716,10 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         8,
     )
     lay.add(
-        timeseries(
-            "Approvals by result",
+        approvals_by_result(
             "Approval decisions (POST StartRequests) by result over $__rate_interval windows: approved, "
             "dry_run (decided, not sent), failed (IMDS refused or unreachable), hook_failed (the pre-approval "
             "hook, e.g. a drain, failed: the event was not approved).",
-            [
-                target(
-                    f"sum by (event_type, result) (increase({m('approvals_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{event_type}} {{result}}",
-                )
-            ],
-            "short",
-            bars=True,
-            stacked=True,
         ),
         8,
         8,
@@ -725,18 +754,9 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         8,
     )
     lay.add(
-        timeseries(
-            "Poll errors by reason",
+        poll_errors_by_reason(
             "Failed IMDS polls per second by reason (timeout, connection, http_4xx, http_5xx, throttled, "
             "invalid_document), summed over the selected exporters.",
-            [
-                target(
-                    f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{reason}}",
-                )
-            ],
-            "ops",
-            stacked=True,
         ),
         8,
         8,
@@ -910,13 +930,8 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         4,
     )
     lay.add(
-        stat(
-            "Soonest NotBefore",
+        soonest_not_before(
             "Time until the earliest NotBefore of the listed events (negative: passed, not yet Started).",
-            f"min({m('event_seconds_until_not_before')}{{{SEL}}})",
-            "s",
-            steps=thresholds((None, "red"), (300, "orange"), (900, "green")),
-            no_value="none scheduled",
         ),
         4,
         4,
@@ -961,27 +976,9 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
 
     lay.row("Events")
     lay.add(
-        _panel(
-            "state-timeline",
-            "Event timeline",
+        event_timeline(
             "State of each event over time: yellow Scheduled, red Started; a gap means not listed (not yet "
             "announced, completed or cancelled). Row label: instance, type, event ID.",
-            [target(EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}")],
-            "none",
-            defaults={
-                "color": {"mode": "thresholds"},
-                "thresholds": GREEN,
-                "mappings": STATUS_MAPPINGS,
-                "custom": {"fillOpacity": 80, "lineWidth": 0},
-            },
-            options={
-                "alignValue": "left",
-                "mergeValues": True,
-                "rowHeight": 0.8,
-                "showValue": "auto",
-                "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
-                "tooltip": {"mode": "single", "sort": "none"},
-            },
         ),
         24,
         7,
@@ -1125,19 +1122,9 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         8,
     )
     lay.add(
-        timeseries(
-            "Approvals by result",
+        approvals_by_result(
             "Approval decisions for this VM's events over $__rate_interval windows (approved, dry_run, failed, "
             "hook_failed).",
-            [
-                target(
-                    f"sum by (event_type, result) (increase({m('approvals_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{event_type}} {{result}}",
-                )
-            ],
-            "short",
-            bars=True,
-            stacked=True,
         ),
         12,
         8,
@@ -1179,17 +1166,8 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         8,
     )
     lay.add(
-        timeseries(
-            "Poll errors by reason",
+        poll_errors_by_reason(
             "Failed polls per second by reason.",
-            [
-                target(
-                    f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{reason}}",
-                )
-            ],
-            "ops",
-            stacked=True,
         ),
         12,
         8,
