@@ -6,6 +6,7 @@ Everything here is stdlib (plus se_exporter itself): the benchmarks must start o
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -17,10 +18,12 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -164,16 +167,8 @@ def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5
         return error.code, error.read()
 
 
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError):
-            value = condition()
-            if value:
-                return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+# The tests' waiter; a connection error (exporter not listening yet) counts as "not yet".
+wait_until = functools.partial(wait_for, interval=0.01, retry_on=(OSError,))
 
 
 # ----- subprocesses ----------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +15,7 @@ import httpx
 
 from se_exporter.document import ScheduledEvent
 from se_exporter.errors import IMDSHTTPError
+from tests.support.wait import wait_for
 
 TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "approval"
 T0 = 1_750_000_000.0  # the fake clock's start (2025-06-15T15:06:40Z)
@@ -44,12 +45,8 @@ class FakeClock:
         return self.now
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+# The approval tests' waits: short, tight, and an exception in the condition fails at once.
+wait_until = functools.partial(wait_for, timeout=5.0, interval=0.01, retry_on=())
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from se_exporter.simulator import FaultPlan, ManualClock, SimulatorServer, SimWorld, VmIdentity
+from tests.support.wait import wait_for
 
 START = 1_650_000_000.0  # Fri, 15 Apr 2022 05:20:00 GMT
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -55,12 +57,5 @@ def approve(client: httpx.Client, *event_ids: str) -> httpx.Response:
     return client.post(EVENTS_PATH, params=API, json={"StartRequests": [{"EventId": e} for e in event_ids]})
 
 
-def eventually(condition: Any, timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``condition()`` until truthy or fail after ``timeout`` real seconds (no fixed sleeps)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
+# Poll a condition until truthy or fail after ``timeout`` real seconds (no fixed sleeps).
+eventually = functools.partial(wait_for, timeout=5.0, interval=0.01, retry_on=())

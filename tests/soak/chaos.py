@@ -31,6 +31,7 @@ from se_exporter.simulator.truth import ApprovalRecord, Change, RequestRecord
 from tests.otlp import OTLPHttpReceiver, ReceivedLog
 from tests.soak.history import HistoryPlan, plan_history
 from tests.support.exporter_process import ExporterProcess
+from tests.support.wait import wait_for
 
 VM_NAME = "sim-vm-0"
 IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client timeout
@@ -228,12 +229,11 @@ def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> So
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str, errors: list[str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            errors.append(f"timed out after {timeout:.0f} s waiting for {what}")
-            return
-        time.sleep(0.25)
+    """Wait like ``wait_for``, but note a timeout in the soak's errors instead of stopping the soak."""
+    try:
+        wait_for(condition, timeout, what, interval=0.25, retry_on=())
+    except AssertionError as error:
+        errors.append(str(error))
 
 
 def _all_delivered(changes: tuple[Change, ...], receiver: OTLPHttpReceiver) -> bool:

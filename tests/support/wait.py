@@ -10,8 +10,12 @@ T = TypeVar("T")
 
 
 def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition",
-             interval: float = 0.02) -> T:
-    """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout`` s."""
+             interval: float = 0.02, retry_on: tuple[type[Exception], ...] = (Exception,)) -> T:
+    """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout`` s.
+
+    An exception of a ``retry_on`` type (e.g. a port not open yet) counts as "not yet" and is reported
+    at the deadline; any other exception fails at once. ``retry_on=()`` lets every exception through.
+    """
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
@@ -19,7 +23,7 @@ def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "con
             value = condition()
             if value:
                 return value
-        except Exception as error:  # e.g. a port not open yet: retried until the deadline
+        except retry_on as error:
             last_error = error
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error!r})" if last_error else ""
