@@ -45,6 +45,18 @@ class FakeClock:
         return self.now
 
 
+# DESIGN.md's example policy; {dry_run} and {leader} to fill in.
+DESIGN_POLICY = """\
+dry_run: {dry_run}
+leader: {leader}
+rules:
+  - name: user-initiated
+    event_sources: [User]
+  - name: short-freeze
+    event_types: [Freeze]
+    max_duration_seconds: 8
+"""
+
 # The approval tests' waits: short, tight, and an exception in the condition fails at once.
 wait_until = functools.partial(wait_for, timeout=5.0, interval=0.01, retry_on=())
 

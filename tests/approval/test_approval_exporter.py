@@ -28,7 +28,7 @@ import pytest
 from se_exporter.approval.approver import POST_RETRY_DELAYS_SECONDS
 from se_exporter.imds_client import ClientSettings
 from se_exporter.simulator import SELF, EventPlan, SimClock, SimulatorServer, SimWorld
-from tests.approval.helpers import TESTDATA
+from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
@@ -42,17 +42,6 @@ SOME_POLLS = 12  # the same, where the test has several such phases (keeps the f
 RESULTS = ("approved", "dry_run", "failed", "hook_failed")
 TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 EVENTS_PATH = "/metadata/scheduledevents"
-
-DESIGN_POLICY = """\
-dry_run: {dry_run}
-leader: {leader}
-rules:
-  - name: user-initiated
-    event_sources: [User]
-  - name: short-freeze
-    event_types: [Freeze]
-    max_duration_seconds: 8
-"""
 
 
 # ----- harness ----------------------------------------------------------------------------------

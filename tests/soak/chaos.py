@@ -28,6 +28,7 @@ from pathlib import Path
 from se_exporter.simulator import FaultPlan, FaultRule, SimClock, SimulatorServer, SimWorld, VmIdentity
 from se_exporter.simulator.faults import MALFORMED
 from se_exporter.simulator.truth import ApprovalRecord, Change, RequestRecord
+from tests.approval.helpers import DESIGN_POLICY
 from tests.otlp import OTLPHttpReceiver, ReceivedLog
 from tests.soak.history import HistoryPlan, plan_history
 from tests.support.exporter_process import ExporterProcess
@@ -37,16 +38,7 @@ VM_NAME = "sim-vm-0"
 IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client timeout
 SLOW_ANSWER = 0.4  # a delay the client waits out
 FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
-POLICY = """\
-dry_run: false
-leader: first_resource
-rules:
-  - name: user-initiated
-    event_sources: [User]
-  - name: short-freeze
-    event_types: [Freeze]
-    max_duration_seconds: 8
-"""
+POLICY = DESIGN_POLICY.format(dry_run="false", leader="first_resource")
 StartExporter = Callable[..., ExporterProcess]
 
 
