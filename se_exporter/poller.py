@@ -121,10 +121,11 @@ class Poller:
         for transition in transitions:
             self._metrics.observe_transition(transition)
         result = PollResult(document, transitions, changed, self.identity, now)
+        if changed:
+            self._persistence.request_save()
         for sink in self._sinks:  # before persisting: a crash in between re-emits, never loses
             sink.on_poll(result)
-        if changed:
-            self._persistence.save()
+        self._persistence.flush()  # once, for the store and whatever the sinks asked to keep
         self.health = PollHealth(up=True, last_success=now)
         self._backoff.reset()
         if self._failing_reason is not None:

@@ -17,24 +17,31 @@ STATE_SECTION = "approvals"
 
 
 class ApprovalSink:
-    """Feeds each successful poll to the approver; saves its decisions whenever they change."""
+    """Feeds each successful poll to the approver; has its decisions saved whenever they change."""
 
     def __init__(self, approver: Approver, persistence: Persistence) -> None:
         self.approver = approver
         self._persistence = persistence
-        self._saved: Any = approver.to_state()
+        self._saved: Any = _decisions(approver.to_state())
         persistence.register(STATE_SECTION, approver.to_state)
 
     def on_poll(self, result: PollResult) -> None:
         self.approver.on_poll(result.document.events, result.identity.name)
-        state = self.approver.to_state()
-        if state != self._saved:  # an approval must be on disk before a restart could repeat it
-            self._persistence.save()
-            self._saved = state
+        decisions = _decisions(self.approver.to_state())
+        if decisions != self._saved:  # an approval must be on disk before a restart could repeat it
+            self._persistence.request_save()  # written by the poller at the end of this poll
+            self._saved = decisions
 
     def close(self) -> None:
+        """Stop the approver; its final state is in the owner's next save (``Exporter.close``)."""
         self.approver.close()
-        self._persistence.save()
+
+
+def _decisions(state: dict[str, Any]) -> dict[str, Any]:
+    """The state without when each event was last seen: refreshed every poll, it alone is not worth a write
+    (it reaches the file with the next save, and only matters for the 7-day retention)."""
+    events = {event_id: {**record, "last_seen": None} for event_id, record in state["events"].items()}
+    return {**state, "events": events}
 
 
 def build_approval_sink(

@@ -328,8 +328,12 @@ def test_post_has_the_documented_header_and_body_and_is_not_repeated_across_rest
     assert json.loads(post.body) == {"StartRequests": [{"EventId": "E1"}]}
     wait_for(lambda: results(first, "E1") == ["approved"], 10, "the approved audit line")
     wait_for(lambda: saved_status(state, "E1") == "approved", 10, "the approval saved")
+    saved = state.stat()
     wait_more_polls(lambda: fake_polls(fake_imds), SOME_POLLS)  # IMDS still lists E1 as Scheduled
     assert len(fake_posts(fake_imds)) == 1
+    unchanged = state.stat()  # each save renames a new file into place: a new inode
+    assert (unchanged.st_ino, unchanged.st_mtime_ns) == (saved.st_ino, saved.st_mtime_ns), \
+        "polls that changed nothing rewrote the state file"
     assert nonzero(approvals_total(first)) == {("Reboot", "approved"): 1}
 
     # SIGTERM, then SIGKILL: each restart reads the approval back and never POSTs again.
