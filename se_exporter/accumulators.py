@@ -52,13 +52,16 @@ class LabeledHistogram:
         self.documentation = documentation
         self.label_names = list(label_names)
         self.bounds = sorted(buckets)
+        self._le_labels = [*map(_le, self.bounds), "+Inf"]
         self._series: dict[Labels, tuple[list[int], float]] = {}
         self._lock = threading.Lock()
 
     def observe(self, labels: Labels, value: float) -> None:
         index = bisect.bisect_left(self.bounds, value)  # le is inclusive: value == bound lands in it
         with self._lock:
-            counts, total = self._series.get(labels, ([0] * (len(self.bounds) + 1), 0.0))
+            if (series := self._series.get(labels)) is None:
+                series = ([0] * (len(self.bounds) + 1), 0.0)
+            counts, total = series
             counts[index] += 1
             self._series[labels] = (counts, total + value)
 
@@ -67,7 +70,7 @@ class LabeledHistogram:
         with self._lock:
             for labels, (counts, total) in sorted(self._series.items()):
                 cumulative, buckets = 0, []
-                for bound, count in zip([*map(_le, self.bounds), "+Inf"], counts, strict=True):
+                for bound, count in zip(self._le_labels, counts, strict=True):
                     cumulative += count
                     buckets.append((bound, float(cumulative)))
                 family.add_metric(list(labels), buckets, total)
