@@ -16,7 +16,9 @@ from typing import Any, TypeGuard
 from se_exporter.errors import InvalidDocument
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-EVENT_STATUSES = ("Scheduled", "Started")
+STATUS_SCHEDULED = "Scheduled"
+STATUS_STARTED = "Started"
+EVENT_STATUSES = (STATUS_SCHEDULED, STATUS_STARTED)
 UNKNOWN_DURATION = -1
 
 
@@ -48,7 +50,7 @@ def parse_document(body: bytes | str) -> Document:
     if not isinstance(data, dict):
         raise InvalidDocument(f"document is a JSON {type(data).__name__}, not an object")
     incarnation = data.get("DocumentIncarnation")
-    if not _is_int(incarnation):
+    if not is_int(incarnation):
         raise InvalidDocument(f"DocumentIncarnation must be an integer, got {incarnation!r:.80}")
     raw_events = data.get("Events", [])
     if not isinstance(raw_events, list):
@@ -74,7 +76,7 @@ def _parse_event(index: int, raw: Any) -> ScheduledEvent:
     for resource in resources:
         _check_unicode(resource, f"{where}.Resources")
     duration = raw.get("DurationInSeconds", UNKNOWN_DURATION)
-    if not _is_int(duration):
+    if not is_int(duration):
         raise InvalidDocument(f"{where}.DurationInSeconds must be an integer, got {duration!r:.40}")
     return ScheduledEvent(
         event_id=event_id,
@@ -109,7 +111,8 @@ def _parse_time(text: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
+    """An int that is not a bool (JSON's true/false parse as bool, a subclass of int)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -65,7 +65,3 @@ class InvalidDocument(IMDSError):
     """The body is not a valid Scheduled Events document; no state is changed."""
 
     reason = "invalid_document"
-
-    @property
-    def retryable(self) -> bool:
-        return True

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from se_exporter.document import ScheduledEvent
+from se_exporter.document import ScheduledEvent, is_int
 from se_exporter.store import EventState, EventStore
 
 FORMAT_VERSION = 1
@@ -129,7 +129,7 @@ def _check_event_fields(fields: dict[str, Any]) -> None:
     if not isinstance(fields.get("resources", []), list):
         raise TypeError("event resources is not a list")
     duration = fields.get("duration_seconds", -1)
-    if not isinstance(duration, int) or isinstance(duration, bool):
+    if not is_int(duration):
         raise TypeError(f"event duration_seconds {duration!r:.40} is not an integer")
 
 

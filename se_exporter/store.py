@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
 
-from se_exporter.document import Document, ScheduledEvent
+from se_exporter.document import STATUS_SCHEDULED, STATUS_STARTED, Document, ScheduledEvent
 
 SCHEDULED = "scheduled"
 STARTED = "started"
@@ -23,9 +23,7 @@ CANCELLED = "cancelled"
 RESCHEDULED = "rescheduled"
 TRANSITIONS = (SCHEDULED, STARTED, COMPLETED, CANCELLED, RESCHEDULED)
 
-STATUS_SCHEDULED = "Scheduled"
 MAX_REMEMBERED_REMOVALS = 1000
-STATUS_STARTED = "Started"
 
 # Fixed namespace so that a transition's uid is the same in every process, forever.
 _UID_NAMESPACE = uuid.UUID("6f1d3c52-5a57-4d0e-9a35-9b1f2b8c1e01")
@@ -114,9 +112,8 @@ class EventStore:
         updated: dict[str, EventState] = {}
         for event in document.events:
             previous = self._events.get(event.event_id)
-            if previous is None and event.event_id in self.removed:
-                previous_life = self.removed.pop(event.event_id)
-                state, emitted = _first_sighting(event, now, life=previous_life + 1)
+            if previous is None:  # a returning EventId starts its next life (see the class docstring)
+                state, emitted = _first_sighting(event, now, life=self.removed.pop(event.event_id, 0) + 1)
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
@@ -138,12 +135,8 @@ class EventStore:
             del self.removed[next(iter(self.removed))]
 
 
-def _advance(
-    state: EventState | None, event: ScheduledEvent, now: float
-) -> tuple[EventState, list[tuple[str, str]]]:
-    """The new state of one listed event and the (transition, previous status) pairs it emits."""
-    if state is None:
-        return _first_sighting(event, now)
+def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[EventState, list[tuple[str, str]]]:
+    """The new state of an event listed before and the (transition, previous status) pairs it emits."""
     emitted: list[tuple[str, str]] = []
     previous = state.event.event_status
     history = state.not_before_history

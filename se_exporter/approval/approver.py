@@ -45,7 +45,7 @@ from se_exporter.approval.state import (
     event_revision,
     load_records,
 )
-from se_exporter.document import ScheduledEvent
+from se_exporter.document import STATUS_SCHEDULED, ScheduledEvent
 
 log = logging.getLogger("se_exporter.approval")
 
@@ -189,7 +189,7 @@ class Approver:
         revision = event_revision(event)
         if record is not None:
             record.last_seen = now
-            if record.status in (APPROVED, HOOK_RUNNING, POSTING) or event.event_status != "Scheduled":
+            if record.status in (APPROVED, HOOK_RUNNING, POSTING) or event.event_status != STATUS_SCHEDULED:
                 return  # final, in flight, or its approval story is over
             same = record.revision == revision
             if same and record.status in (DRY_RUN, HOOK_FAILED):

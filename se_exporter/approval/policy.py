@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from se_exporter.approval._validate import Fields, load_yaml, show
-from se_exporter.document import EVENT_TYPES, ScheduledEvent
+from se_exporter.document import EVENT_TYPES, STATUS_SCHEDULED, ScheduledEvent
 from se_exporter.errors import ConfigError
 
 EVENT_SOURCES = ("Platform", "User")
@@ -105,7 +105,7 @@ class Policy:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def decide(self, event: ScheduledEvent, vm_name: str | None, now: float) -> Decision:
-        if event.event_status != "Scheduled":
+        if event.event_status != STATUS_SCHEDULED:
             return Decision(False, reason=NOT_SCHEDULED, detail=f"status is {event.event_status}, not Scheduled")
         if not vm_name:
             return Decision(False, reason=VM_NAME_UNKNOWN, detail="this VM's name is unknown, so approving is unsafe")
