@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from se_exporter.records import Record
+from se_exporter.state_file import write_atomically
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000
@@ -190,21 +190,6 @@ class Spool:
         except OSError as error:
             log.error("cannot compact log spool %s: %s", self.path, error)
         self._garbage = 0
-
-
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Temporary file in the same directory, fsynced, renamed over ``path`` (as the state file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(payload)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _line(entry: dict[str, Any]) -> bytes:

@@ -45,18 +45,23 @@ class StateFile:
     def save(self, sections: dict[str, Any]) -> None:
         """Replace the file atomically; raises OSError (the caller logs it and keeps going)."""
         payload = json.dumps({"version": FORMAT_VERSION, "sections": sections}, separators=(",", ":")).encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600: the state is nobody else's
-                out.write(payload)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.path.parent)
+        write_atomically(self.path, payload)
+
+
+def write_atomically(path: Path, payload: bytes) -> None:
+    """Temporary file in the same directory, fsynced, renamed over ``path``, the rename fsynced too."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600: the state is nobody else's
+            out.write(payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
 
 
 def _fsync_directory(directory: Path) -> None:
