@@ -20,7 +20,7 @@ from opentelemetry.context import Context
 from se_exporter.document import ScheduledEvent
 from se_exporter.identity import VMIdentity
 from se_exporter.poller import PollResult
-from se_exporter.records import rfc3339
+from se_exporter.records import affects_attribute, rfc3339, unix_nanos
 from se_exporter.store import CANCELLED, COMPLETED, Transition
 
 log = logging.getLogger(__name__)
@@ -97,11 +97,10 @@ class LifecycleSpans:
                 "scheduled_event.duration_s": event.duration_seconds,
                 "scheduled_event.description": event.description,
             }
-            if (affects := identity.affects(event.resources)) != "unknown":
-                attributes["scheduled_event.affects_this_vm"] = affects == "true"
+            attributes.update(affects_attribute(identity.affects(event.resources)))
         poll = trace.get_current_span().get_span_context()
         span = self._tracer.start_span(
-            SPAN_NAME, context=Context(), start_time=_ns(entry.first_seen), attributes=attributes,
+            SPAN_NAME, context=Context(), start_time=unix_nanos(entry.first_seen), attributes=attributes,
             links=[trace.Link(poll)] if poll.is_valid else None,
         )
         for step in entry.steps:
@@ -114,8 +113,8 @@ class LifecycleSpans:
             }
             if step.not_before:
                 step_attributes["scheduled_event.not_before"] = step.not_before
-            span.add_event(step.kind, step_attributes, timestamp=_ns(step.at))
-        span.end(end_time=_ns(max(end, entry.first_seen)))
+            span.add_event(step.kind, step_attributes, timestamp=unix_nanos(step.at))
+        span.end(end_time=unix_nanos(max(end, entry.first_seen)))
 
 
 def _decode(state: Any) -> dict[str, _Lifecycle]:
@@ -132,6 +131,3 @@ def _decode(state: Any) -> dict[str, _Lifecycle]:
         log.warning("ignoring the lifecycle section of the state file: %s: %s", type(error).__name__, error)
         return {}
 
-
-def _ns(unix_seconds: float) -> int:
-    return round(unix_seconds * 1e9)

@@ -90,14 +90,13 @@ def transition_record(transition: Transition, identity: VMIdentity) -> Record:
     if event.not_before is not None:
         attributes["scheduled_event.not_before"] = rfc3339(event.not_before)
     affects = identity.affects(event.resources)
-    if affects != "unknown":  # a bool cannot say "unknown": the attribute is left out instead
-        attributes["scheduled_event.affects_this_vm"] = affects == "true"
+    attributes.update(affects_attribute(affects))
     if transition.kind == COMPLETED and transition.started_seconds is not None:
         attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
     attributes["log.record.uid"] = transition.uid
     disruptive = transition.kind in (SCHEDULED, STARTED) and event.event_type in DISRUPTIVE_TYPES
     return Record(TRANSITION_EVENT, WARN if disruptive else INFO, _transition_body(transition, affects),
-                  attributes, _ns(transition.observed_at), transition.uid)
+                  attributes, unix_nanos(transition.observed_at), transition.uid)
 
 
 def approval_record(decision: Decision) -> Record:
@@ -117,7 +116,13 @@ def approval_record(decision: Decision) -> Record:
     severity = {"failed": ERROR, "hook_failed": WARN}.get(decision.result, INFO)
     rule = f" by rule {decision.rule}" if decision.rule else ""
     body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
-    return Record(APPROVAL_EVENT, severity, body, attributes, _ns(decision.at), uid)
+    return Record(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
+
+
+def affects_attribute(affects: str) -> dict[str, bool]:
+    """``scheduled_event.affects_this_vm`` from the metric label value ("true", "false" or "unknown").
+    A bool cannot say "unknown": the attribute is left out instead."""
+    return {} if affects == "unknown" else {"scheduled_event.affects_this_vm": affects == "true"}
 
 
 def rfc3339(moment: datetime) -> str:
@@ -138,5 +143,6 @@ def _transition_body(transition: Transition, affects: str) -> str:
     return f"{event.event_type} {what}{whom} (event {event.event_id}{source})"
 
 
-def _ns(unix_seconds: float) -> int:
+def unix_nanos(unix_seconds: float) -> int:
+    """OTel timestamps: integer nanoseconds since the epoch."""
     return round(unix_seconds * 1e9)

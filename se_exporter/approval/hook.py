@@ -23,6 +23,7 @@ from typing import IO, Protocol
 
 from se_exporter.approval.policy import Hook
 from se_exporter.document import ScheduledEvent
+from se_exporter.records import rfc3339
 
 log = logging.getLogger("se_exporter.approval")
 
@@ -59,12 +60,6 @@ class HookSubmitter(Protocol):
     def close(self) -> None: ...
 
 
-def rfc3339(event: ScheduledEvent) -> str:
-    if event.not_before is None:
-        return ""
-    return event.not_before.isoformat().replace("+00:00", "Z")
-
-
 def hook_environment(
     event: ScheduledEvent, vm_name: str, rule: str, inherit: tuple[str, ...] = (), base: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -76,7 +71,7 @@ def hook_environment(
         "SE_EVENT_TYPE": event.event_type,
         "SE_EVENT_STATUS": event.event_status,
         "SE_EVENT_SOURCE": event.event_source,
-        "SE_EVENT_NOT_BEFORE": rfc3339(event),
+        "SE_EVENT_NOT_BEFORE": rfc3339(event.not_before) if event.not_before else "",
         "SE_EVENT_DURATION_SECONDS": str(event.duration_seconds),
         "SE_EVENT_RESOURCES": ",".join(event.resources),
         "SE_EVENT_RESOURCE_TYPE": event.resource_type,
