@@ -186,11 +186,12 @@ class Approver:
         self, event: ScheduledEvent, vm_name: str | None, now: float, batch: list[_Item], out: list[ApprovalDecision]
     ) -> None:
         record = self._records.get(event.event_id)
-        revision = event_revision(event)
         if record is not None:
             record.last_seen = now
             if record.status in (APPROVED, HOOK_RUNNING, POSTING) or event.event_status != STATUS_SCHEDULED:
                 return  # final, in flight, or its approval story is over
+        revision = event_revision(event)  # a hash: only for events still to be decided
+        if record is not None:
             same = record.revision == revision
             if same and record.status in (DRY_RUN, HOOK_FAILED):
                 return
