@@ -9,7 +9,9 @@ keys are errors, and every problem is a ``ConfigError`` of the form ``<kind> <fi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
@@ -53,6 +55,21 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_text(kind: str, path: str | os.PathLike[str]) -> str:
+    """The configuration file's text; ``ConfigError`` saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{kind} {os.fspath(path)}: cannot read the file: {os_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{kind} {os.fspath(path)}: the file is not UTF-8 text") from None
+
+
+def os_problem(exc: Exception) -> str:
+    """The operating system's words for a failed file access ("No such file or directory")."""
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def load_yaml(kind: str, source: str, text: str) -> object:

@@ -43,7 +43,7 @@ from pathlib import Path
 from se_exporter import config_file
 from se_exporter.config_file import show
 from se_exporter.errors import ConfigError
-from se_exporter.web_config_fields import WebConfigFields, os_problem
+from se_exporter.web_config_fields import WebConfigFields
 from se_exporter.web_tls_config import TLSServerConfig, parse_tls
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,7 @@ class WebConfig:
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """Read, validate and return the web configuration at ``path``; ``ConfigError`` on any problem."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"web config {source}: cannot read the file: {os_problem(exc)}") from None
+    text = config_file.read_text(WebConfigFields.kind, path)
     config = parse_web_config(text, source=source, base_dir=Path(path).resolve().parent)
     if config.basic_auth_users and importlib.util.find_spec("bcrypt") is None:
         raise ConfigError(f"web config {source}: basic_auth_users: needs the Python package bcrypt, not installed")

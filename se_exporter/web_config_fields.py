@@ -53,8 +53,3 @@ class WebConfigFields(config_file.Fields):
         if not isinstance(value, list):
             self.fail(key, f"must be a list of strings, got {show(value)}")
         return self.check_strings(key, value, choices)
-
-
-def os_problem(exc: Exception) -> str:
-    """The operating system's words for a failed file access ("No such file or directory")."""
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from se_exporter.config_file import show
+from se_exporter.config_file import os_problem, show
 from se_exporter.errors import ConfigError
-from se_exporter.web_config_fields import WebConfigFields, os_problem
+from se_exporter.web_config_fields import WebConfigFields
 
 # The logger name from before web_config.py was split: operators filter and alert on it.
 log = logging.getLogger("se_exporter.web_config")

@@ -11,9 +11,9 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
-from se_exporter.approval._validate import Fields, load_yaml, show
+from se_exporter import config_file
+from se_exporter.approval._validate import KIND, Fields, load_yaml, show
 from se_exporter.document import EVENT_TYPES, STATUS_SCHEDULED, ScheduledEvent
 from se_exporter.errors import ConfigError
 
@@ -135,13 +135,7 @@ def _names(event: ScheduledEvent, limit: int = 5) -> str:
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Read and validate a policy file; raise ``ConfigError`` naming the key and the problem."""
     source = os.fspath(path)
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"approval config {source}: cannot read the file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"approval config {source}: the file is not UTF-8 text") from None
-    data = load_yaml(source, text)
+    data = load_yaml(source, config_file.read_text(KIND, source))
     if data is None:
         raise ConfigError(f"approval config {source}: the file is empty; it needs at least one rule")
     return parse_policy(data, source)

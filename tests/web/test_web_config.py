@@ -50,6 +50,13 @@ def test_missing_config_file(tmp_path: Path) -> None:
         load_web_config(tmp_path / "nope.yml")
 
 
+def test_config_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "web.yml"
+    path.write_bytes(b"basic_auth_users:\n  caf\xe9: x\n")
+    with pytest.raises(ConfigError, match=r"web config .*web\.yml: the file is not UTF-8 text$"):
+        load_web_config(path)
+
+
 def test_full_config_resolves_relative_paths_against_its_directory(
     config_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
