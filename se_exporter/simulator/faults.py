@@ -174,6 +174,13 @@ class FaultPlan:
         if unknown:
             raise ValueError(f"fault plan: unknown key {sorted(unknown)[0]!r}")
         rules = [_rule_from_json(item, i) for i, item in enumerate(data.get("rules", []))]
+        delay, limit = data.get("first_response_delay_s"), data.get("rate_limit_per_s")
+        # Checked before anything changes: a bad value must not half-apply the plan or break every later answer.
+        if "first_response_delay_s" in data and not _is_number(delay, minimum=0):
+            raise ValueError(f"fault plan: first_response_delay_s must be a number >= 0, got {delay!r}")
+        if limit is not None and not (_is_number(limit, minimum=0) and isinstance(limit, int)):
+            raise ValueError(
+                f"fault plan: rate_limit_per_s must be an integer >= 0 or null (0, null: off), got {limit!r}")
         with self._lock:
             if data.get("replace", False):
                 self._rules.clear()
@@ -181,7 +188,11 @@ class FaultPlan:
             if "first_response_delay_s" in data:
                 self._first_delay, self._first_done = float(data["first_response_delay_s"]), False
             if "rate_limit_per_s" in data:
-                self._rate_limit = data["rate_limit_per_s"]
+                self._rate_limit = limit or None  # 0 is off, as for --fault.rate-limit
+
+
+def _is_number(value: Any, minimum: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= minimum
 
 
 def _rule_from_json(item: Any, index: int) -> FaultRule:

@@ -149,9 +149,14 @@ def test_fault_plan_over_http(server: SimulatorServer, client: httpx.Client) -> 
         ({"rules": [{"kind": "malformed", "malformed": "weird"}]}, "fault rule malformed"),
         ({"rule": []}, "unknown key 'rule'"),
         ([], "must be a JSON object"),
+        ({"rate_limit_per_s": "5"}, "rate_limit_per_s must be an integer >= 0 or null (0, null: off), got '5'"),
+        ({"rate_limit_per_s": 2.5}, "rate_limit_per_s must be an integer"),
+        ({"first_response_delay_s": None}, "first_response_delay_s must be a number >= 0, got None"),
+        ({"first_response_delay_s": -1}, "first_response_delay_s must be a number >= 0"),
     ],
 )
 def test_bad_fault_plan_over_http(client: httpx.Client, body: object, message: str) -> None:
     response = client.post("/_sim/faults", json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]
+    assert client.get(EVENTS_PATH, params=API).status_code == 200, "a rejected plan changes nothing"
