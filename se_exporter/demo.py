@@ -11,6 +11,7 @@ from pathlib import Path
 
 from se_exporter.config import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
+from se_exporter.simulator.command import speed
 from se_exporter.simulator.model import VmIdentity
 from se_exporter.simulator.scenario_file import builtin_scenario
 from se_exporter.simulator.server import SimulatorServer
@@ -27,7 +28,7 @@ DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_exporter_flags(parser)
     demo = parser.add_argument_group("demo")
-    demo.add_argument("--demo.speed", dest="demo_speed", type=float, default=30.0, metavar="FACTOR",
+    demo.add_argument("--demo.speed", dest="demo_speed", type=speed, default=30.0, metavar="FACTOR",
                       help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)")
     demo.add_argument("--demo.gap", dest="demo_gap", type=float, default=60.0, metavar="SECONDS",
                       help="simulated seconds between scenarios (default 60)")
@@ -39,9 +40,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from se_exporter.app import Exporter
     from se_exporter.cli import serve
 
-    if args.demo_speed <= 0:
-        print("se-exporter: error: --demo.speed must be greater than zero", file=sys.stderr)
-        return 2
     world = SimWorld(vm=VmIdentity(name=DEMO_VM), clock=SimClock(args.demo_speed))
     world.loop([builtin_scenario(name) for name in DEMO_ORDER], gap=args.demo_gap)
     simulator = SimulatorServer(world).start()

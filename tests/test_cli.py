@@ -34,6 +34,9 @@ BAD = [
     (["--log.level=loud"], "argument --log.level: invalid choice: 'loud'"),
     (["--log.format=xml"], "argument --log.format: invalid choice: 'xml'"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["demo", "--demo.speed=0"], "argument --demo.speed: invalid speed '0': must be a number > 0"),
+    (["demo", "--demo.speed=nan"], "argument --demo.speed: invalid speed 'nan': must be a number > 0"),
+    (["simulate", "--speed=-1"], "argument --speed: invalid speed '-1': must be a number > 0"),
 ]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from se_exporter import flags
 from se_exporter.flags import duration
-from se_exporter.simulator.clock import SimClock
+from se_exporter.simulator.clock import SimClock, check_speed
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
 from se_exporter.simulator.model import VmIdentity
 from se_exporter.simulator.scenario import Scenario, ScenarioError
@@ -28,13 +28,11 @@ from se_exporter.simulator.world import SimWorld
 
 
 def speed(text: str) -> float:
+    """argparse type of a time-acceleration factor (``simulate --speed``, ``demo --demo.speed``)."""
     try:
-        value = float(text)
+        return check_speed(float(text))
     except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"invalid speed {text!r}: must be a number > 0")
-    return value
+        raise argparse.ArgumentTypeError(f"invalid speed {text!r}: must be a number > 0") from None
 
 
 def listen_address(text: str) -> tuple[str, int]:
