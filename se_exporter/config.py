@@ -13,6 +13,8 @@ from se_exporter import flags
 from se_exporter.logs import FORMATS, LEVELS
 from se_exporter.pacing import IMDS_MIN_REQUEST_SPACING
 
+HEALTHY_PATH = "/-/healthy"  # served by web.py; --web.telemetry-path may not take these or "/"
+READY_PATH = "/-/ready"
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -84,8 +86,8 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
 
 
 def _path_flag(text: str) -> str:
-    if not text.startswith("/") or text in ("/", "/-/healthy", "/-/ready"):
-        raise argparse.ArgumentTypeError(f"{text!r} must start with / and not be /, /-/healthy or /-/ready")
+    if not text.startswith("/") or text in ("/", HEALTHY_PATH, READY_PATH):
+        raise argparse.ArgumentTypeError(f"{text!r} must start with / and not be /, {HEALTHY_PATH} or {READY_PATH}")
     return text
 
 

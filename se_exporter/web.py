@@ -17,6 +17,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from se_exporter.config import HEALTHY_PATH, READY_PATH
 from se_exporter.web_auth import protect
 from se_exporter.web_config import WebConfig
 from se_exporter.web_tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor
@@ -38,9 +39,9 @@ def make_app(
             environ["HTTP_ACCEPT"] = prefer_text_format(environ.get("HTTP_ACCEPT", ""))
             body: Iterable[bytes] = metrics_app(environ, start_response)
             return body
-        if path == "/-/healthy":
+        if path == HEALTHY_PATH:
             return _text(start_response, "200 OK", "Healthy\n")
-        if path == "/-/ready":
+        if path == READY_PATH:
             if ready():
                 return _text(start_response, "200 OK", "Ready\n")
             return _text(start_response, "503 Service Unavailable", "Not ready: no successful IMDS poll yet\n")
@@ -77,8 +78,8 @@ def _landing_page(telemetry_path: str, version: str) -> str:
 <p>se-exporter {html.escape(version)}: Azure maintenance events from IMDS as Prometheus metrics.</p>
 <ul>
 <li><a href="{path}">Metrics</a></li>
-<li><a href="/-/healthy">Health</a></li>
-<li><a href="/-/ready">Readiness</a> (ready after the first successful IMDS poll)</li>
+<li><a href="{HEALTHY_PATH}">Health</a></li>
+<li><a href="{READY_PATH}">Readiness</a> (ready after the first successful IMDS poll)</li>
 </ul>
 </body></html>
 """
