@@ -117,12 +117,17 @@ class ImdsHandler(BaseHTTPRequestHandler):
         status, payload = self._imds_answer(method, endpoint, api_version, body)
         self._answer(method, status, payload, fault)
 
+    def _document(self, endpoint: str, api_version: str) -> dict[str, Any]:
+        """What a GET of ``endpoint`` answers now (also the base of a malformed answer)."""
+        world = self.sim.world
+        if endpoint == "scheduledevents":
+            return render_scheduled_events(world.serve_snapshot(), api_version, world.clock)
+        return world.vm.compute_document()
+
     def _imds_answer(self, method: str, endpoint: str, api_version: str, body: bytes) -> tuple[int, Any]:
         world = self.sim.world
-        if method == "GET" and endpoint == "scheduledevents":
-            return 200, render_scheduled_events(world.serve_snapshot(), api_version, world.clock)
         if method == "GET":
-            return 200, world.vm.compute_document()
+            return 200, self._document(endpoint, api_version)
         if method == "POST" and endpoint == "scheduledevents":
             text = body.decode("utf-8", errors="replace")
             try:
@@ -141,14 +146,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
             self.sim.world.record_request(method, self.path, 0, fault)
             self._reset()
         else:
-            world = self.sim.world
-            document = (
-                render_scheduled_events(world.serve_snapshot(), api_version, world.clock)
-                if endpoint == "scheduledevents"
-                else world.vm.compute_document()
-            )
-            data, content_type = malformed_body(document, rule.malformed)
-            world.record_request(method, self.path, 200, fault)
+            data, content_type = malformed_body(self._document(endpoint, api_version), rule.malformed)
+            self.sim.world.record_request(method, self.path, 200, fault)
             self._send(200, data, content_type)
 
     def _answer(self, method: str, status: int, payload: Any, fault: str | None) -> None:

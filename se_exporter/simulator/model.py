@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
@@ -47,10 +47,7 @@ class SimEvent:
     started_at: float | None = None
 
     def copy(self) -> SimEvent:
-        return SimEvent(
-            self.event_id, self.plan, self.resources, self.status, self.not_before,
-            self.appeared_at, self.started_at,
-        )
+        return replace(self)  # every field, also one added later
 
 
 @dataclass(frozen=True)
