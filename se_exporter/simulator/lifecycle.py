@@ -140,8 +140,8 @@ class Lifecycle:
             self._bumped = True
         clock = self._clock
         nb = event.not_before if event is not None else None
-        change = Change(
-            seq=self._truth.next_seq(), kind=kind, reason=reason,
+        return self._truth.add(lambda seq: Change(
+            seq=seq, kind=kind, reason=reason,
             event_id=event.event_id if event else None,
             event_type=event.plan.event_type if event else None,
             status=None if event is None or kind == "removed" else event.status,
@@ -149,6 +149,4 @@ class Lifecycle:
             not_before="" if nb is None else format_rfc1123(clock.to_real_time(nb)),
             not_before_sim=nb, incarnation=self.incarnation, sim_time=at,
             real_time=clock.real_time(), real_monotonic=clock.real_monotonic(),
-        )
-        self._truth.add(change)
-        return change
+        ))

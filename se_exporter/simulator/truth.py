@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,7 @@ class ApprovalRecord:
 
 
 Record = Change | RequestRecord | ApprovalRecord
+R = TypeVar("R", Change, RequestRecord, ApprovalRecord)
 
 
 class GroundTruth:
@@ -91,18 +92,16 @@ class GroundTruth:
         self._listeners: list[Callable[[Record], None]] = []
         self._seq = 0
 
-    def next_seq(self) -> int:
-        with self._cond:
-            self._seq += 1
-            return self._seq
-
     def add_listener(self, listener: Callable[[Record], None]) -> None:
         """Call ``listener`` with every new record (from the recording thread)."""
         with self._cond:
             self._listeners.append(listener)
 
-    def add(self, record: Record) -> None:
+    def add(self, make: Callable[[int], R]) -> R:
+        """Number a new record (``make(seq)``) and store it under one lock, so stored order is seq order."""
         with self._cond:
+            self._seq += 1
+            record = make(self._seq)
             if isinstance(record, Change):
                 self._changes.append(record)
             elif isinstance(record, RequestRecord):
@@ -113,6 +112,7 @@ class GroundTruth:
             self._cond.notify_all()
         for listener in listeners:
             listener(record)
+        return record
 
     def changes(self) -> tuple[Change, ...]:
         with self._cond:

@@ -201,16 +201,13 @@ class SimWorld:
 
     def record_request(self, method: str, path: str, status: int, fault: str | None) -> None:
         clock = self._clock
-        seq = self._truth.next_seq()
-        self._truth.add(
-            RequestRecord(seq, method, path, status, fault, clock.now(), clock.real_time(), clock.real_monotonic())
-        )
+        self._truth.add(lambda seq: RequestRecord(seq, method, path, status, fault, clock.now(), clock.real_time(),
+                                                  clock.real_monotonic()))
 
     def _add_approval(self, valid: bool, body: str, outcomes: dict[str, str]) -> None:
         clock = self._clock
-        seq = self._truth.next_seq()
-        record = ApprovalRecord(seq, valid, body, outcomes, clock.now(), clock.real_time(), clock.real_monotonic())
-        self._truth.add(record)
+        self._truth.add(lambda seq: ApprovalRecord(seq, valid, body, outcomes, clock.now(), clock.real_time(),
+                                                   clock.real_monotonic()))
 
     # ----- scenarios ---------------------------------------------------------------------------
 
