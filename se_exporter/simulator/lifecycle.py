@@ -133,9 +133,16 @@ class Lifecycle:
         self._on_removed(event.event_id, at)
         return change
 
-    def record(self, kind: str, reason: str, event: SimEvent | None, previous: str | None, at: float) -> Change:
-        """Write a change to the ground truth (bumping the incarnation once per batch)."""
-        if kind != "incarnation_reset" and not self._bumped:
+    def reset_incarnation(self, value: int, reason: str, at: float) -> Change:
+        """DocumentIncarnation set back (as IMDS does after 24 h without requests), recorded without a bump."""
+        self.incarnation = value
+        return self.record("incarnation_reset", reason, None, None, at, bump=False)
+
+    def record(
+        self, kind: str, reason: str, event: SimEvent | None, previous: str | None, at: float, *, bump: bool = True
+    ) -> Change:
+        """Write a change to the ground truth (bumping the incarnation once per batch, unless ``bump`` is False)."""
+        if bump and not self._bumped:
             self.incarnation += 1
             self._bumped = True
         clock = self._clock

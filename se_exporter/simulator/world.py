@@ -80,8 +80,7 @@ class SimWorld:
             now = self._clock.now()
             idle = self._idle_reset_after
             if idle is not None and now - self._last_request >= idle and self._life.incarnation != self._reset_to:
-                self._life.incarnation = self._reset_to
-                self._life.record("incarnation_reset", "idle", None, None, now)
+                self._life.reset_incarnation(self._reset_to, "idle", now)
             self._last_request = now
             return self._snapshot()
 
@@ -165,8 +164,7 @@ class SimWorld:
         """Set DocumentIncarnation to a low value (default ``reset_incarnation_to``), as after 24 h idle."""
         with self._lock:
             self._advance()
-            self._life.incarnation = self._reset_to if value is None else value
-            self._life.record("incarnation_reset", "manual", None, None, self._clock.now())
+            self._life.reset_incarnation(self._reset_to if value is None else value, "manual", self._clock.now())
 
     def _act_now(self, kind: str, event_id: str) -> bool:
         with self._lock:
