@@ -66,7 +66,7 @@ class TLSServerConfig:
     key_file: Path
     client_auth_type: str = "NoClientCert"
     client_ca_file: Path | None = None
-    client_allowed_sans: tuple[str, ...] = ()
+    client_allowed_sans: tuple[str, ...] = ()  # IP addresses in canonical form (parse_tls)
     min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
     max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
     cipher_suites: tuple[str, ...] = ()  # Go / IANA names, in preference order
@@ -114,8 +114,9 @@ class TLSServerConfig:
             return True
         if not peer_certificate:
             return False
-        names = {_normalize_san(kind, str(value)) for kind, value in peer_certificate.get("subjectAltName", ())}
-        return any(_normalize_san_any(allowed) in names for allowed in self.client_allowed_sans)
+        names = {_normalize_ip(str(value)) if kind == "IP Address" else str(value)
+                 for kind, value in peer_certificate.get("subjectAltName", ())}
+        return not names.isdisjoint(self.client_allowed_sans)
 
     def _load_certificate(self, context: ssl.SSLContext) -> None:
         cert_text = _read_text(self, "cert_file", self.cert_file)
@@ -184,7 +185,7 @@ def parse_tls(source: str, value: object, base: Path) -> TLSServerConfig | None:
         key_file=key_file,
         client_auth_type=client_auth,
         client_ca_file=client_ca,
-        client_allowed_sans=sans,
+        client_allowed_sans=tuple(_normalize_ip(san) for san in sans),  # once, not on every handshake
         min_version=min_version,
         max_version=max_version,
         cipher_suites=ciphers,
@@ -215,17 +216,9 @@ def _ssl_problem(exc: Exception) -> str:
     return str(exc)
 
 
-def _normalize_san(kind: str, value: str) -> str:
-    if kind == "IP Address":
-        try:
-            return str(ipaddress.ip_address(value.strip()))
-        except ValueError:
-            return value
-    return value
-
-
-def _normalize_san_any(value: str) -> str:
+def _normalize_ip(value: str) -> str:
+    """An IP address in canonical form ("::0001" and "::1" compare equal); anything else unchanged."""
     try:
-        return str(ipaddress.ip_address(value))
+        return str(ipaddress.ip_address(value.strip()))
     except ValueError:
         return value

@@ -94,6 +94,15 @@ def test_client_allowed_sans(serve: Serve, write_config: WriteConfig, pki: PKI) 
         https_get(server, client_context(pki, "other"))  # same CA, SAN intruder.example
 
 
+def test_client_allowed_sans_compare_ip_addresses_canonically(write_config: WriteConfig) -> None:
+    tls = write_config(MTLS_CONFIG + '  client_allowed_sans: ["::0001", scraper.example]\n').tls
+    assert tls is not None
+    assert tls.allows_peer({"subjectAltName": (("IP Address", "0:0:0:0:0:0:0:1\n"),)})  # as ssl reports it
+    assert tls.allows_peer({"subjectAltName": (("DNS", "scraper.example"),)})
+    assert not tls.allows_peer({"subjectAltName": (("IP Address", "::2"), ("DNS", "intruder.example"))})
+    assert not tls.allows_peer(None)
+
+
 def test_verify_client_cert_if_given(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
     config = TLS_CONFIG + "  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"
     server = serve(write_config(config))
