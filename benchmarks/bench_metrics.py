@@ -34,7 +34,7 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], int, int]:
     from prometheus_client import generate_latest
 
     from se_exporter.app import Exporter
-    from se_exporter.config import ExporterConfig
+    from se_exporter.config.options import ExporterConfig
 
     body = make_body(size, 1)
     quiet = logging.getLogger("se_exporter")  # the in-process exporter's transition lines: not wanted here

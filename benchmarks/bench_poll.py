@@ -68,7 +68,7 @@ def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
 
 
 def _core_cases(size: int) -> dict[str, tuple[Callable[[], Any], Callable[[], None]]]:
-    from se_exporter.document import parse_document
+    from se_exporter.imds.document import parse_document
     from se_exporter.store import EventStore
 
     steady = make_body(size, 1)
@@ -131,7 +131,7 @@ def wired_exporter(environ: dict[str, str] | None = None) -> Iterator[Any]:
 
     from se_exporter import logs
     from se_exporter.app import Exporter
-    from se_exporter.config import ExporterConfig
+    from se_exporter.config.options import ExporterConfig
 
     logs.configure("info", "logfmt", stream=io.StringIO())  # every line formatted in full, written nowhere
 

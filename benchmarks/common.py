@@ -342,7 +342,7 @@ def otel_env(receiver: Any) -> dict[str, str]:
 def telemetry_module_present() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("se_exporter.telemetry") is not None
+    return importlib.util.find_spec("se_exporter.otel.pipeline") is not None
 
 
 def count_samples(exposition: str) -> int:

@@ -18,22 +18,22 @@ from se_exporter import __version__
 from se_exporter.approval.approver import ApprovalDecision
 from se_exporter.approval.policy import load_policy
 from se_exporter.approval.sink import build_approval_sink
-from se_exporter.config import ExporterConfig
+from se_exporter.audit.trail import EventLog
+from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
-from se_exporter.event_log import EventLog
-from se_exporter.identity import VMIdentity
-from se_exporter.imds_client import ClientSettings, IMDSClient
-from se_exporter.lifecycle_spans import LifecycleSpans
-from se_exporter.metrics import ExporterMetrics, SnapshotCollector, log_spool_families
-from se_exporter.otel_config import parse_otel_environment, resource_attributes
-from se_exporter.pacing import RateLimiter
-from se_exporter.persistence import Persistence
+from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.pacing import RateLimiter
+from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector, log_spool_families
+from se_exporter.otel.config import parse_otel_environment, resource_attributes
+from se_exporter.otel.lifecycle_spans import LifecycleSpans
+from se_exporter.otel.pipeline import Telemetry, build_telemetry, disabled
 from se_exporter.poller import Poller, PollSink
-from se_exporter.state_file import StateFile, decode_store, encode_store
+from se_exporter.state.atomic import StateFile, decode_store, encode_store
+from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
-from se_exporter.telemetry import Telemetry, build_telemetry, disabled
-from se_exporter.web import WebServer, make_app
-from se_exporter.web_config import load_web_config
+from se_exporter.web.config import load_web_config
+from se_exporter.web.server import WebServer, make_app
 
 log = logging.getLogger(__name__)
 

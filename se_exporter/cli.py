@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
-from se_exporter import __version__, flags, logs
-from se_exporter.config import add_exporter_flags, config_from_args, untrusted_imds_url
+from se_exporter import __version__, logs
+from se_exporter.config import flags
+from se_exporter.config.options import add_exporter_flags, config_from_args, untrusted_imds_url
 from se_exporter.errors import ConfigError
 
 COMMANDS = ("run", "simulate", "demo")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from se_exporter.config import add_exporter_flags, config_from_args
+from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.command import speed
 from se_exporter.simulator.model import VmIdentity

@@ -11,14 +11,14 @@ from typing import Protocol
 
 from opentelemetry import trace
 
-from se_exporter.document import Document
 from se_exporter.errors import IMDSError
 from se_exporter.health import PollHealth
-from se_exporter.identity import VMIdentity
-from se_exporter.imds_client import IMDSClient
-from se_exporter.metrics import ExporterMetrics
-from se_exporter.pacing import Backoff
-from se_exporter.persistence import Persistence
+from se_exporter.imds.client import IMDSClient
+from se_exporter.imds.document import Document
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.pacing import Backoff
+from se_exporter.metrics.collector import ExporterMetrics
+from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore, Transition
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
 
-from se_exporter.document import STATUS_SCHEDULED, STATUS_STARTED, Document, ScheduledEvent
+from se_exporter.imds.document import STATUS_SCHEDULED, STATUS_STARTED, Document, ScheduledEvent
 
 SCHEDULED = "scheduled"
 STARTED = "started"

@@ -9,8 +9,8 @@ import pytest
 
 from se_exporter import __version__
 from se_exporter.cli import build_parser, main
-from se_exporter.config import config_from_args
-from se_exporter.flags import apply_environment, duration, env_name
+from se_exporter.config.flags import apply_environment, duration, env_name
+from se_exporter.config.options import config_from_args
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

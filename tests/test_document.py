@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.document import ScheduledEvent, parse_document, parse_not_before
 from se_exporter.errors import InvalidDocument
+from se_exporter.imds.document import ScheduledEvent, parse_document, parse_not_before
 
 IMDS = Path(__file__).parent / "testdata" / "imds"
 FREEZE_ID = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from se_exporter.document import Document, ScheduledEvent, parse_document
 from se_exporter.errors import IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.health import PollHealth
-from se_exporter.identity import VMIdentity
-from se_exporter.metrics import ExporterMetrics, SnapshotCollector
+from se_exporter.imds.document import Document, ScheduledEvent, parse_document
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
 from se_exporter.store import EventStore
 
 TESTDATA = Path(__file__).parent / "testdata"

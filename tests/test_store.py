@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from se_exporter.document import Document, ScheduledEvent
+from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.store import EventStore, Transition
 
 T0 = 1_700_000_000.0

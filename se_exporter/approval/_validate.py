@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from se_exporter import config_file
-from se_exporter.config_file import show
+from se_exporter.config import files as config_file
+from se_exporter.config.files import show
 
 __all__ = ["Fields", "load_yaml", "show"]
 

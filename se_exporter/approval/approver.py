@@ -45,7 +45,7 @@ from se_exporter.approval.state import (
     event_revision,
     load_records,
 )
-from se_exporter.document import STATUS_SCHEDULED, ScheduledEvent
+from se_exporter.imds.document import STATUS_SCHEDULED, ScheduledEvent
 
 log = logging.getLogger("se_exporter.approval")
 

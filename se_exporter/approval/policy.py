@@ -12,10 +12,10 @@ import re
 import shutil
 from dataclasses import dataclass
 
-from se_exporter import config_file
 from se_exporter.approval._validate import KIND, Fields, load_yaml, show
-from se_exporter.document import EVENT_TYPES, STATUS_SCHEDULED, ScheduledEvent
+from se_exporter.config import files as config_file
 from se_exporter.errors import ConfigError
+from se_exporter.imds.document import EVENT_TYPES, STATUS_SCHEDULED, ScheduledEvent
 
 EVENT_SOURCES = ("Platform", "User")
 LEADER_FIRST_RESOURCE = "first_resource"

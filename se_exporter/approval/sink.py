@@ -9,8 +9,8 @@ from typing import Any
 from se_exporter.approval.approver import ApprovalDecision, Approver
 from se_exporter.approval.policy import Policy
 from se_exporter.approval.poster import PostStartRequests
-from se_exporter.persistence import Persistence
 from se_exporter.poller import PollResult
+from se_exporter.state.persistence import Persistence
 
 log = logging.getLogger("se_exporter.approval")
 STATE_SECTION = "approvals"

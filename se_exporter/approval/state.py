@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from se_exporter.document import ScheduledEvent
+from se_exporter.imds.document import ScheduledEvent
 
 STATE_VERSION = 1
 

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from se_exporter import flags
-from se_exporter.flags import duration
+from se_exporter.config import flags
+from se_exporter.config.flags import duration
 from se_exporter.simulator.clock import SimClock, check_speed
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
 from se_exporter.simulator.model import VmIdentity

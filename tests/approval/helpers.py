@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from se_exporter.document import ScheduledEvent
 from se_exporter.errors import IMDSHTTPError
+from se_exporter.imds.document import ScheduledEvent
 from tests.support.wait import wait_for
 
 TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "approval"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from se_exporter.approval import ApprovalDecision, Approver, Hook, HookRunner, Policy, Rule
-from se_exporter.document import ScheduledEvent
+from se_exporter.imds.document import ScheduledEvent
 from tests.approval.helpers import VM, FakeClock, RecordingIMDS, event, httpx_poster, serve_imds, wait_until
 
 USER = Rule("user-initiated", event_sources=("User",))

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from se_exporter.approval.approver import POST_RETRY_DELAYS_SECONDS
-from se_exporter.imds_client import ClientSettings
+from se_exporter.imds.client import ClientSettings
 from se_exporter.simulator import SELF, EventPlan, SimClock, SimulatorServer, SimWorld
 from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess

@@ -124,7 +124,7 @@ def test_hardening_directives() -> None:
 def _flag_twins() -> set[str]:
     """SE_EXPORTER_<FLAG> suffixes of the exporter's flags (from the parser, else DESIGN.md's table)."""
     try:
-        from se_exporter.config import add_exporter_flags
+        from se_exporter.config.options import add_exporter_flags
     except ImportError:
         return {"WEB_LISTEN_ADDRESS", "WEB_TELEMETRY_PATH", "IMDS_URL", "IMDS_API_VERSION", "POLL_INTERVAL",
                 "VM_NAME", "STATE_FILE", "APPROVAL_CONFIG", "LOG_LEVEL", "LOG_FORMAT"}

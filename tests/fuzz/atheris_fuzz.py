@@ -25,15 +25,15 @@ with atheris.instrument_imports():
 
     from se_exporter.approval._validate import load_yaml
     from se_exporter.approval.policy import parse_policy
-    from se_exporter.document import parse_document
+    from se_exporter.audit.records import transition_record
     from se_exporter.errors import ConfigError, InvalidDocument
     from se_exporter.health import PollHealth
-    from se_exporter.identity import VMIdentity
-    from se_exporter.metrics import ExporterMetrics, SnapshotCollector
-    from se_exporter.records import transition_record
-    from se_exporter.state_file import decode_store
+    from se_exporter.imds.document import parse_document
+    from se_exporter.imds.identity import VMIdentity
+    from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
+    from se_exporter.state.atomic import decode_store
     from se_exporter.store import EventStore
-    from se_exporter.web_config import parse_web_config
+    from se_exporter.web.config import parse_web_config
 
 IDENTITY = VMIdentity(name="vm-a")
 

@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from se_exporter.approval.policy import Policy, load_policy, parse_policy
-from se_exporter.document import Document, ScheduledEvent
 from se_exporter.errors import ConfigError
 from se_exporter.health import PollHealth
-from se_exporter.identity import VMIdentity
-from se_exporter.metrics import ExporterMetrics, SnapshotCollector
-from se_exporter.state_file import decode_store, encode_store
+from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
+from se_exporter.state.atomic import decode_store, encode_store
 from se_exporter.store import EventStore
-from se_exporter.web_config import parse_web_config
+from se_exporter.web.config import parse_web_config
 from tests.fuzz.strategies import config_values, json_values, nasty_text
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

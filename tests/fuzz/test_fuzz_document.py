@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.document import Document, parse_document, parse_not_before
+from se_exporter.audit.records import transition_record
+from se_exporter.audit.spool import Spool
 from se_exporter.errors import InvalidDocument
 from se_exporter.health import PollHealth
-from se_exporter.identity import VMIdentity
+from se_exporter.imds.document import Document, parse_document, parse_not_before
+from se_exporter.imds.identity import VMIdentity
 from se_exporter.logs import JSONFormatter, LogfmtFormatter
-from se_exporter.metrics import MAX_LABEL_LENGTH, ExporterMetrics, SnapshotCollector
-from se_exporter.records import transition_record
-from se_exporter.spool import Spool
+from se_exporter.metrics.collector import MAX_LABEL_LENGTH, ExporterMetrics, SnapshotCollector
 from se_exporter.store import EventStore
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
 
@@ -130,7 +130,7 @@ def exercise(document: Document) -> None:
 
 
 def _label(value: str) -> str:
-    from se_exporter.metrics import _label as label
+    from se_exporter.metrics.collector import _label as label
 
     assert len(label(value)) <= MAX_LABEL_LENGTH + 10
     return label(value)

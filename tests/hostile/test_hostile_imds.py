@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.imds_client import MAX_BODY_BYTES
-from se_exporter.metrics import _label
+from se_exporter.imds.client import MAX_BODY_BYTES
+from se_exporter.metrics.collector import _label
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from se_exporter.approval import ApprovalDecision
-from se_exporter.document import Document, ScheduledEvent
+from se_exporter.audit.records import approval_record, transition_record
 from se_exporter.errors import ConfigError
-from se_exporter.identity import VMIdentity
-from se_exporter.otel_config import parse_otel_environment, resource_attributes
-from se_exporter.records import approval_record, transition_record
+from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.otel.config import parse_otel_environment, resource_attributes
 from se_exporter.store import EventStore, Transition
 
 T0 = 1_750_000_000.0

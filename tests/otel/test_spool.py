@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from se_exporter.records import AttributeValue, Record
-from se_exporter.spool import Spool
+from se_exporter.audit.records import AttributeValue, Record
+from se_exporter.audit.spool import Spool
 
 
 def record(n: int) -> Record:

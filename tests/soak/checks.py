@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from se_exporter.document import EVENT_TYPES
+from se_exporter.imds.document import EVENT_TYPES
 from se_exporter.simulator import SELF
 from se_exporter.simulator.truth import Change
 from se_exporter.store import TRANSITIONS

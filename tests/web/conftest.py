@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from se_exporter.web import WebServer, make_app
-from se_exporter.web_config import WebConfig, load_web_config
+from se_exporter.web.config import WebConfig, load_web_config
+from se_exporter.web.server import WebServer, make_app
 from tests.web.pki import PKI, make_pki
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "web"

@@ -10,9 +10,9 @@ import bcrypt
 import httpx
 import pytest
 
-from se_exporter.web import WebServer
-from se_exporter.web_auth import BasicAuthenticator
-from se_exporter.web_config import WebConfig
+from se_exporter.web.auth import BasicAuthenticator
+from se_exporter.web.config import WebConfig
+from se_exporter.web.server import WebServer
 from tests.web.conftest import HASH, PASSWORD, client_context
 from tests.web.pki import PKI
 

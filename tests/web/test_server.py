@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from se_exporter.web import WebServer
+from se_exporter.web.server import WebServer
 from tests.web.conftest import tiny_app
 
 

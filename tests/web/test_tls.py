@@ -14,9 +14,9 @@ import httpx
 import pytest
 from cryptography import x509
 
-from se_exporter import web_tls as web
-from se_exporter.web import WebServer
-from se_exporter.web_config import WebConfig
+from se_exporter.web import tls as web
+from se_exporter.web.config import WebConfig
+from se_exporter.web.server import WebServer
 from tests.web.conftest import client_context
 from tests.web.pki import PKI
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from se_exporter.errors import ConfigError
-from se_exporter.web_config import WebConfig, load_web_config, parse_web_config
+from se_exporter.web.config import WebConfig, load_web_config, parse_web_config
 from tests.web.conftest import HASH, TESTDATA
 
 BAD = sorted((TESTDATA / "bad").glob("*.yml"))
@@ -64,7 +64,7 @@ def test_full_config_resolves_relative_paths_against_its_directory(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the working directory must not matter
-    with caplog.at_level(logging.INFO, logger="se_exporter.web_config"):
+    with caplog.at_level(logging.INFO, logger="se_exporter.web.config"):
         config = load_web_config(Path("..") / "conf" / "web.yml")
     tls = config.tls
     assert tls is not None

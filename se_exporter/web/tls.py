@@ -13,10 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from se_exporter.errors import ConfigError
-from se_exporter.web_tls_config import TLSServerConfig
+from se_exporter.web.tls_config import TLSServerConfig
 
-# The logger name from before web.py was split: operators filter and alert on it.
-log = logging.getLogger("se_exporter.web")
+log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certificate files are checked

@@ -17,10 +17,10 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from se_exporter.document import ScheduledEvent
-from se_exporter.identity import VMIdentity
+from se_exporter.audit.records import affects_attribute, rfc3339, unix_nanos
+from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
-from se_exporter.records import affects_attribute, rfc3339, unix_nanos
 from se_exporter.store import CANCELLED, COMPLETED, Transition
 
 log = logging.getLogger(__name__)

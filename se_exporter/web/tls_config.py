@@ -1,6 +1,6 @@
 """``tls_server_config`` of the web config: parsing, and ``TLSServerConfig`` which builds the SSL context.
 
-See ``se_exporter.web_config`` for the supported subset and where it differs from exporter-toolkit.
+See ``se_exporter.web.config`` for the supported subset and where it differs from exporter-toolkit.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from se_exporter.config_file import os_problem, show
+from se_exporter.config.files import os_problem, show
 from se_exporter.errors import ConfigError
-from se_exporter.web_config_fields import WebConfigFields
+from se_exporter.web.config_fields import WebConfigFields
 
-# The logger name from before web_config.py was split: operators filter and alert on it.
-log = logging.getLogger("se_exporter.web_config")
+log = logging.getLogger(__name__)
 
 CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 _UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from se_exporter.web_config import WebConfig
+from se_exporter.web.config import WebConfig
 
-# The logger name from before web.py was split: operators filter and alert on it.
-log = logging.getLogger("se_exporter.web")
+log = logging.getLogger(__name__)
 
 REALM = "se-exporter"
 _AUTH_CACHE_SIZE = 256

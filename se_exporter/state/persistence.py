@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from se_exporter.state_file import StateFile
+from se_exporter.state.atomic import StateFile
 
 log = logging.getLogger(__name__)
 

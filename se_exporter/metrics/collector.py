@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from se_exporter.accumulators import LabeledCounter, LabeledHistogram
-from se_exporter.document import EVENT_STATUSES, EVENT_TYPES
 from se_exporter.errors import IMDSError
 from se_exporter.health import PollHealth
-from se_exporter.identity import VMIdentity
+from se_exporter.imds.document import EVENT_STATUSES, EVENT_TYPES
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.metrics.accumulators import LabeledCounter, LabeledHistogram
 from se_exporter.store import COMPLETED, SCHEDULED, TRANSITIONS, EventState, Transition
 
 PREFIX = "azure_scheduled_events_"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from se_exporter import config_file
-from se_exporter.config_file import show
+from se_exporter.config import files as config_file
+from se_exporter.config.files import show
 
 # Keys exporter-toolkit has that se-exporter refuses, with the reason (a plain "unknown key" would mislead).
 _UNSUPPORTED_KEYS = {

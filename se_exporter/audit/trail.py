@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from se_exporter.audit.records import ERROR, WARN, Decision, Record, approval_record, transition_record
+from se_exporter.audit.spool import Spool
 from se_exporter.poller import PollResult
-from se_exporter.records import ERROR, WARN, Decision, Record, approval_record, transition_record
-from se_exporter.spool import Spool
 
 log = logging.getLogger("se_exporter.events")
 _LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}

@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from se_exporter.pacing import Backoff
-from se_exporter.records import Record
-from se_exporter.spool import Spool
+from se_exporter.audit.records import Record
+from se_exporter.audit.spool import Spool
+from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from se_exporter.records import Record
-from se_exporter.state_file import write_atomically
+from se_exporter.audit.records import Record
+from se_exporter.state.atomic import write_atomically
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000

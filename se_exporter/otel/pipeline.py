@@ -37,11 +37,11 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 
+from se_exporter.audit.records import ERROR, WARN, Record
+from se_exporter.audit.shipper import LogShipper
+from se_exporter.audit.spool import Spool
 from se_exporter.errors import ConfigError
-from se_exporter.otel_config import OTelConfig, SignalConfig
-from se_exporter.records import ERROR, WARN, Record
-from se_exporter.shipper import LogShipper
-from se_exporter.spool import Spool
+from se_exporter.otel.config import OTelConfig, SignalConfig
 
 SCOPE = "se_exporter"
 SHUTDOWN_SECONDS = 5.0  # SIGTERM: logs may use all of it; spans get what is left, at least 1 s

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from se_exporter import flags
+from se_exporter.config import flags
+from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
 from se_exporter.logs import FORMATS, LEVELS
-from se_exporter.pacing import IMDS_MIN_REQUEST_SPACING
 
 HEALTHY_PATH = "/-/healthy"  # served by web.py; --web.telemetry-path may not take these or "/"
 READY_PATH = "/-/ready"

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from se_exporter.document import ScheduledEvent, is_int
+from se_exporter.imds.document import ScheduledEvent, is_int
 from se_exporter.store import EventState, EventStore
 
 FORMAT_VERSION = 1

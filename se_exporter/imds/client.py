@@ -19,10 +19,10 @@ import httpx
 from opentelemetry import trace
 
 from se_exporter import __version__
-from se_exporter.document import Document, parse_document
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
-from se_exporter.identity import VMIdentity, parse_compute
-from se_exporter.pacing import Backoff, RateLimiter
+from se_exporter.imds.document import Document, parse_document
+from se_exporter.imds.identity import VMIdentity, parse_compute
+from se_exporter.imds.pacing import Backoff, RateLimiter
 
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from se_exporter.document import ScheduledEvent
-from se_exporter.identity import VMIdentity
+from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.identity import VMIdentity
 from se_exporter.store import COMPLETED, RESCHEDULED, SCHEDULED, STARTED, Transition
 
 TRANSITION_EVENT = "scheduled_event.transition"

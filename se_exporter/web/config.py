@@ -40,11 +40,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from se_exporter import config_file
-from se_exporter.config_file import show
+from se_exporter.config import files as config_file
+from se_exporter.config.files import show
 from se_exporter.errors import ConfigError
-from se_exporter.web_config_fields import WebConfigFields
-from se_exporter.web_tls_config import TLSServerConfig, parse_tls
+from se_exporter.web.config_fields import WebConfigFields
+from se_exporter.web.tls_config import TLSServerConfig, parse_tls
 
 log = logging.getLogger(__name__)
 

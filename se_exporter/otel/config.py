@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from se_exporter.errors import ConfigError
-from se_exporter.identity import VMIdentity
+from se_exporter.imds.identity import VMIdentity
 
 EXPORTERS = ("otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")

@@ -17,10 +17,10 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from se_exporter.config import HEALTHY_PATH, READY_PATH
-from se_exporter.web_auth import protect
-from se_exporter.web_config import WebConfig
-from se_exporter.web_tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor
+from se_exporter.config.options import HEALTHY_PATH, READY_PATH
+from se_exporter.web.auth import protect
+from se_exporter.web.config import WebConfig
+from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,2 @@
+"""The audit trail: a record per transition and approval decision, as stderr lines and through a
+durable spool to OTLP."""

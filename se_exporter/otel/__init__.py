@@ -1,0 +1,1 @@
+"""OpenTelemetry: configuration from OTEL_* variables, the SDK pipeline (the only SDK importer), lifecycle spans."""

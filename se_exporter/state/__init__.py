@@ -1,0 +1,1 @@
+"""Surviving restarts: atomic file writes and the state file with one section per stateful component."""
