@@ -1,39 +1,45 @@
-"""Wires the exporter together: every outside resource is passed in, nothing is global."""
+"""Wires the exporter together: every outside resource is passed in, nothing is global.
+
+The stages, in the direction data flows: IMDS client → document → event store → approver → sinks
+(counters for /metrics, the audit trail, lifecycle spans). The poller drives them; the collector
+renders /metrics from the store, the poll status and the counters; the web server serves it.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import msgspec
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
 
 from se_exporter import __version__
-from se_exporter.approval.approver import ApprovalDecision
-from se_exporter.approval.policy import load_policy
-from se_exporter.approval.sink import build_approval_sink
-from se_exporter.audit.trail import EventLog
+from se_exporter.audit.trail import AuditTrail
 from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
-from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector, log_spool_families
+from se_exporter.metrics.collector import SnapshotCollector
+from se_exporter.metrics.counters import Counters
 from se_exporter.otel.config import parse_otel_environment, resource_attributes
 from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.pipeline import Telemetry, build_telemetry, disabled
-from se_exporter.poller import Poller, PollSink
-from se_exporter.state.atomic import StateFile, decode_store, encode_store
+from se_exporter.poller import Decider, Poller, PollSink
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.config import load_web_config
-from se_exporter.web.server import WebServer, make_app
+from se_exporter.web.endpoints import make_app
+from se_exporter.web.server import WebServer
+
+if TYPE_CHECKING:  # imported at run time only when a policy is configured
+    from se_exporter.approval.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +60,11 @@ class Exporter:
         self.config = config
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         web_config = load_web_config(config.web_config_file) if config.web_config_file else None
-        policy = load_policy(config.approval_config) if config.approval_config else None
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.metrics = ExporterMetrics(approval_enabled=config.approval_config is not None)
-        self.persistence = Persistence(StateFile(config.state_file) if config.state_file else None)
-        store = decode_store(self.persistence.loaded["store"]) if "store" in self.persistence.loaded else EventStore()
-        self.persistence.register("store", lambda: encode_store(store))
+        policy = _load_policy(config.approval_config) if config.approval_config else None
+        self.persistence = Persistence(config.state_file)
+        store = EventStore.from_state(self.persistence.section("store"))
+        self.persistence.track("store", store)
+        self.counters = Counters(approval_enabled=policy is not None)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
@@ -70,34 +75,28 @@ class Exporter:
             self.telemetry = build_telemetry(otel, resource_attributes(otel, identity, __version__),
                                              _spool_path(config.state_file), __version__)
         tracer = (tracer_provider or self.telemetry.tracer_provider).get_tracer("se_exporter", __version__)
-        self.event_log = EventLog(self.telemetry.spool)
-        lifecycle = LifecycleSpans(tracer, self.persistence.loaded.get("lifecycle"))
-        self.persistence.register("lifecycle", lifecycle.to_state)
-        self.client = IMDSClient(
-            settings,
-            limiter,
-            transport=transport,
-            on_response=self.metrics.observe_response,
-            tracer=tracer,
-        )
-        self.approval = (
-            build_approval_sink(policy, self.client.approve, self._on_decision, self.persistence) if policy else None
-        )
+        lifecycle = LifecycleSpans.from_state(tracer, self.persistence.section("lifecycle"))
+        self.persistence.track("lifecycle", lifecycle)
+        self.client = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response,
+                                 tracer=tracer)
+        approver = self._approver(policy) if policy is not None else None
         if config.state_file is not None and not self.persistence.save():
             raise ConfigError(f"--state.file: cannot write {config.state_file} (see the error above)")
         self.poller = Poller(
             client=self.client,
             store=store,
-            metrics=self.metrics,
-            sinks=[self.event_log, lifecycle, *([self.approval] if self.approval else []), *extra_sinks],
+            sinks=[self.counters, AuditTrail(self.telemetry.spool), lifecycle, *extra_sinks],
             persistence=self.persistence,
             interval=config.poll_interval,
             identity=identity,
+            approver=approver,
             clock=clock,
             tracer=tracer,
         )
-        self.registry.register(self._collector(store, clock))
-        app = make_app(self.registry, config.telemetry_path, lambda: self.poller.health.ready, __version__)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(store=store, poller=self.poller, counters=self.counters, clock=clock,
+                                                 version=__version__, spool=self.telemetry.spool))
+        app = make_app(self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__)
         self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
 
     def start(self) -> None:
@@ -111,19 +110,27 @@ class Exporter:
 
     def close(self) -> None:
         """Save state, flush telemetry (bounded) and release the port and the IMDS connection."""
-        if self.approval is not None:  # before the spool closes: its last decisions must be logged
-            self.approval.close()
-        self.persistence.save()
+        self.poller.close()  # the approver's last decisions reach the audit trail before the spool closes
         self.telemetry.close()
         self.web.stop()
         self.client.close()
+
+    def _approver(self, policy: Policy) -> Decider:
+        from se_exporter.approval.approver import Approver
+
+        approver = Approver.from_state(self.persistence.section("approvals"), policy, self.client.approve)
+        self.persistence.track("approvals", approver)
+        mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
+        log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules),
+                 policy.leader, mode)
+        return approver
 
     def _startup_identity(
         self, settings: ClientSettings, limiter: RateLimiter, transport: httpx.BaseTransport | None,
         given: VMIdentity | None,
     ) -> VMIdentity | None:
         """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""
-        probe = IMDSClient(settings, limiter, transport=transport, on_response=self.metrics.observe_response)
+        probe = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response)
         try:
             learned = probe.get_identity()
         except IMDSError as error:
@@ -133,28 +140,14 @@ class Exporter:
         finally:
             probe.close()
         log.info("learned VM identity name=%s vm_id=%s location=%s", learned.name, learned.vm_id, learned.location)
-        return dataclasses.replace(learned, name=given.name) if given is not None else learned
+        return learned if given is None else msgspec.structs.replace(learned, name=given.name)
 
-    def _collector(self, store: EventStore, clock: Callable[[], float]) -> SnapshotCollector:
-        return SnapshotCollector(
-            metrics=self.metrics,
-            events=lambda: store.events,
-            incarnation=lambda: store.incarnation,
-            health=lambda: self.poller.health,
-            identity=lambda: self.poller.identity,
-            clock=clock,
-            version=__version__,
-            extra=self._spool_families,
-        )
 
-    def _on_decision(self, decision: ApprovalDecision) -> None:
-        if decision.counted:
-            self.metrics.observe_approval(decision.event.event_type, decision.result)
-        self.event_log.on_decision(decision)
+def _load_policy(path: Path) -> Policy:
+    """The approval package is imported only when a policy is configured."""
+    from se_exporter.approval.policy import load_policy
 
-    def _spool_families(self) -> list[Metric]:
-        spool = self.telemetry.spool
-        return [] if spool is None else log_spool_families(spool.depth, spool.dropped)
+    return load_policy(path)
 
 
 def _spool_path(state_file: Path | None) -> Path | None:

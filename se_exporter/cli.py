@@ -6,16 +6,15 @@ import argparse
 import gc
 import logging
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from se_exporter import __version__, logs
 from se_exporter.config import flags
 from se_exporter.config.options import add_exporter_flags, config_from_args, untrusted_imds_url
 from se_exporter.errors import ConfigError
+from se_exporter.process import serve
 
 COMMANDS = ("run", "simulate", "demo")
 log = logging.getLogger("se_exporter")
@@ -90,27 +89,6 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
     return serve(exporter.start, exporter.run, exporter.close)
-
-
-def serve(
-    start: Callable[[], None], run: Callable[[threading.Event], None], close: Callable[[], None]
-) -> int:
-    """Run until SIGTERM/SIGINT, then shut down cleanly and exit 0."""
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s, shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        start()
-        run(stop)
-    finally:
-        close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
 
 
 def _route_sdk_logs(handler: logging.Handler) -> None:

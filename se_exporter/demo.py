@@ -12,7 +12,7 @@ from pathlib import Path
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.command import speed
-from se_exporter.simulator.model import VmIdentity
+from se_exporter.simulator.model import SimulatedVM
 from se_exporter.simulator.scenario_file import builtin_scenario
 from se_exporter.simulator.server import SimulatorServer
 from se_exporter.simulator.world import SimWorld
@@ -38,9 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from se_exporter.app import Exporter
-    from se_exporter.cli import serve
+    from se_exporter.process import serve
 
-    world = SimWorld(vm=VmIdentity(name=DEMO_VM), clock=SimClock(args.demo_speed))
+    world = SimWorld(vm=SimulatedVM(name=DEMO_VM), clock=SimClock(args.demo_speed))
     world.loop([builtin_scenario(name) for name in DEMO_ORDER], gap=args.demo_gap)
     simulator = SimulatorServer(world).start()
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)

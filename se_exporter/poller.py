@@ -1,34 +1,57 @@
-"""The poll loop: IMDS client → document → event store → sinks. It never dies on an IMDS fault."""
+"""The poll loop: IMDS client → document → event store → approver → sinks. It never dies on an IMDS fault.
+
+Every fact a poll produces travels one route: the store's transitions and the approver's decisions
+go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans). What the
+loop itself achieved (up, last success, this VM's identity, failures by reason) is its ``status``,
+which /metrics and /-/ready read.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Protocol
 
 from opentelemetry import trace
 
+from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.errors import IMDSError
-from se_exporter.health import PollHealth
 from se_exporter.imds.client import IMDSClient
-from se_exporter.imds.document import Document
+from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
-from se_exporter.metrics.collector import ExporterMetrics
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore, Transition
 
 log = logging.getLogger(__name__)
 IDENTITY_RETRY_SECONDS = 60.0
+_NAMELESS = VMIdentity()
+POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
+
+
+@dataclass(frozen=True, slots=True)
+class PollStatus:
+    """What the poll loop last achieved; replaced as a whole, so readers need no lock."""
+
+    up: bool = False  # the last poll succeeded
+    last_success: float | None = None  # Unix time of the last good poll
+    identity: VMIdentity = _NAMELESS
+    errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(dict.fromkeys(POLL_ERROR_REASONS, 0)))
+
+    @property
+    def ready(self) -> bool:
+        return self.last_success is not None
 
 
 @dataclass(frozen=True, slots=True)
 class PollResult:
     document: Document
     transitions: Sequence[Transition]
+    decisions: Sequence[ApprovalDecision]  # made in this poll, before its transitions were published
     changed: bool  # the document differed from the previous one
     identity: VMIdentity
     now: float
@@ -38,17 +61,25 @@ class PollSink(Protocol):
     def on_poll(self, result: PollResult) -> None: ...
 
 
+class Decider(Protocol):
+    """The approver, seen from the loop: it decides on every good poll and never blocks it."""
+
+    def on_poll(self, events: Sequence[ScheduledEvent], vm_name: str | None) -> Sequence[ApprovalDecision]: ...
+
+    def close(self) -> Sequence[ApprovalDecision]: ...
+
+
 class Poller:
     def __init__(
         self,
         *,
         client: IMDSClient,
         store: EventStore,
-        metrics: ExporterMetrics,
         sinks: Sequence[PollSink],
         persistence: Persistence,
         interval: float,
         identity: VMIdentity | None = None,
+        approver: Decider | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         tracer: trace.Tracer | None = None,
@@ -56,12 +87,11 @@ class Poller:
     ) -> None:
         self.client = client
         self.store = store
-        self.health = PollHealth()
-        self.identity = identity or VMIdentity()
+        self.status = PollStatus(identity=identity or VMIdentity())
         self._learn_identity = identity is None
         self._next_identity_attempt = float("-inf")
-        self._metrics = metrics
         self._sinks = sinks
+        self._approver = approver
         self._persistence = persistence
         self._interval = interval
         self._clock = clock
@@ -69,6 +99,11 @@ class Poller:
         self._tracer = tracer or trace.NoOpTracer()
         self._backoff = backoff or Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
         self._failing_reason: str | None = None
+        self._last_document = Document(incarnation=0)
+
+    @property
+    def identity(self) -> VMIdentity:
+        return self.status.identity
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set; the pause after a failure grows with jittered backoff."""
@@ -84,19 +119,27 @@ class Poller:
                 pause = self._backoff.cap
             stop.wait(max(0.0, pause))
 
+    def close(self) -> None:
+        """Stop the approver, hand its last decisions to the sinks and save the state."""
+        if self._approver is not None:
+            decisions = self._approver.close()
+            if decisions:
+                self._publish(PollResult(self._last_document, (), decisions, False, self.identity, self._clock()))
+        self._persistence.save()
+
     def refresh_identity(self) -> None:
         """Learn this VM's name from compute metadata; retried now and then until it works."""
         if not self._learn_identity or self._monotonic() < self._next_identity_attempt:
             return
         try:
-            self.identity = self.client.get_identity()
+            identity = self.client.get_identity()
         except IMDSError as error:
             self._next_identity_attempt = self._monotonic() + IDENTITY_RETRY_SECONDS
             log.warning("compute metadata unavailable, affects_this_vm stays unknown: %s", error)
             return
         self._learn_identity = False
-        log.info("learned VM identity name=%s vm_id=%s location=%s", self.identity.name,
-                 self.identity.vm_id, self.identity.location)
+        self.status = replace(self.status, identity=identity)
+        log.info("learned VM identity name=%s vm_id=%s location=%s", identity.name, identity.vm_id, identity.location)
 
     def poll_once(self) -> IMDSError | None:
         """One poll; returns the IMDS error it survived, or None on success."""
@@ -118,26 +161,32 @@ class Poller:
     def _on_document(self, document: Document, changed: bool) -> None:
         now = self._clock()
         transitions = self.store.reconcile(document, now) if changed else []
-        for transition in transitions:
-            self._metrics.observe_transition(transition)
-        result = PollResult(document, transitions, changed, self.identity, now)
-        if changed:
-            self._persistence.request_save()
-        for sink in self._sinks:  # before persisting: a crash in between re-emits, never loses
-            sink.on_poll(result)
-        self._persistence.flush()  # once, for the store and whatever the sinks asked to keep
-        self.health = PollHealth(up=True, last_success=now)
+        identity = self.identity
+        decisions = self._approver.on_poll(document.events, identity.name) if self._approver is not None else ()
+        self._last_document = document
+        self._publish(PollResult(document, transitions, decisions, changed, identity, now))
+        self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses
+        self.status = replace(self.status, up=True, last_success=now)
         self._backoff.reset()
         if self._failing_reason is not None:
             log.info("IMDS polls succeed again after %s errors", self._failing_reason)
             self._failing_reason = None
 
+    def _publish(self, result: PollResult) -> None:
+        for sink in self._sinks:
+            try:
+                sink.on_poll(result)
+            except Exception:  # a bug in one sink must neither stop monitoring nor starve the other sinks
+                log.exception("poll sink %s failed", type(sink).__name__)
+
     def _on_failure(self, error: IMDSError) -> None:
-        self._metrics.observe_poll_error(error)
-        self.health = PollHealth(up=False, last_success=self.health.last_success)
+        errors = dict(self.status.errors)
+        errors[error.reason] = errors.get(error.reason, 0) + 1
+        self.status = replace(self.status, up=False, errors=MappingProxyType(errors))
         if error.reason != self._failing_reason:  # one line per streak, not one per second
             level = logging.WARNING if error.retryable else logging.ERROR
             log.log(level, "IMDS poll failed (reason=%s): %s", error.reason, error)
             self._failing_reason = error.reason
         else:
             log.debug("IMDS poll failed again (reason=%s): %s", error.reason, error)
+

@@ -1,65 +1,79 @@
 """The event store: a pure state machine from IMDS documents to lifecycle transitions.
 
 ``reconcile(document, now)`` compares a document with what the store last saw and returns the
-transitions of DESIGN.md. It performs no I/O and reads no clock: callers pass ``now`` (Unix
+transitions of docs/design.md. It performs no I/O and reads no clock: callers pass ``now`` (Unix
 seconds), so tests drive it with any timeline and a restored store continues where it left off.
+``to_state``/``from_state`` are its own codec for the state file.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 from types import MappingProxyType
+from typing import Annotated
 
-from se_exporter.imds.document import STATUS_SCHEDULED, STATUS_STARTED, Document, ScheduledEvent
+import msgspec
 
-SCHEDULED = "scheduled"
-STARTED = "started"
-COMPLETED = "completed"
-CANCELLED = "cancelled"
-RESCHEDULED = "rescheduled"
-TRANSITIONS = (SCHEDULED, STARTED, COMPLETED, CANCELLED, RESCHEDULED)
+from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 
+log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
-
 # Fixed namespace so that a transition's uid is the same in every process, forever.
 _UID_NAMESPACE = uuid.UUID("6f1d3c52-5a57-4d0e-9a35-9b1f2b8c1e01")
+_UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # keeps a damaged state file's times usable
 
 
-@dataclass(frozen=True, slots=True)
-class EventState:
+class TransitionKind(StrEnum):
+    SCHEDULED = "scheduled"  # first seen Scheduled
+    STARTED = "started"  # Scheduled -> Started, or first seen Started
+    COMPLETED = "completed"  # removed after Started
+    CANCELLED = "cancelled"  # removed while Scheduled
+    RESCHEDULED = "rescheduled"  # NotBefore changed while Scheduled
+
+
+class EventState(msgspec.Struct, frozen=True, gc=False):
     """What the store knows of one listed event."""
 
     event: ScheduledEvent  # as last seen
-    first_seen: float  # Unix time of the first sighting
+    first_seen: _UnixTime  # Unix time of the first sighting
     first_seen_status: str
-    started_at: float | None = None  # Unix time the exporter saw it Started
+    started_at: _UnixTime | None = None  # Unix time the exporter saw it Started
     not_before_history: tuple[datetime, ...] = ()  # every NotBefore seen while Scheduled
-    life: int = 1  # > 1 when the EventId came back after its removal (see EventStore)
+    life: Annotated[int, msgspec.Meta(ge=1)] = 1  # > 1 when the EventId came back after its removal
 
     def started_seconds(self, now: float) -> float | None:
         return None if self.started_at is None else max(0.0, now - self.started_at)
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    kind: str  # one of TRANSITIONS
+class Transition(msgspec.Struct, frozen=True, gc=False):
+    kind: TransitionKind
     event: ScheduledEvent  # the event as seen at the transition (last seen, for removals)
     previous_status: str  # "" when first seen
     observed_at: float  # Unix time the exporter observed the change
     document_incarnation: int
     first_seen: float
+    first_seen_status: str
     started_seconds: float | None = None  # time spent in Started, on "completed"
     life: int = 1
 
     @property
     def uid(self) -> str:
         """Stable id of this transition: the same if it is ever emitted again after a crash."""
-        not_before = self.event.not_before if self.kind == RESCHEDULED else None
+        not_before = self.event.not_before if self.kind is TransitionKind.RESCHEDULED else None
         return _transition_uid(self.event.event_id, self.life, self.kind, not_before)
+
+
+class _StoreState(msgspec.Struct):
+    """The store's section of the state file."""
+
+    incarnation: int | None
+    events: tuple[EventState, ...]
+    removed: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
 
 
 @functools.lru_cache(maxsize=4096)  # each sink asks for the uid of the same transition
@@ -89,7 +103,23 @@ class EventStore:
         self._events: Mapping[str, EventState] = MappingProxyType(dict(events or {}))
         self.incarnation = incarnation
         self.removed: dict[str, int] = dict(removed or {})  # EventId -> last life, oldest first
+        self.state_version = 0  # bumped by every change worth saving (see state.persistence)
         self._last_document: Document | None = None
+
+    @classmethod
+    def from_state(cls, section: object) -> EventStore:
+        """The store saved by ``to_state``; a damaged section is logged and yields an empty store."""
+        if section is None:
+            return cls()
+        try:
+            saved = msgspec.convert(section, _StoreState, strict=True)
+        except msgspec.ValidationError as error:
+            log.warning("ignoring the event store in the state file: %s", error)
+            return cls()
+        return cls({state.event.event_id: state for state in saved.events}, saved.incarnation, saved.removed)
+
+    def to_state(self) -> _StoreState:
+        return _StoreState(self.incarnation, tuple(self._events.values()), self.removed)
 
     @property
     def events(self) -> Mapping[str, EventState]:
@@ -110,23 +140,28 @@ class EventStore:
         """Adopt ``document`` as the current truth and return the transitions it implies."""
         transitions: list[Transition] = []
         updated: dict[str, EventState] = {}
+        incarnation = document.incarnation
         for event in document.events:
             previous = self._events.get(event.event_id)
+            if previous is not None and previous.event == event:  # most events of a changed document
+                updated[event.event_id] = previous
+                continue
             if previous is None:  # a returning EventId starts its next life (see the class docstring)
                 state, emitted = _first_sighting(event, now, life=self.removed.pop(event.event_id, 0) + 1)
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
-            transitions += [_transition(kind, state, prev, now, document.incarnation) for kind, prev in emitted]
+            transitions += [_transition(kind, state, prev, now, incarnation) for kind, prev in emitted]
         for event_id, state in self._events.items():
             if event_id in updated:
                 continue
             self._forget(event_id, state.life)
             if (kind := _removal(state)) is not None:
-                transitions.append(_transition(kind, state, state.event.event_status, now, document.incarnation))
+                transitions.append(_transition(kind, state, state.event.event_status, now, incarnation))
         self._events = MappingProxyType(updated)
-        self.incarnation = document.incarnation
+        self.incarnation = incarnation
         self._last_document = document
+        self.state_version += 1
         return transitions
 
     def _forget(self, event_id: str, life: int) -> None:
@@ -135,49 +170,47 @@ class EventStore:
             del self.removed[next(iter(self.removed))]
 
 
-def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[EventState, list[tuple[str, str]]]:
-    """The new state of an event listed before and the (transition, previous status) pairs it emits."""
-    emitted: list[tuple[str, str]] = []
+Emitted = list[tuple[TransitionKind, str]]  # (transition, previous status)
+
+
+def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[EventState, Emitted]:
+    """The new state of an event listed before and the transitions it emits."""
+    emitted: Emitted = []
     previous = state.event.event_status
     history = state.not_before_history
     started_at = state.started_at
     if started_at is not None:  # once Started, the lifecycle only waits for the removal
         pass
-    elif event.event_status == STATUS_STARTED:
+    elif event.event_status == STARTED:
         started_at = now
-        emitted.append((STARTED, previous))
-    elif (
-        event.event_status == STATUS_SCHEDULED
-        and event.not_before is not None
-        and event.not_before not in history
-    ):
+        emitted.append((TransitionKind.STARTED, previous))
+    elif event.event_status == SCHEDULED and event.not_before is not None and event.not_before not in history:
         if history:  # a first NotBefore for an event seen without one is not a reschedule
-            emitted.append((RESCHEDULED, previous))
+            emitted.append((TransitionKind.RESCHEDULED, previous))
         history = (*history, event.not_before)
-    return replace(state, event=event, started_at=started_at, not_before_history=history), emitted
+    return msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history), emitted
 
 
-def _first_sighting(
-    event: ScheduledEvent, now: float, life: int = 1
-) -> tuple[EventState, list[tuple[str, str]]]:
-    state = EventState(event=event, first_seen=now, first_seen_status=event.event_status, life=life)
-    if event.event_status == STATUS_STARTED:
-        return replace(state, started_at=now), [(STARTED, "")]
-    if event.event_status == STATUS_SCHEDULED:
+def _first_sighting(event: ScheduledEvent, now: float, life: int = 1) -> tuple[EventState, Emitted]:
+    if event.event_status == STARTED:
+        return EventState(event, now, STARTED, started_at=now, life=life), [(TransitionKind.STARTED, "")]
+    if event.event_status == SCHEDULED:
         history = (event.not_before,) if event.not_before is not None else ()
-        return replace(state, not_before_history=history), [(SCHEDULED, "")]
-    return state, []  # an unknown status: tracked, and shown in metrics, but no lifecycle step
+        state = EventState(event, now, SCHEDULED, not_before_history=history, life=life)
+        return state, [(TransitionKind.SCHEDULED, "")]
+    # An unknown status: tracked, and shown in metrics, but no lifecycle step.
+    return EventState(event, now, event.event_status, life=life), []
 
 
-def _removal(state: EventState) -> str | None:
+def _removal(state: EventState) -> TransitionKind | None:
     if state.started_at is not None:
-        return COMPLETED
-    if state.event.event_status == STATUS_SCHEDULED:
-        return CANCELLED
+        return TransitionKind.COMPLETED
+    if state.event.event_status == SCHEDULED:
+        return TransitionKind.CANCELLED
     return None
 
 
-def _transition(kind: str, state: EventState, previous: str, now: float, incarnation: int) -> Transition:
+def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int) -> Transition:
     return Transition(
         kind=kind,
         event=state.event,
@@ -185,6 +218,7 @@ def _transition(kind: str, state: EventState, previous: str, now: float, incarna
         observed_at=now,
         document_incarnation=incarnation,
         first_seen=state.first_seen,
-        started_seconds=state.started_seconds(now) if kind == COMPLETED else None,
+        first_seen_status=state.first_seen_status,
+        started_seconds=state.started_seconds(now) if kind is TransitionKind.COMPLETED else None,
         life=state.life,
     )

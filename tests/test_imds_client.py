@@ -168,8 +168,8 @@ def test_compute_metadata_gives_identity() -> None:
     assert (identity.name, identity.vm_id, identity.location, identity.vm_scale_set_name) == (
         "WestNO_0", "id-1", "westeurope", "WestNO")
     assert str(seen[0].url) == "http://169.254.169.254/metadata/instance/compute?api-version=2021-02-01"
-    assert identity.affects(("westno_0", "WestNO_1")) == "true"
-    assert identity.affects(("WestNO_1",)) == "false"
+    assert identity.affects(("westno_0", "WestNO_1")) is True
+    assert identity.affects(("WestNO_1",)) is False
 
 
 def test_compute_metadata_without_name_is_invalid() -> None:

@@ -9,14 +9,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from se_exporter.errors import IMDSHTTPError, IMDSTimeout, InvalidDocument
-from se_exporter.health import PollHealth
+from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
+from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.document import Document, ScheduledEvent, parse_document
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
+from se_exporter.metrics.counters import Counters
+from se_exporter.poller import POLL_ERROR_REASONS, PollResult, PollStatus
 from se_exporter.store import EventStore
+from tests.support import exposition
 
 TESTDATA = Path(__file__).parent / "testdata"
 GOLDEN = TESTDATA / "golden" / "exposition.prom"
@@ -32,14 +33,16 @@ class Clock:
         return self.now
 
 
-def render(store: EventStore, metrics: ExporterMetrics, clock: Clock, health: PollHealth,
-           identity: VMIdentity = THIS_VM) -> str:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(
-        metrics=metrics, events=lambda: store.events, incarnation=lambda: store.incarnation,
-        health=lambda: health, identity=lambda: identity, clock=clock, version="1.2.3",
-    ))
-    text = generate_latest(registry).decode()
+def status(up: bool = False, last_success: float | None = None, identity: VMIdentity = THIS_VM,
+           errors: tuple[IMDSError, ...] = ()) -> PollStatus:
+    counts = dict.fromkeys(POLL_ERROR_REASONS, 0)
+    for error in errors:
+        counts[error.reason] += 1
+    return PollStatus(up=up, last_success=last_success, identity=identity, errors=counts)
+
+
+def render(store: EventStore, counters: Counters, clock: Clock, poll_status: PollStatus) -> str:
+    text = exposition.render(store, counters, poll_status, clock=clock, version="1.2.3")
     # the build info carries the running interpreter's version; pin it for the golden file
     return "\n".join(
         'azure_scheduled_events_exporter_build_info{python_version="3.x",version="1.2.3"} 1.0'
@@ -48,30 +51,36 @@ def render(store: EventStore, metrics: ExporterMetrics, clock: Clock, health: Po
     ) + "\n"
 
 
-def fixed_scenario() -> tuple[EventStore, ExporterMetrics, Clock]:
+def reconcile(store: EventStore, counters: Counters, document: Document, now: float,
+              decisions: tuple[ApprovalDecision, ...] = ()) -> None:
+    """One poll's facts, delivered to the counters as the poller delivers them."""
+    transitions = store.reconcile(document, now)
+    counters.on_poll(PollResult(document, transitions, decisions, True, THIS_VM, now))
+
+
+ERRORS = (IMDSHTTPError(500, "boom"), IMDSTimeout("slow"))
+
+
+def fixed_scenario() -> tuple[EventStore, Counters, Clock]:
     """The docs' Freeze (scheduled, then started) plus a Started hardware-failure Reboot."""
     clock = Clock(T0)
-    store, metrics = EventStore(), ExporterMetrics(approval_enabled=True)
+    store, counters = EventStore(), Counters(approval_enabled=True)
     scheduled = parse_document((TESTDATA / "imds" / "docs-example-2-scheduled.json").read_bytes())
     reboot = ScheduledEvent(event_id="R1", event_type="Reboot", event_status="Started",
                             resources=("WestNO_1",), event_source="Platform", duration_seconds=-1)
-    for t in store.reconcile(scheduled, clock.now):
-        metrics.observe_transition(t)
+    reconcile(store, counters, scheduled, clock.now)
     clock.now += 30
-    for t in store.reconcile(Document(3, (*scheduled.events, reboot)), clock.now):
-        metrics.observe_transition(t)
-    metrics.observe_response("GET", "200", 0.004)
-    metrics.observe_response("GET", "500", 0.02)
-    metrics.observe_poll_error(IMDSHTTPError(500, "boom"))
-    metrics.observe_poll_error(IMDSTimeout("slow"))
-    metrics.observe_approval("Freeze", "dry_run")
+    dry_run = ApprovalDecision(scheduled.events[0], ApprovalResult.DRY_RUN, "short-freeze", "dry_run", None, clock.now)
+    reconcile(store, counters, Document(3, (*scheduled.events, reboot)), clock.now, (dry_run,))
+    counters.observe_response("GET", "200", 0.004)
+    counters.observe_response("GET", "500", 0.02)
     clock.now += 12.5  # the scrape happens later than the poll
-    return store, metrics, clock
+    return store, counters, clock
 
 
 def test_golden_exposition() -> None:
-    store, metrics, clock = fixed_scenario()
-    text = render(store, metrics, clock, PollHealth(up=True, last_success=clock.now - 0.5))
+    store, counters, clock = fixed_scenario()
+    text = render(store, counters, clock, status(True, clock.now - 0.5, errors=ERRORS))
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
@@ -79,23 +88,22 @@ def test_golden_exposition() -> None:
 
 
 def test_scrape_time_values() -> None:
-    store, metrics, clock = fixed_scenario()
-    text = render(store, metrics, clock, PollHealth(up=True, last_success=clock.now))
+    store, counters, clock = fixed_scenario()
+    text = render(store, counters, clock, status(True, clock.now))
     assert ('azure_scheduled_events_event_seconds_until_not_before{event_id="C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
             'event_type="Freeze"} 375.5') in text
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 12.5' in text
     assert ('azure_scheduled_events_event_info{affects_this_vm="false",event_id="R1",event_source="Platform",'
             'event_status="Started",event_type="Reboot",resource_type="VirtualMachine"} 1.0') in text
     clock.now += 100
-    later = render(store, metrics, clock, PollHealth(up=True, last_success=clock.now))
+    later = render(store, counters, clock, status(True, clock.now))
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 112.5' in later
 
 
 def test_per_event_series_vanish_with_the_event() -> None:
-    store, metrics, clock = fixed_scenario()
-    for t in store.reconcile(Document(4, ()), clock.now):
-        metrics.observe_transition(t)
-    text = render(store, metrics, clock, PollHealth(up=True, last_success=clock.now))
+    store, counters, clock = fixed_scenario()
+    reconcile(store, counters, Document(4, ()), clock.now)
+    text = render(store, counters, clock, status(True, clock.now))
     assert 'event_id="' not in text
     assert 'azure_scheduled_events_pending{event_status="Started",event_type="Reboot"} 0.0' in text
     assert 'azure_scheduled_events_transitions_total{event_type="Reboot",transition="completed"} 1.0' in text
@@ -103,7 +111,7 @@ def test_per_event_series_vanish_with_the_event() -> None:
 
 
 def test_before_the_first_poll() -> None:
-    text = render(EventStore(), ExporterMetrics(), Clock(T0), PollHealth(), VMIdentity())
+    text = render(EventStore(), Counters(), Clock(T0), status(identity=VMIdentity()))
     assert "azure_scheduled_events_imds_up 0.0" in text
     assert "last_successful_poll_timestamp_seconds" not in text
     assert "document_incarnation" not in text
@@ -115,21 +123,18 @@ def test_unknown_vm_name_and_long_labels() -> None:
     store = EventStore()
     store.reconcile(Document(1, (ScheduledEvent(event_id="x" * 500, event_type="Brand\"New\nType",
                                                 event_status="Scheduled", resources=("vm-a",)),)), T0)
-    text = render(store, ExporterMetrics(), Clock(T0), PollHealth(up=True, last_success=T0), VMIdentity())
+    text = render(store, Counters(), Clock(T0), status(True, T0, VMIdentity()))
     assert 'affects_this_vm="unknown"' in text
     assert "x" * 500 not in text and "x" * 127 + "…" in text
     assert 'event_type="Brand\\"New\\nType"' in text
     assert 'azure_scheduled_events_pending{event_status="Scheduled",event_type="Brand\\"New\\nType"} 1.0' in text
 
 
-def test_invalid_document_reason_is_counted() -> None:
-    metrics = ExporterMetrics()
-    metrics.observe_poll_error(InvalidDocument("nope"))
-    metrics.observe_poll_error(IMDSHTTPError(429, "slow down"))
-    metrics.observe_poll_error(IMDSHTTPError(400, "bad"))
-    assert metrics.poll_errors.value(("invalid_document",)) == 1
-    assert metrics.poll_errors.value(("throttled",)) == 1
-    assert metrics.poll_errors.value(("http_4xx",)) == 1
+def test_poll_errors_by_reason() -> None:
+    errors = (InvalidDocument("nope"), IMDSHTTPError(429, "slow down"), IMDSHTTPError(400, "bad"), IMDSTimeout("x"))
+    text = render(EventStore(), Counters(), Clock(T0), status(errors=errors))
+    for reason, count in (("invalid_document", 1), ("throttled", 1), ("http_4xx", 1), ("timeout", 1), ("http_5xx", 0)):
+        assert f'azure_scheduled_events_poll_errors_total{{reason="{reason}"}} {count}.0' in text
 
 
 def promtool() -> str:

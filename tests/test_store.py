@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.store import EventStore, Transition
+from se_exporter.store import EventStore, Transition, TransitionKind
 
 T0 = 1_700_000_000.0
 NB1 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -97,7 +97,7 @@ def test_is_unchanged_compares_incarnation_and_events() -> None:
 
 def test_transition_uid_is_stable_and_distinct() -> None:
     def uid(kind: str, event: ScheduledEvent) -> str:
-        return Transition(kind, event, "", T0, 1, T0).uid
+        return Transition(TransitionKind(kind), event, "", T0, 1, T0, "Scheduled").uid
 
     assert uid("scheduled", ev()) == uid("scheduled", ev())
     assert uid("scheduled", ev()) != uid("started", ev())

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 from se_exporter.approval.policy import Hook
-from se_exporter.audit.records import rfc3339
 from se_exporter.imds.document import ScheduledEvent
+from se_exporter.times import rfc3339
 
 log = logging.getLogger("se_exporter.approval")
 

@@ -1,6 +1,6 @@
 """Audit records as plain data: one per lifecycle transition and one per approval decision.
 
-A ``Record`` is what DESIGN.md's OpenTelemetry section calls a log record, before any SDK sees it:
+An ``AuditRecord`` is what docs/design.md's OpenTelemetry section calls a log record, before any SDK sees it:
 the spool stores it as JSON, the stderr line and the OTLP export are both rendered from it. Its
 ``uid`` (the ``log.record.uid`` attribute) is stable: a transition re-emitted after a crash gets
 the same uid, so the spool and downstream receivers can drop the duplicate.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from se_exporter.imds.document import ScheduledEvent
+from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.store import COMPLETED, RESCHEDULED, SCHEDULED, STARTED, Transition
+from se_exporter.store import Transition, TransitionKind
+from se_exporter.times import rfc3339, unix_nanos
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
@@ -27,25 +27,8 @@ _APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
 AttributeValue = str | bool | int | float | tuple[str, ...]
 
 
-class Decision(Protocol):
-    """What the approval engine's ``ApprovalDecision`` offers (structural: no import cycle)."""
-
-    @property
-    def event(self) -> ScheduledEvent: ...
-    @property
-    def result(self) -> str: ...
-    @property
-    def rule(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def post_latency_seconds(self) -> float | None: ...
-    @property
-    def at(self) -> float: ...
-
-
 @dataclass(frozen=True, slots=True)
-class Record:
+class AuditRecord:
     event_name: str
     severity: str  # INFO | WARN | ERROR
     body: str
@@ -59,7 +42,7 @@ class Record:
                 "attributes": attributes, "timestamp_ns": self.timestamp_ns, "uid": self.uid}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Record:
+    def from_json(cls, data: Mapping[str, Any]) -> AuditRecord:
         """Inverse of ``to_json``; raises KeyError/TypeError/ValueError on a malformed value."""
         attributes: dict[str, AttributeValue] = {}
         for key, raw in dict(data["attributes"]).items():
@@ -73,7 +56,7 @@ class Record:
                    int(data["timestamp_ns"]), str(data["uid"]))
 
 
-def transition_record(transition: Transition, identity: VMIdentity) -> Record:
+def transition_record(transition: Transition, identity: VMIdentity) -> AuditRecord:
     event = transition.event
     attributes: dict[str, AttributeValue] = {
         "scheduled_event.transition": transition.kind,
@@ -90,16 +73,18 @@ def transition_record(transition: Transition, identity: VMIdentity) -> Record:
     if event.not_before is not None:
         attributes["scheduled_event.not_before"] = rfc3339(event.not_before)
     affects = identity.affects(event.resources)
-    attributes.update(affects_attribute(affects))
-    if transition.kind == COMPLETED and transition.started_seconds is not None:
+    if affects is not None:  # a bool cannot say "unknown": left out while this VM's name is unknown
+        attributes["scheduled_event.affects_this_vm"] = affects
+    if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
         attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
     attributes["log.record.uid"] = transition.uid
-    disruptive = transition.kind in (SCHEDULED, STARTED) and event.event_type in DISRUPTIVE_TYPES
-    return Record(TRANSITION_EVENT, WARN if disruptive else INFO, _transition_body(transition, affects),
-                  attributes, unix_nanos(transition.observed_at), transition.uid)
+    coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED)
+    severity = WARN if coming and event.event_type in DISRUPTIVE_TYPES else INFO
+    return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects), attributes,
+                       unix_nanos(transition.observed_at), transition.uid)
 
 
-def approval_record(decision: Decision) -> Record:
+def approval_record(decision: ApprovalDecision) -> AuditRecord:
     event = decision.event
     # Every decision is a distinct audit fact (a re-decision after a crash is a real second one).
     uid = str(uuid.uuid5(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}"))
@@ -113,36 +98,22 @@ def approval_record(decision: Decision) -> Record:
     if decision.post_latency_seconds is not None:
         attributes["scheduled_event.approval.post_latency_s"] = round(decision.post_latency_seconds, 3)
     attributes["log.record.uid"] = uid
-    severity = {"failed": ERROR, "hook_failed": WARN}.get(decision.result, INFO)
+    severity = {ApprovalResult.FAILED: ERROR, ApprovalResult.HOOK_FAILED: WARN}.get(decision.result, INFO)
     rule = f" by rule {decision.rule}" if decision.rule else ""
     body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
-    return Record(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
+    return AuditRecord(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
 
 
-def affects_attribute(affects: str) -> dict[str, bool]:
-    """``scheduled_event.affects_this_vm`` from the metric label value ("true", "false" or "unknown").
-    A bool cannot say "unknown": the attribute is left out instead."""
-    return {} if affects == "unknown" else {"scheduled_event.affects_this_vm": affects == "true"}
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _transition_body(transition: Transition, affects: str) -> str:
+def _transition_body(transition: Transition, affects: bool | None) -> str:
     event = transition.event
+    when = f", not before {rfc3339(event.not_before)}" if event.not_before else ""
     what = {
-        SCHEDULED: f"scheduled, not before {rfc3339(event.not_before)}" if event.not_before else "scheduled",
-        RESCHEDULED: f"rescheduled, not before {rfc3339(event.not_before)}" if event.not_before else "rescheduled",
-        STARTED: "started",
-        COMPLETED: "completed" + (f" after {transition.started_seconds:.0f} s in Started"
+        TransitionKind.SCHEDULED: f"scheduled{when}",
+        TransitionKind.RESCHEDULED: f"rescheduled{when}",
+        TransitionKind.STARTED: "started",
+        TransitionKind.COMPLETED: "completed" + (f" after {transition.started_seconds:.0f} s in Started"
                                   if transition.started_seconds is not None else ""),
     }.get(transition.kind, transition.kind)
-    whom = {"true": ", affects this VM", "false": ", does not affect this VM"}.get(affects, "")
+    whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"
     source = f", source {event.event_source}" if event.event_source else ""
     return f"{event.event_type} {what}{whom} (event {event.event_id}{source})"
-
-
-def unix_nanos(unix_seconds: float) -> int:
-    """OTel timestamps: integer nanoseconds since the epoch."""
-    return round(unix_seconds * 1e9)

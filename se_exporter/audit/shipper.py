@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from se_exporter.audit.records import Record
+from se_exporter.audit.records import AuditRecord
 from se_exporter.audit.spool import Spool
 from se_exporter.imds.pacing import Backoff
 
@@ -23,7 +23,7 @@ BATCH_SIZE = 256
 RETRY_BASE_SECONDS = 1.0
 RETRY_CAP_SECONDS = 5.0  # a collector that comes back is used within seconds
 
-Send = Callable[[Sequence[Record]], bool]  # True once the collector accepted the whole batch
+Send = Callable[[Sequence[AuditRecord]], bool]  # True once the collector accepted the whole batch
 
 
 class LogShipper:
@@ -82,7 +82,7 @@ class LogShipper:
                 return
             self._stopping.wait(self._backoff.next_delay())
 
-    def _ship(self, batch: Sequence[Record]) -> bool:
+    def _ship(self, batch: Sequence[AuditRecord]) -> bool:
         try:
             accepted = self._send(batch)
         except Exception:  # a bug in the conversion must not kill the thread: keep the records

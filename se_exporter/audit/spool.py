@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from se_exporter.audit.records import Record
+from se_exporter.audit.records import AuditRecord
 from se_exporter.state.atomic import write_atomically
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class Spool:
         self.path = path
         self.capacity = capacity
         self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
-        self._pending: OrderedDict[str, Record] = OrderedDict()
+        self._pending: OrderedDict[str, AuditRecord] = OrderedDict()
         self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
         self._cond = threading.Condition()
         self._journal: BinaryIO | None = None
@@ -64,7 +64,7 @@ class Spool:
         with self._cond:
             return len(self._pending)
 
-    def append(self, records: Iterable[Record]) -> int:
+    def append(self, records: Iterable[AuditRecord]) -> int:
         """Queue records not seen before; returns how many were new. Durable when it returns."""
         with self._cond:
             new = [r for r in records if r.uid not in self._pending and r.uid not in self._finished]
@@ -79,7 +79,7 @@ class Spool:
             self._cond.notify_all()
             return len(new)
 
-    def peek(self, limit: int) -> list[Record]:
+    def peek(self, limit: int) -> list[AuditRecord]:
         """The oldest pending records, still pending until acknowledged."""
         with self._cond:
             return [record for _, record in zip(range(limit), self._pending.values(), strict=False)]
@@ -167,7 +167,7 @@ class Spool:
 
     def _replay(self, entry: dict[str, Any]) -> None:
         if "add" in entry:
-            record = Record.from_json(entry["add"])
+            record = AuditRecord.from_json(entry["add"])
             if record.uid not in self._finished:
                 self._pending[record.uid] = record
             return

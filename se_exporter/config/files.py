@@ -1,18 +1,16 @@
-"""Strict YAML configuration files (the approval policy, the web config).
+"""Reading the YAML files an operator writes (approval policy, web config, simulator scenarios).
 
-Both files are operator input that can stop maintenance from being approved or expose metrics, so
-reading them is strict: a key given twice is an error (PyYAML would keep the last silently), unknown
-keys are errors, and every problem is a ``ConfigError`` of the form ``<kind> <file>: <key path>:
-<problem>``, naming the key before the exporter starts.
+They can stop maintenance from being approved or expose metrics, so reading them is strict: a key
+given twice is an error (PyYAML would keep the last silently), and every problem is one line of the
+form ``<kind> <file>: <problem>``. What the content must look like is ``schema.decode``'s job.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 
@@ -57,14 +55,14 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def read_text(kind: str, path: str | os.PathLike[str]) -> str:
-    """The configuration file's text; ``ConfigError`` saying why it cannot be read."""
+def read_text(prefix: str, path: str | os.PathLike[str], error: type[Exception] = ConfigError) -> str:
+    """The file's text; ``error("<prefix>: cannot read the file: ...")`` saying why it cannot be read."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{kind} {os.fspath(path)}: cannot read the file: {os_problem(exc)}") from None
+        raise error(f"{prefix}: cannot read the file: {os_problem(exc)}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{kind} {os.fspath(path)}: the file is not UTF-8 text") from None
+        raise error(f"{prefix}: the file is not UTF-8 text") from None
 
 
 def os_problem(exc: Exception) -> str:
@@ -72,13 +70,14 @@ def os_problem(exc: Exception) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def load_yaml(kind: str, source: str, text: str) -> object:
+def load_yaml(prefix: str, text: str, error: type[Exception] = ConfigError) -> object:
+    """Parse YAML, refusing a key given twice; ``error("<prefix>: not valid YAML: ...")`` in one line."""
     try:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{kind} {source}: not valid YAML: {_one_line(exc)}") from None
+        raise error(f"{prefix}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
-        raise ConfigError(f"{kind} {source}: not valid YAML: nested too deeply") from None
+        raise error(f"{prefix}: not valid YAML: nested too deeply") from None
 
 
 def _one_line(error: yaml.YAMLError) -> str:
@@ -89,59 +88,3 @@ def _one_line(error: yaml.YAMLError) -> str:
         context = f"{error.context}: " if error.context else ""
         return f"{context}{error.problem}{where}"
     return " ".join(str(error).split())
-
-
-class Fields:
-    """One mapping of a configuration file: unknown keys are errors; getters name the key on error.
-
-    Subclasses set ``kind`` (the message prefix) and add the typed getters their file needs.
-    """
-
-    kind = "config"
-
-    def __init__(self, source: str, where: str, value: object, allowed: Sequence[str] | None) -> None:
-        self.source = source
-        self.where = where
-        if not isinstance(value, dict):
-            self.fail_at(where or "(top level)", f"must be a mapping, got {show(value)}")
-        for key in value:
-            if not isinstance(key, str):
-                self.fail_at(self.key_path(str(key)), "keys must be strings")
-            self.check_key(key)
-            if allowed is not None and key not in allowed:
-                self.fail(key, f"unknown key; expected one of: {', '.join(allowed)}")
-        self.data: dict[str, object] = value
-
-    def check_key(self, key: str) -> None:
-        """Hook for keys a file rejects with a specific reason."""
-
-    def key_path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
-
-    def fail_at(self, path: str, problem: str) -> NoReturn:
-        raise ConfigError(f"{self.kind} {self.source}: {path}: {problem}")
-
-    def fail(self, key: str, problem: str) -> NoReturn:
-        self.fail_at(self.key_path(key), problem)
-
-    def has(self, key: str) -> bool:
-        return key in self.data
-
-    def get(self, key: str) -> object:
-        return self.data.get(key)
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if not isinstance(value, bool):
-            self.fail(key, f"must be true or false, got {show(value)}")
-        return value
-
-    def check_strings(self, key: str, value: list[object], choices: Sequence[str] | None) -> tuple[str, ...]:
-        """Each item a non-empty string (one of ``choices`` when given)."""
-        for index, item in enumerate(value):
-            where = f"{key}[{index}]"
-            if not isinstance(item, str) or not item:
-                self.fail(where, f"must be a non-empty string, got {show(item)}")
-            if choices is not None and item not in choices:
-                self.fail(where, f"unknown value {show(item)}; known values: {', '.join(choices)}")
-        return tuple(str(item) for item in value)

@@ -1,29 +1,39 @@
-"""The Scheduled Events document: immutable types and a strict parser.
+"""The Scheduled Events document: immutable types and a strict decoder.
 
-Unknown EventType/EventStatus values are kept as strings (Azure may add some); fields missing
-in older api-versions get neutral defaults. Anything else malformed raises ``InvalidDocument``.
+The JSON is decoded by msgspec into wire types that say exactly what IMDS may send (and nothing
+more is accepted), then turned into ``ScheduledEvent``s with neutral defaults for the fields older
+api-versions leave out. Unknown EventType/EventStatus values are kept as strings (Azure may add
+some); anything else malformed raises ``InvalidDocument``, which the poll loop counts and survives.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from dataclasses import dataclass
+import re
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeGuard
+from typing import Annotated, Literal, get_args
+
+import msgspec
 
 from se_exporter.errors import InvalidDocument
 
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-STATUS_SCHEDULED = "Scheduled"
-STATUS_STARTED = "Started"
-EVENT_STATUSES = (STATUS_SCHEDULED, STATUS_STARTED)
+EventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
+EVENT_TYPES: tuple[str, ...] = get_args(EventTypeName)
+EventSourceName = Literal["Platform", "User"]
+EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
+SCHEDULED = "Scheduled"
+STARTED = "Started"
+EVENT_STATUSES = (SCHEDULED, STARTED)
 UNKNOWN_DURATION = -1
+# Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
+_Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledEvent:
+class ScheduledEvent(msgspec.Struct, frozen=True, gc=False):
+    """One event as the exporter uses it (immutable, cheap to compare)."""
+
     event_id: str
     event_type: str
     event_status: str
@@ -31,67 +41,74 @@ class ScheduledEvent:
     resources: tuple[str, ...] = ()
     not_before: datetime | None = None  # timezone-aware UTC; None once Started
     description: str = ""
-    event_source: str = ""
+    event_source: str = ""  # "" with api-versions before 2019-08-01
     duration_seconds: int = UNKNOWN_DURATION
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
+class Document(msgspec.Struct, frozen=True, gc=False):
     incarnation: int
     events: tuple[ScheduledEvent, ...] = ()
 
 
+class _WireEvent(msgspec.Struct, rename="pascal", gc=False):
+    """An event as IMDS writes it; null is accepted where a field may be empty."""
+
+    event_id: _Text
+    event_type: _Text
+    event_status: _Text
+    resource_type: str | None = None
+    resources: tuple[str, ...] = ()
+    not_before: str | None = None
+    description: str | None = None
+    event_source: str | None = None
+    duration_in_seconds: _Int64 = UNKNOWN_DURATION
+
+
+class _WireDocument(msgspec.Struct, rename="pascal", gc=False):
+    document_incarnation: _Int64
+    events: tuple[_WireEvent, ...] = ()
+
+
+_DECODER = msgspec.json.Decoder(_WireDocument)
+_HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_LONE_SURROGATE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
+
+
 def parse_document(body: bytes | str) -> Document:
-    """Parse an IMDS answer; raise ``InvalidDocument`` saying what is wrong."""
+    """Decode an IMDS answer; raise ``InvalidDocument`` saying what is wrong."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise InvalidDocument(f"body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidDocument(f"document is a JSON {type(data).__name__}, not an object")
-    incarnation = data.get("DocumentIncarnation")
-    if not is_int(incarnation):
-        raise InvalidDocument(f"DocumentIncarnation must be an integer, got {incarnation!r:.80}")
-    raw_events = data.get("Events", [])
-    if not isinstance(raw_events, list):
-        raise InvalidDocument("Events must be a list")
-    events = tuple(_parse_event(i, raw) for i, raw in enumerate(raw_events))
+        wire = _DECODER.decode(body)
+    except msgspec.ValidationError as error:
+        raise InvalidDocument(f"not a Scheduled Events document: {error}") from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
+        if _LONE_SURROGATE.search(body if isinstance(body, bytes) else body.encode("utf-8", "replace")):
+            # "\ud800" is valid JSON, but no label, log line or uid can hold it
+            raise InvalidDocument("body holds text that is not valid Unicode (a lone surrogate)") from None
+        raise InvalidDocument(f"body is not JSON: {error}") from None
+    events = tuple(_event(index, raw) for index, raw in enumerate(wire.events))
     seen: set[str] = set()
     for event in events:
         if event.event_id in seen:
             raise InvalidDocument(f"EventId {event.event_id!r:.80} is listed twice")
         seen.add(event.event_id)
-    return Document(incarnation=incarnation, events=events)
+    return Document(wire.document_incarnation, events)
 
 
-def _parse_event(index: int, raw: Any) -> ScheduledEvent:
-    where = f"Events[{index}]"
-    if not isinstance(raw, dict):
-        raise InvalidDocument(f"{where} is not an object")
-    event_id = _required_str(raw, "EventId", where)
-    where = f"{where} ({event_id:.64})"
-    resources = raw.get("Resources", [])
-    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-        raise InvalidDocument(f"{where}.Resources must be a list of strings")
-    for resource in resources:
-        _check_unicode(resource, f"{where}.Resources")
-    duration = raw.get("DurationInSeconds", UNKNOWN_DURATION)
-    if not is_int(duration):
-        raise InvalidDocument(f"{where}.DurationInSeconds must be an integer, got {duration!r:.40}")
+def _event(index: int, raw: _WireEvent) -> ScheduledEvent:
     return ScheduledEvent(
-        event_id=event_id,
-        event_type=_required_str(raw, "EventType", where),
-        event_status=_required_str(raw, "EventStatus", where),
-        resource_type=_optional_str(raw, "ResourceType", where) or "VirtualMachine",
-        resources=tuple(resources),
-        not_before=parse_not_before(_optional_str(raw, "NotBefore", where), where),
-        description=_optional_str(raw, "Description", where),
-        event_source=_optional_str(raw, "EventSource", where),
-        duration_seconds=duration,
+        raw.event_id,
+        raw.event_type,
+        raw.event_status,
+        raw.resource_type or "VirtualMachine",
+        raw.resources,
+        parse_not_before(raw.not_before or "", f"Events[{index}] ({raw.event_id:.64})"),
+        raw.description or "",
+        raw.event_source or "",
+        raw.duration_in_seconds,
     )
 
 
-def parse_not_before(text: str, where: str = "NotBefore") -> datetime | None:
+def parse_not_before(text: str, where: str = "event") -> datetime | None:
     """RFC 1123 as IMDS sends it, or ISO 8601 as Microsoft's mock server does; "" means none."""
     text = text.strip()
     if not text:
@@ -109,33 +126,3 @@ def _parse_time(text: str) -> datetime:
     if parsed.tzinfo is None:  # IMDS times are UTC even when the zone is left out
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
-
-
-def is_int(value: object) -> TypeGuard[int]:
-    """An int that is not a bool (JSON's true/false parse as bool, a subclass of int)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_unicode(value: str, where: str) -> str:
-    """JSON's \\ud800 escapes can smuggle lone surrogates in: no UTF-8 label, log line or uid can carry them."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidDocument(f"{where} is not valid Unicode (lone surrogate): {value!r:.80}") from None
-    return value
-
-
-def _required_str(raw: dict[str, Any], key: str, where: str) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidDocument(f"{where}.{key} must be a non-empty string, got {value!r:.80}")
-    return _check_unicode(value, f"{where}.{key}")
-
-
-def _optional_str(raw: dict[str, Any], key: str, where: str) -> str:
-    value = raw.get(key, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise InvalidDocument(f"{where}.{key} must be a string, got {value!r:.80}")
-    return _check_unicode(value, f"{where}.{key}")

@@ -1,7 +1,7 @@
 """One span per Scheduled Event lifecycle, from first sighting to removal (OTel API only).
 
 A span cannot be kept open across a restart, so none is open: each transition is remembered (and
-saved in the state file's ``lifecycle`` section), and when the event is removed the whole span is
+saved in the state file's ``lifecycle`` section by ``to_state``), and when the event is removed the whole span is
 recorded at once with its real start (first sighting), end (removal) and one span event per
 transition at the time it was observed. A restart therefore keeps the original start time.
 The span is a root span (its own trace) linked to the poll that saw the removal.
@@ -10,18 +10,17 @@ The span is a root span (its own trace) linked to the poll that saw the removal.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from se_exporter.audit.records import affects_attribute, rfc3339, unix_nanos
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
-from se_exporter.store import CANCELLED, COMPLETED, Transition
+from se_exporter.store import Transition, TransitionKind
+from se_exporter.times import rfc3339, unix_nanos
 
 log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"
@@ -29,10 +28,12 @@ REMOVED = "removed"  # outcome of an event that vanished without a completed/can
 MAX_OPEN = 1000  # events listed at once are a handful; this only bounds a pathological document
 
 
-@dataclass(slots=True)
-class _Step:
+_UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
+
+
+class _Step(msgspec.Struct):
     kind: str
-    at: float
+    at: _UnixTime
     status: str
     previous_status: str
     incarnation: int
@@ -40,24 +41,37 @@ class _Step:
     uid: str
 
 
-@dataclass(slots=True)
-class _Lifecycle:
-    first_seen: float
-    life: int
-    steps: list[_Step] = field(default_factory=list)
+class _Lifecycle(msgspec.Struct):
+    first_seen: _UnixTime
+    life: Annotated[int, msgspec.Meta(ge=1)]
+    steps: list[_Step] = []
 
 
 class LifecycleSpans:
-    """A ``PollSink``; ``to_state``/``state`` make it survive restarts via ``Persistence``."""
+    """A poll sink; ``from_state``/``to_state`` carry the open lifecycles across restarts."""
 
-    def __init__(self, tracer: trace.Tracer, state: Any = None) -> None:
+    def __init__(self, tracer: trace.Tracer, open_lifecycles: dict[str, _Lifecycle] | None = None) -> None:
         self._tracer = tracer
-        self._open: dict[str, _Lifecycle] = _decode(state)
+        self._open = open_lifecycles or {}
+        self.state_version = 0
 
-    def to_state(self) -> dict[str, Any]:
-        return {event_id: asdict(entry) for event_id, entry in self._open.items()}
+    @classmethod
+    def from_state(cls, tracer: trace.Tracer, section: object) -> LifecycleSpans:
+        """A damaged section is logged and ignored: spans are not worth a failed start."""
+        if section is None:
+            return cls(tracer)
+        try:
+            return cls(tracer, msgspec.convert(section, dict[str, _Lifecycle], strict=True))
+        except msgspec.ValidationError as error:
+            log.warning("ignoring the lifecycle section of the state file: %s", error)
+            return cls(tracer)
+
+    def to_state(self) -> dict[str, _Lifecycle]:
+        return self._open
 
     def on_poll(self, result: PollResult) -> None:
+        if result.transitions or result.changed:
+            self.state_version += 1
         for transition in result.transitions:
             self._record(transition, result.identity)
         if result.changed:  # anything still open but no longer listed ended without a removal transition
@@ -79,7 +93,7 @@ class LifecycleSpans:
                 transition.document_incarnation, rfc3339(event.not_before) if event.not_before else None,
                 transition.uid,
             ))
-        if transition.kind in (COMPLETED, CANCELLED):
+        if transition.kind in (TransitionKind.COMPLETED, TransitionKind.CANCELLED):
             del self._open[event.event_id]
             entry.first_seen = transition.first_seen  # the store's, which survived any restart
             self._emit(event.event_id, entry, event, outcome=transition.kind, end=transition.observed_at,
@@ -97,7 +111,8 @@ class LifecycleSpans:
                 "scheduled_event.duration_s": event.duration_seconds,
                 "scheduled_event.description": event.description,
             }
-            attributes.update(affects_attribute(identity.affects(event.resources)))
+            if (affects := identity.affects(event.resources)) is not None:
+                attributes["scheduled_event.affects_this_vm"] = affects
         poll = trace.get_current_span().get_span_context()
         span = self._tracer.start_span(
             SPAN_NAME, context=Context(), start_time=unix_nanos(entry.first_seen), attributes=attributes,
@@ -115,19 +130,3 @@ class LifecycleSpans:
                 step_attributes["scheduled_event.not_before"] = step.not_before
             span.add_event(step.kind, step_attributes, timestamp=unix_nanos(step.at))
         span.end(end_time=unix_nanos(max(end, entry.first_seen)))
-
-
-def _decode(state: Any) -> dict[str, _Lifecycle]:
-    """The saved section; a malformed one is logged and ignored (spans are not worth a failed start)."""
-    if not isinstance(state, Mapping):
-        return {}
-    try:
-        return {
-            str(event_id): _Lifecycle(float(raw["first_seen"]), int(raw["life"]),
-                                      [_Step(**step) for step in raw["steps"]])
-            for event_id, raw in state.items()
-        }
-    except (KeyError, TypeError, ValueError) as error:
-        log.warning("ignoring the lifecycle section of the state file: %s: %s", type(error).__name__, error)
-        return {}
-

@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 
-from se_exporter.audit.records import ERROR, WARN, Record
+from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.errors import ConfigError
@@ -105,15 +105,15 @@ def build_telemetry(
 
 
 def _sender(exporter: LogRecordExporter, resource: Resource, scope: InstrumentationScope) -> Callable[
-        [Sequence[Record]], bool]:
-    def send(batch: Sequence[Record]) -> bool:
+        [Sequence[AuditRecord]], bool]:
+    def send(batch: Sequence[AuditRecord]) -> bool:
         records = [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
         return exporter.export(records) is LogRecordExportResult.SUCCESS
 
     return send
 
 
-def _log_record(record: Record) -> LogRecord:
+def _log_record(record: AuditRecord) -> LogRecord:
     return LogRecord(
         timestamp=record.timestamp_ns,
         observed_timestamp=record.timestamp_ns,  # the exporter observed it then, not when it was sent

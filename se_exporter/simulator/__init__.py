@@ -20,7 +20,7 @@ built-ins), :mod:`.faults` (fault injection), :mod:`.imds` (request rules, bodie
 
 from se_exporter.simulator.clock import Clock, ManualClock, SimClock, format_rfc1123
 from se_exporter.simulator.faults import FaultPlan, FaultRule
-from se_exporter.simulator.model import EVENT_SOURCES, EVENT_TYPES, SELF, EventPlan, SimEvent, Snapshot, VmIdentity
+from se_exporter.simulator.model import EVENT_SOURCES, EVENT_TYPES, SELF, EventPlan, SimEvent, SimulatedVM, Snapshot
 from se_exporter.simulator.scenario import Reschedule, Scenario, ScenarioError, ScenarioEvent
 from se_exporter.simulator.scenario_file import (
     builtin_names,
@@ -54,9 +54,9 @@ __all__ = [
     "SimClock",
     "SimEvent",
     "SimWorld",
+    "SimulatedVM",
     "SimulatorServer",
     "Snapshot",
-    "VmIdentity",
     "builtin_names",
     "builtin_scenario",
     "format_rfc1123",

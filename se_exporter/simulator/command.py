@@ -19,11 +19,11 @@ from se_exporter.config import flags
 from se_exporter.config.flags import duration
 from se_exporter.simulator.clock import SimClock, check_speed
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
-from se_exporter.simulator.model import VmIdentity
+from se_exporter.simulator.model import SimulatedVM
 from se_exporter.simulator.scenario import Scenario, ScenarioError
 from se_exporter.simulator.scenario_file import builtin_names, resolve_scenario
 from se_exporter.simulator.server import SimulatorServer
-from se_exporter.simulator.truth import Change, Record
+from se_exporter.simulator.truth import Change, TruthEntry
 from se_exporter.simulator.world import SimWorld
 
 
@@ -119,7 +119,7 @@ def _scenarios(specs: list[str]) -> list[Scenario]:
     return [resolve_scenario(name) for name in names]
 
 
-def _log_change(record: Record) -> None:
+def _log_change(record: TruthEntry) -> None:
     if isinstance(record, Change):
         print(
             f"change={record.kind} reason={record.reason} event_id={record.event_id} type={record.event_type} "
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         scenarios = _scenarios(args.scenarios)
         faults = build_faults(args, rng)
-        world = SimWorld(vm=VmIdentity(name=args.vm_name), clock=SimClock(args.speed), rng=rng,
+        world = SimWorld(vm=SimulatedVM(name=args.vm_name), clock=SimClock(args.speed), rng=rng,
                          idle_reset_after=args.idle_reset)
         server = SimulatorServer(world, faults=faults, host=args.listen[0], port=args.listen[1])
     except (ScenarioError, ValueError) as exc:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-EVENT_SOURCES = ("Platform", "User")
+EventSourceName = Literal["Platform", "User"]
+EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
 SCHEDULED = "Scheduled"
 STARTED = "Started"
 
@@ -60,7 +61,7 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
-class VmIdentity:
+class SimulatedVM:
     """The simulated VM, as ``/metadata/instance/compute`` describes it."""
 
     name: str = "sim-vm-0"

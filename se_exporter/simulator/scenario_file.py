@@ -29,140 +29,81 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-import yaml
+import msgspec
 
-from se_exporter.simulator.model import EVENT_SOURCES, EVENT_TYPES, SELF, EventPlan
+from se_exporter.config.files import load_yaml, read_text
+from se_exporter.config.schema import decode, field_problem
+from se_exporter.simulator.model import EVENT_TYPES, SELF, EventPlan, EventSourceName
 from se_exporter.simulator.scenario import Reschedule, Scenario, ScenarioError, ScenarioEvent
 
-_TOP_KEYS = {"name", "description", "events"}
-_EVENT_KEYS = {
-    "id", "type", "source", "at", "notice", "duration", "started_for", "resources", "description",
-    "resource_type", "strict", "start_at", "cancel_at", "reschedule",
-}
+_Seconds = Annotated[float, msgspec.Meta(ge=0)]
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _RescheduleSpec(msgspec.Struct, forbid_unknown_fields=True):
+    at: float
+    notice: _Seconds
+
+
+class _EventSpec(msgspec.Struct, forbid_unknown_fields=True):
+    id: _Name
+    type: _Name
+    source: EventSourceName = "Platform"
+    at: _Seconds = 0.0
+    notice: _Seconds | None = 900.0  # null: appears already Started
+    duration: int = -1
+    started_for: _Seconds = 60.0
+    resources: Annotated[tuple[_Name, ...], msgspec.Meta(min_length=1, description="a non-empty list of VM names")] = (
+        SELF,
+    )
+    description: str = ""
+    resource_type: str = "VirtualMachine"
+    strict: bool = True  # false allows a type outside the five documented ones
+    start_at: float | None = None
+    cancel_at: float | None = None
+    reschedule: tuple[_RescheduleSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.strict and self.type not in EVENT_TYPES:
+            raise field_problem("type", f"must be one of {', '.join(EVENT_TYPES)}, got {self.type!r}")
+
+    def scenario_event(self) -> ScenarioEvent:
+        plan = EventPlan(self.type, self.source, self.notice, self.duration, self.started_for, self.resources,
+                         self.description, self.resource_type)
+        steps = tuple(Reschedule(step.at, step.notice) for step in self.reschedule)
+        return ScenarioEvent(self.id, plan, self.at, self.start_at, self.cancel_at, steps)
+
+
+class _ScenarioSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: _Name | None = None
+    description: str = ""
+    events: Annotated[tuple[_EventSpec, ...], msgspec.Meta(min_length=1, description="a non-empty list of events")]
 
 
 def load_scenario_file(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    text = read_text(str(path), path, ScenarioError)
     return parse_scenario(text, source=str(path), default_name=path.stem)
 
 
 def parse_scenario(text: str, *, source: str = "<scenario>", default_name: str = "scenario") -> Scenario:
-    """Parse YAML text into a validated :class:`Scenario`."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not valid YAML: {exc}") from exc
-    return scenario_from_dict(data, source=source, default_name=default_name)
+    """Parse YAML text into a validated :class:`Scenario` (a key given twice is an error too)."""
+    return scenario_from_dict(load_yaml(source, text, ScenarioError), source=source, default_name=default_name)
 
 
-def scenario_from_dict(data: Any, *, source: str = "<scenario>", default_name: str = "scenario") -> Scenario:
+def scenario_from_dict(data: object, *, source: str = "<scenario>", default_name: str = "scenario") -> Scenario:
     """Build a :class:`Scenario` from already-parsed YAML/JSON data."""
-    _require_mapping(data, _TOP_KEYS, source, "top level")
-    events = data.get("events")
-    if not isinstance(events, list) or not events:
-        raise ScenarioError(f"{source}: events: must be a non-empty list")
+    spec = decode(data, _ScenarioSpec, prefix=source, error=ScenarioError)
     scenario = Scenario(
-        name=_string(data, "name", source, default_name),
-        description=_string(data, "description", source, ""),
-        events=tuple(_event(item, f"{source}: events[{i}]") for i, item in enumerate(events)),
+        name=spec.name or default_name,
+        description=spec.description,
+        events=tuple(event.scenario_event() for event in spec.events),
     )
     scenario.validate(source)
     return scenario
-
-
-def _event(item: Any, where: str) -> ScenarioEvent:
-    _require_mapping(item, _EVENT_KEYS, where, "event")
-    if "id" not in item or "type" not in item:
-        missing = "id" if "id" not in item else "type"
-        raise ScenarioError(f"{where}.{missing}: required")
-    strict = item.get("strict", True)
-    if not isinstance(strict, bool):
-        raise ScenarioError(f"{where}.strict: must be true or false")
-    plan = EventPlan(
-        event_type=_choice(item, "type", where, EVENT_TYPES if strict else None, ""),
-        event_source=_choice(item, "source", where, EVENT_SOURCES, "Platform"),
-        notice=_optional_number(item, "notice", where, 900.0),
-        duration=int(_number(item, "duration", where, -1, integer=True)),
-        started_for=_number(item, "started_for", where, 60.0),
-        resources=_resources(item, where),
-        description=_string(item, "description", where, ""),
-        resource_type=_string(item, "resource_type", where, "VirtualMachine"),
-    )
-    return ScenarioEvent(
-        alias=_string(item, "id", where, ""),
-        plan=plan,
-        at=_number(item, "at", where, 0.0),
-        start_at=_optional_number(item, "start_at", where, None),
-        cancel_at=_optional_number(item, "cancel_at", where, None),
-        reschedules=_reschedules(item.get("reschedule", []), f"{where}.reschedule"),
-    )
-
-
-def _reschedules(value: Any, where: str) -> tuple[Reschedule, ...]:
-    if not isinstance(value, list):
-        raise ScenarioError(f"{where}: must be a list")
-    steps = []
-    for i, step in enumerate(value):
-        key = f"{where}[{i}]"
-        _require_mapping(step, {"at", "notice"}, key, "reschedule step")
-        for required in ("at", "notice"):
-            if required not in step:
-                raise ScenarioError(f"{key}.{required}: required")
-        steps.append(Reschedule(at=_number(step, "at", key, 0.0), notice=_number(step, "notice", key, 0.0)))
-    return tuple(steps)
-
-
-def _require_mapping(value: Any, allowed: set[str], where: str, what: str) -> None:
-    if not isinstance(value, dict):
-        raise ScenarioError(f"{where}: {what} must be a mapping, got {type(value).__name__}")
-    for key in value:
-        if key not in allowed:
-            raise ScenarioError(f"{where}.{key}: unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-def _string(data: dict[str, Any], key: str, where: str, default: str) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str) or (key in {"id", "name"} and not value):
-        raise ScenarioError(f"{where}.{key}: must be a non-empty string, got {value!r}")
-    return value
-
-
-def _choice(data: dict[str, Any], key: str, where: str, allowed: tuple[str, ...] | None, default: str) -> str:
-    value = _string(data, key, where, default)
-    if allowed is not None and value not in allowed:
-        raise ScenarioError(f"{where}.{key}: must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
-def _number(data: dict[str, Any], key: str, where: str, default: float, *, integer: bool = False) -> float:
-    value = data.get(key, default)
-    # bool is an int subclass: "notice: yes" must not become 1.
-    ok_type = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok_type):
-        kind = "an integer" if integer else "a number"
-        raise ScenarioError(f"{where}.{key}: must be {kind}, got {value!r}")
-    return float(value)
-
-
-def _optional_number(data: dict[str, Any], key: str, where: str, default: float | None) -> float | None:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    return _number(data, key, where, value)
-
-
-def _resources(data: dict[str, Any], where: str) -> tuple[str, ...]:
-    value = data.get("resources", [SELF])
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ScenarioError(f"{where}.resources: must be a non-empty list of VM names, got {value!r}")
-    return tuple(value)
 
 
 def builtin_names() -> tuple[str, ...]:

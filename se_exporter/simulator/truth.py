@@ -77,7 +77,7 @@ class ApprovalRecord:
     real_monotonic: float
 
 
-Record = Change | RequestRecord | ApprovalRecord
+TruthEntry = Change | RequestRecord | ApprovalRecord
 R = TypeVar("R", Change, RequestRecord, ApprovalRecord)
 
 
@@ -89,10 +89,10 @@ class GroundTruth:
         self._changes: list[Change] = []
         self._requests: list[RequestRecord] = []
         self._approvals: list[ApprovalRecord] = []
-        self._listeners: list[Callable[[Record], None]] = []
+        self._listeners: list[Callable[[TruthEntry], None]] = []
         self._seq = 0
 
-    def add_listener(self, listener: Callable[[Record], None]) -> None:
+    def add_listener(self, listener: Callable[[TruthEntry], None]) -> None:
         """Call ``listener`` with every new record (from the recording thread)."""
         with self._cond:
             self._listeners.append(listener)

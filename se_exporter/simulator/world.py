@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from se_exporter.simulator.clock import Clock, SimClock
 from se_exporter.simulator.lifecycle import Action, Lifecycle
-from se_exporter.simulator.model import SCHEDULED, STARTED, EventPlan, Snapshot, VmIdentity, new_guid
+from se_exporter.simulator.model import SCHEDULED, STARTED, EventPlan, SimulatedVM, Snapshot, new_guid
 from se_exporter.simulator.scenario import Scenario
 from se_exporter.simulator.truth import ApprovalRecord, Change, GroundTruth, RequestRecord
 
@@ -31,14 +31,14 @@ class SimWorld:
     def __init__(
         self,
         *,
-        vm: VmIdentity | None = None,
+        vm: SimulatedVM | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         initial_incarnation: int = 0,
         idle_reset_after: float | None = None,
         reset_incarnation_to: int = 1,
     ) -> None:
-        self._vm = vm or VmIdentity()
+        self._vm = vm or SimulatedVM()
         self._clock: Clock = clock or SimClock()
         self._rng = rng or random.Random()  # noqa: S311 - GUIDs for a simulator, not secrets
         self._truth = GroundTruth()
@@ -54,7 +54,7 @@ class SimWorld:
         self._loop_repeat = True
 
     @property
-    def vm(self) -> VmIdentity:
+    def vm(self) -> SimulatedVM:
         return self._vm
 
     @property

@@ -39,14 +39,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from se_exporter.config import files as config_file
-from se_exporter.config.files import show
+import msgspec
+
+from se_exporter.config.files import load_yaml, read_text, show
+from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.config_fields import WebConfigFields
-from se_exporter.web.tls_config import TLSServerConfig, parse_tls
+from se_exporter.web.tls_config import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
+KIND = "web config"
 
 # exporter-toolkit's extraHTTPHeaders: the only headers that may be configured, and, for some, the
 # only values. Kept identical on purpose (consistency across the Prometheus ecosystem).
@@ -58,12 +61,53 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
     "Content-Security-Policy": None,
 }
 
-_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "auth_excluded_paths")
-_HTTP_KEYS = ("http2", "headers")
-# $2a$/$2b$/$2y$, a two-digit cost, 22 characters of salt and 31 of hash in bcrypt's base64.
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 _BCRYPT_COSTS = range(4, 32)
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*$")  # visible ASCII, space and tab: no CR/LF injection
+
+
+class HTTPServerSpec(msgspec.Struct, forbid_unknown_fields=True):
+    http2: bool = True  # accepted for compatibility; HTTP/2 is not served
+    headers: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (self.headers or {}).items():
+            key = f"headers.{name}"
+            if name not in ALLOWED_HEADERS:
+                allowed_names = ", ".join(ALLOWED_HEADERS)
+                raise field_problem(key, f"this HTTP header can not be configured; allowed: {allowed_names}")
+            if value is None or value == "":
+                continue  # blank means unset, as in exporter-toolkit
+            if not isinstance(value, str) or not _HEADER_VALUE.match(value):
+                raise field_problem(key, f"must be a string of printable ASCII characters, got {show(value)}")
+            allowed = ALLOWED_HEADERS[name]
+            if allowed is not None and value not in allowed:
+                raise field_problem(key, f"must be one of {', '.join(allowed)}, got {show(value)}")
+
+
+class WebConfigFile(msgspec.Struct, forbid_unknown_fields=True):
+    """The file as written (exporter-toolkit's format, the subset described above)."""
+
+    __refused_keys__ = ("rate_limit",)
+    tls_server_config: TLSServerSpec | None = None
+    http_server_config: HTTPServerSpec | None = None
+    basic_auth_users: dict[str, Any] | None = None  # user -> bcrypt hash; checked here, never shown
+    auth_excluded_paths: tuple[str, ...] = ()
+    rate_limit: Any = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if self.rate_limit is not msgspec.UNSET:
+            raise field_problem("rate_limit", "is not supported by se-exporter (rate-limit in a reverse proxy or by "
+                                "network policy instead)")
+        for user, hashed in (self.basic_auth_users or {}).items():
+            _check_user(user, hashed)
+        for index, path in enumerate(self.auth_excluded_paths):
+            if not path.startswith("/"):
+                where = f"auth_excluded_paths[{index}]"
+                raise field_problem(where, f"must be a path starting with /, got {show(path)}")
+        if self.auth_excluded_paths and not self.basic_auth_users:
+            raise field_problem("auth_excluded_paths", "is set but basic_auth_users is empty, so nothing is "
+                                "authenticated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +128,10 @@ class WebConfig:
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """Read, validate and return the web configuration at ``path``; ``ConfigError`` on any problem."""
     source = str(path)
-    text = config_file.read_text(WebConfigFields.kind, path)
+    text = read_text(f"{KIND} {source}", path)
     config = parse_web_config(text, source=source, base_dir=Path(path).resolve().parent)
     if config.basic_auth_users and importlib.util.find_spec("bcrypt") is None:
-        raise ConfigError(f"web config {source}: basic_auth_users: needs the Python package bcrypt, not installed")
+        raise ConfigError(f"{KIND} {source}: basic_auth_users: needs the Python package bcrypt, not installed")
     if config.tls:
         config.tls.ssl_context()  # load the certificate, key and client CA now: fail before listening
     _log_summary(config)
@@ -99,59 +143,28 @@ def parse_web_config(text: str, *, source: str = "<web config>", base_dir: Path 
 
     Files are not opened here (``load_web_config`` does that, through ``TLSServerConfig.ssl_context``).
     """
-    base = base_dir or Path.cwd()
-    data = config_file.load_yaml(WebConfigFields.kind, source, text)
-    top = WebConfigFields(source, "", {} if data is None else data, _TOP_KEYS)
-    tls = parse_tls(source, top.get("tls_server_config"), base)
-    headers: tuple[tuple[str, str], ...] = ()
-    http = top.get("http_server_config")
-    if http is not None:
-        fields = WebConfigFields(source, "http_server_config", http, _HTTP_KEYS)
-        fields.boolean("http2", default=True)  # accepted for compatibility; HTTP/2 is not served
-        headers = _parse_headers(fields.sub("headers", fields.get("headers")))
-    raw_users = top.get("basic_auth_users")
-    users = _parse_users(WebConfigFields(source, "basic_auth_users", {} if raw_users is None else raw_users, None))
-    excluded = top.string_list("auth_excluded_paths")
-    for index, path in enumerate(excluded):
-        if not path.startswith("/"):
-            top.fail(f"auth_excluded_paths[{index}]", f"must be a path starting with /, got {show(path)}")
-    if excluded and not users:
-        top.fail("auth_excluded_paths", "is set but basic_auth_users is empty, so nothing is authenticated")
+    prefix = f"{KIND} {source}"
+    data = load_yaml(prefix, text)
+    spec = decode({} if data is None else data, WebConfigFile, prefix=prefix, secret_keys=("basic_auth_users",))
+    headers = {} if spec.http_server_config is None else spec.http_server_config.headers or {}
     return WebConfig(
-        tls=tls, headers=headers, basic_auth_users=users, auth_excluded_paths=frozenset(excluded), source=source
+        tls=tls_config(spec.tls_server_config, source, base_dir or Path.cwd()),
+        headers=tuple((name, value) for name, value in headers.items() if value),
+        basic_auth_users=dict(spec.basic_auth_users or {}),
+        auth_excluded_paths=frozenset(spec.auth_excluded_paths),
+        source=source,
     )
 
 
-def _parse_headers(f: WebConfigFields | None) -> tuple[tuple[str, str], ...]:
-    if f is None:
-        return ()
-    headers: list[tuple[str, str]] = []
-    for name, value in f.data.items():
-        if name not in ALLOWED_HEADERS:
-            f.fail(name, f"this HTTP header can not be configured; allowed: {', '.join(ALLOWED_HEADERS)}")
-        if value is None or value == "":
-            continue  # blank means unset, as in exporter-toolkit
-        if not isinstance(value, str) or not _HEADER_VALUE.match(value):
-            f.fail(name, f"must be a string of printable ASCII characters, got {show(value)}")
-        allowed = ALLOWED_HEADERS[name]
-        if allowed is not None and value not in allowed:
-            f.fail(name, f"must be one of {', '.join(allowed)}, got {show(value)}")
-        headers.append((name, value))
-    return tuple(headers)
-
-
-def _parse_users(f: WebConfigFields) -> dict[str, str]:
-    users: dict[str, str] = {}
-    for user, hashed in f.data.items():
-        if not user or ":" in user:
-            f.fail(user, "user names must be non-empty and must not contain ':' (basic auth cannot carry it)")
-        match = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
-        if match is None or not isinstance(hashed, str) or int(match.group(1)) not in _BCRYPT_COSTS:
-            # Never echo the value: it may be a plaintext password put there by mistake.
-            f.fail(user, "is not a bcrypt hash (expected $2y$10$ followed by 53 characters, e.g. from "
-                         "htpasswd -nBC 10 \"\" | tr -d ':\\n'); the value is not shown")
-        users[user] = hashed
-    return users
+def _check_user(user: str, hashed: object) -> None:
+    if not user or ":" in user:
+        raise field_problem(f"basic_auth_users.{user}",
+                            "user names must be non-empty and must not contain ':' (basic auth cannot carry it)")
+    match = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
+    if match is None or int(match.group(1)) not in _BCRYPT_COSTS:
+        # Never echo the value: it may be a plaintext password put there by mistake.
+        raise field_problem(f"basic_auth_users.{user}", "is not a bcrypt hash (expected $2y$10$ followed by 53 "
+                            "characters, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n'); the value is not shown")
 
 
 def _log_summary(config: WebConfig) -> None:

@@ -1,4 +1,4 @@
-"""``tls_server_config`` of the web config: parsing, and ``TLSServerConfig`` which builds the SSL context.
+"""``tls_server_config`` of the web config: its schema, and ``TLSServerConfig`` which builds the SSL context.
 
 See ``se_exporter.web.config`` for the supported subset and where it differs from exporter-toolkit.
 """
@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+import msgspec
+
 from se_exporter.config.files import os_problem, show
+from se_exporter.config.schema import field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.config_fields import WebConfigFields
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +45,67 @@ CIPHER_SUITES: Mapping[str, str | None] = {
 }
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
 
-_TLS_KEYS = (
-    "cert_file",
-    "key_file",
-    "client_auth_type",
-    "client_ca_file",
-    "client_allowed_sans",
-    "min_version",
-    "max_version",
-    "cipher_suites",
-    "prefer_server_cipher_suites",
-    "curve_preferences",
-)
+_REFUSED = {
+    "cert": "inline certificates are not supported by se-exporter; use cert_file",
+    "key": "inline keys are not supported by se-exporter; use key_file",
+    "client_ca": "inline client CAs are not supported by se-exporter; use client_ca_file",
+}
+
+
+class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """``tls_server_config`` as written; ``""`` means unset, as in exporter-toolkit."""
+
+    __refused_keys__ = tuple(_REFUSED)
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_auth_type: str | None = None
+    client_ca_file: str | None = None
+    client_allowed_sans: tuple[str, ...] = ()
+    min_version: str | None = None
+    max_version: str | None = None
+    cipher_suites: tuple[str, ...] = ()
+    prefer_server_cipher_suites: bool = True
+    curve_preferences: tuple[str, ...] = ()
+    cert: Any = msgspec.UNSET
+    key: Any = msgspec.UNSET
+    client_ca: Any = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        for key, why in _REFUSED.items():
+            if getattr(self, key) is not msgspec.UNSET:
+                raise field_problem(key, why)
+        if self.empty:
+            return  # plain HTTP
+        for key in ("cert_file", "key_file"):
+            if not getattr(self, key):
+                raise field_problem(key, "is required")
+        self._check_client_auth()
+        _known("cipher_suites", self.cipher_suites, tuple(CIPHER_SUITES))
+        _known("curve_preferences", self.curve_preferences, CURVES)
+        if _version("min_version", self.min_version, "TLS12") > _version("max_version", self.max_version, "TLS13"):
+            raise field_problem("min_version", "is greater than max_version")
+
+    @property
+    def empty(self) -> bool:
+        """``tls_server_config: {}``: nothing set."""
+        return all(getattr(self, name) == default
+                   for name, default in zip(self.__struct_fields__, self.__struct_defaults__, strict=True))
+
+    def _check_client_auth(self) -> None:
+        auth = self.client_auth_type or "NoClientCert"
+        if auth in _UNSUPPORTED_CLIENT_AUTH:
+            raise field_problem("client_auth_type", f"{auth} accepts a client certificate without verifying it and "
+                                "is not supported; use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) "
+                                "with client_ca_file")
+        if auth not in CLIENT_AUTH_TYPES:
+            raise field_problem("client_auth_type", f"must be one of {', '.join(CLIENT_AUTH_TYPES)}, got {show(auth)}")
+        if self.client_ca_file and auth == "NoClientCert":
+            raise field_problem("client_ca_file", "is set but client_auth_type is NoClientCert: set "
+                                "RequireAndVerifyClientCert")
+        if not self.client_ca_file and auth != "NoClientCert":
+            raise field_problem("client_ca_file", f"is required with client_auth_type {auth}")
+        if self.client_allowed_sans and auth != "RequireAndVerifyClientCert":
+            raise field_problem("client_allowed_sans", "requires client_auth_type RequireAndVerifyClientCert")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,63 +194,47 @@ class TLSServerConfig:
         raise ConfigError(f"web config {self.source}: tls_server_config.{key}: {problem}")
 
 
-def parse_tls(source: str, value: object, base: Path) -> TLSServerConfig | None:
-    """The ``tls_server_config`` mapping ``value``; None when absent or empty (plain HTTP)."""
-    if value is None or value == {}:
+def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServerConfig | None:
+    """The validated section with its paths resolved against ``base``; None for plain HTTP."""
+    if spec is None or spec.empty:
         return None
-    f = WebConfigFields(source, "tls_server_config", value, _TLS_KEYS)
-    cert_file = f.path("cert_file", base, required=True)
-    key_file = f.path("key_file", base, required=True)
-    assert cert_file is not None and key_file is not None
-    client_auth = f.string("client_auth_type") or "NoClientCert"
-    if client_auth in _UNSUPPORTED_CLIENT_AUTH:
-        f.fail(
-            "client_auth_type",
-            f"{client_auth} accepts a client certificate without verifying it and is not supported; "
-            "use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) with client_ca_file",
-        )
-    if client_auth not in CLIENT_AUTH_TYPES:
-        f.fail("client_auth_type", f"must be one of {', '.join(CLIENT_AUTH_TYPES)}, got {show(client_auth)}")
-    client_ca = f.path("client_ca_file", base)
-    if client_ca is not None and client_auth == "NoClientCert":
-        f.fail("client_ca_file", "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert")
-    if client_ca is None and client_auth != "NoClientCert":
-        f.fail("client_ca_file", f"is required with client_auth_type {client_auth}")
-    sans = f.string_list("client_allowed_sans")
-    if sans and client_auth != "RequireAndVerifyClientCert":
-        f.fail("client_allowed_sans", "requires client_auth_type RequireAndVerifyClientCert")
-    min_version = _tls_version(f, "min_version", "TLS12")
-    max_version = _tls_version(f, "max_version", "TLS13")
-    if min_version > max_version:
-        f.fail("min_version", "is greater than max_version")
-    ciphers = f.string_list("cipher_suites", choices=tuple(CIPHER_SUITES))
-    curves = f.string_list("curve_preferences", choices=CURVES)
-    if curves:
+    if spec.curve_preferences:
         log.warning(
             "web config: tls_server_config.curve_preferences is accepted but ignored; OpenSSL's default "
             "groups are used", extra={"file": source},
         )
+    assert spec.cert_file and spec.key_file  # checked by the schema
     return TLSServerConfig(
-        cert_file=cert_file,
-        key_file=key_file,
-        client_auth_type=client_auth,
-        client_ca_file=client_ca,
-        client_allowed_sans=tuple(_normalize_ip(san) for san in sans),  # once, not on every handshake
-        min_version=min_version,
-        max_version=max_version,
-        cipher_suites=ciphers,
-        prefer_server_cipher_suites=f.boolean("prefer_server_cipher_suites", default=True),
+        cert_file=_resolve(base, spec.cert_file),
+        key_file=_resolve(base, spec.key_file),
+        client_auth_type=spec.client_auth_type or "NoClientCert",
+        client_ca_file=_resolve(base, spec.client_ca_file) if spec.client_ca_file else None,
+        client_allowed_sans=tuple(_normalize_ip(san) for san in spec.client_allowed_sans),  # once, not per handshake
+        min_version=_version("min_version", spec.min_version, "TLS12"),
+        max_version=_version("max_version", spec.max_version, "TLS13"),
+        cipher_suites=spec.cipher_suites,
+        prefer_server_cipher_suites=spec.prefer_server_cipher_suites,
         source=source,
     )
 
 
-def _tls_version(f: WebConfigFields, key: str, default: str) -> ssl.TLSVersion:
-    value = f.string(key) or default
+def _resolve(base: Path, value: str) -> Path:
+    return base / Path(value).expanduser()  # an absolute value replaces base
+
+
+def _version(key: str, value: str | None, default: str) -> ssl.TLSVersion:
+    value = value or default
     if value in _INSECURE_TLS_VERSIONS:
-        f.fail(key, f"{value} is not supported (insecure); use TLS12 or TLS13")
+        raise field_problem(key, f"{value} is not supported (insecure); use TLS12 or TLS13")
     if value not in TLS_VERSIONS:
-        f.fail(key, f"must be one of {', '.join(TLS_VERSIONS)}, got {show(value)}")
+        raise field_problem(key, f"must be one of {', '.join(TLS_VERSIONS)}, got {show(value)}")
     return TLS_VERSIONS[value]
+
+
+def _known(key: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
+    for index, value in enumerate(values):
+        if value not in known:
+            raise field_problem(f"{key}[{index}]", f"unknown value {show(value)}; known values: {', '.join(known)}")
 
 
 def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:

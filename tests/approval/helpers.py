@@ -45,7 +45,7 @@ class FakeClock:
         return self.now
 
 
-# DESIGN.md's example policy; {dry_run} and {leader} to fill in.
+# docs/design.md's example policy; {dry_run} and {leader} to fill in.
 DESIGN_POLICY = """\
 dry_run: {dry_run}
 leader: {leader}

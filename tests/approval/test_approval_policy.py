@@ -18,9 +18,9 @@ from se_exporter.approval.policy import (
     NOT_SCHEDULED,
     NOT_THIS_VM,
     VM_NAME_UNKNOWN,
-    Decision,
     Policy,
     Rule,
+    Verdict,
     load_policy,
     parse_policy,
 )
@@ -98,7 +98,7 @@ def test_all_keys_are_parsed() -> None:
         max_duration_seconds=600,
         not_before_within_seconds=120,
         max_resources=1,
-        description_pattern=re.compile("(?i)host server"),
+        description_pattern="(?i)host server",
     )
     assert policy.hook is not None
     assert policy.hook.command == ("sh", "-c", "exit 0")
@@ -189,8 +189,8 @@ MATCH_TABLE = [
     ("within-no-not-before", {"not_before_within_seconds": 900}, {"not_before": None}, VM, "first_resource", NO_RULE),
     ("max-resources-ok", {"max_resources": 2}, {}, VM, "first_resource", "r"),
     ("max-resources-fleet", {"max_resources": 1}, {}, VM, "first_resource", NO_RULE),
-    ("description", {"description_pattern": re.compile("requested by authorized user")}, {}, VM, "first_resource", "r"),
-    ("description-no", {"description_pattern": re.compile("^Host")}, {}, VM, "first_resource", NO_RULE),
+    ("description", {"description_pattern": "requested by authorized user"}, {}, VM, "first_resource", "r"),
+    ("description-no", {"description_pattern": "^Host"}, {}, VM, "first_resource", NO_RULE),
     (
         "started",
         {"event_sources": ("User",)},
@@ -230,7 +230,7 @@ def test_decide(
     policy = Policy(rules=rules(**rule_keys), leader=leader)
     decision = policy.decide(event(**overrides), vm_name, now=T0)  # type: ignore[arg-type]
     if expected == "r":
-        assert decision == Decision(True, rule="r", detail="rule r matched")
+        assert decision == Verdict(True, rule="r", detail="rule r matched")
     else:
         assert (decision.candidate, decision.rule, decision.reason) == (False, "", expected)
         assert decision.detail

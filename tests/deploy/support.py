@@ -32,7 +32,7 @@ CONCURRENT_PATHS = {
     "dashboards/provisioning": "dashboards/provisioning/ (Grafana provisioning)",
 }
 
-EXPORTER_PORT = 10160  # DESIGN.md: --web.listen-address default :10160
+EXPORTER_PORT = 10160  # docs/design.md: --web.listen-address default :10160
 
 
 def project_version() -> str:

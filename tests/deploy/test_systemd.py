@@ -122,7 +122,7 @@ def test_hardening_directives() -> None:
 
 
 def _flag_twins() -> set[str]:
-    """SE_EXPORTER_<FLAG> suffixes of the exporter's flags (from the parser, else DESIGN.md's table)."""
+    """SE_EXPORTER_<FLAG> suffixes of the exporter's flags (from the parser, else docs/design.md's table)."""
     try:
         from se_exporter.config.options import add_exporter_flags
     except ImportError:

@@ -14,37 +14,31 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import atheris
 
 with atheris.instrument_imports():
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from se_exporter.approval._validate import load_yaml
     from se_exporter.approval.policy import parse_policy
     from se_exporter.audit.records import transition_record
+    from se_exporter.config.files import load_yaml
     from se_exporter.errors import ConfigError, InvalidDocument
-    from se_exporter.health import PollHealth
     from se_exporter.imds.document import parse_document
     from se_exporter.imds.identity import VMIdentity
-    from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
-    from se_exporter.state.atomic import decode_store
+    from se_exporter.poller import PollStatus
+    from se_exporter.state.persistence import Persistence
     from se_exporter.store import EventStore
     from se_exporter.web.config import parse_web_config
+    from tests.support.exposition import render
 
 IDENTITY = VMIdentity(name="vm-a")
+STATE_FILE = Path(tempfile.mkdtemp(prefix="atheris-state-")) / "state.json"
 
 
 def _render(store: EventStore) -> None:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(
-        metrics=ExporterMetrics(), events=lambda: store.events, incarnation=lambda: store.incarnation,
-        health=PollHealth, identity=lambda: IDENTITY, clock=time.time, version="fuzz",
-    ))
-    generate_latest(registry)
+    render(store, status=PollStatus(identity=IDENTITY))
 
 
 def document(data: bytes) -> None:
@@ -64,7 +58,7 @@ def _text(data: bytes) -> str:
 
 def policy(data: bytes) -> None:
     try:
-        parse_policy(load_yaml("fuzz.yaml", _text(data)), "fuzz.yaml")
+        parse_policy(load_yaml("approval config fuzz.yaml", _text(data)), "fuzz.yaml")
     except ConfigError:
         return
 
@@ -77,11 +71,16 @@ def web_config(data: bytes) -> None:
 
 
 def state(data: bytes) -> None:
+    """Any JSON as the store's section of a state file: restoring never raises, and what is kept renders."""
     try:
         section = json.loads(data)
     except (ValueError, RecursionError):
         return
-    store = decode_store(section)
+    try:
+        STATE_FILE.write_text(json.dumps({"version": 1, "sections": {"store": section}}))
+    except (ValueError, RecursionError):  # nested deeper than json.dumps goes: not a file we could have written
+        return
+    store = EventStore.from_state(Persistence(STATE_FILE).section("store"))
     _render(store)
 
 

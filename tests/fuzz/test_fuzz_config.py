@@ -2,7 +2,7 @@
 
 The approval policy and the web config are operator input: anything wrong must be a ``ConfigError``
 naming the problem (a start-up error), never a traceback. A state file is our own output but may be
-damaged: ``decode_store`` never raises, and what it returns is safe to keep working with.
+damaged: restoring the store from it never raises, and what it keeps is safe to keep working with.
 """
 
 from __future__ import annotations
@@ -15,21 +15,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
 
 from se_exporter.approval.policy import Policy, load_policy, parse_policy
 from se_exporter.errors import ConfigError
-from se_exporter.health import PollHealth
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.metrics.collector import ExporterMetrics, SnapshotCollector
-from se_exporter.state.atomic import decode_store, encode_store
+from se_exporter.poller import PollStatus
+from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.config import parse_web_config
 from tests.fuzz.strategies import config_values, json_values, nasty_text
+from tests.support.exposition import render
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MATCH_KEYS = ["event_types", "event_sources", "min_duration_seconds", "max_duration_seconds",
@@ -177,7 +177,7 @@ def _valid_section() -> dict[str, Any]:
                                                 not_before=datetime(2030, 1, 1, tzinfo=UTC)),
                                  ScheduledEvent("E2", "Reboot", "Started"))), 1_700_000_000.0)
     store.reconcile(Document(4, (ScheduledEvent("E1", "Freeze", "Scheduled"),)), 1_700_000_001.0)
-    section: dict[str, Any] = json.loads(json.dumps(encode_store(store)))
+    section: dict[str, Any] = json.loads(msgspec.json.encode(store.to_state()))
     return section
 
 
@@ -203,27 +203,34 @@ def damaged_sections(draw: st.DrawFn) -> dict[str, Any]:
     return section
 
 
+def restore(section: object) -> EventStore:
+    """The store as the exporter restores it from a state file holding ``section`` (maybe damaged)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "state.json"
+        path.write_text(json.dumps({"version": 1, "sections": {"store": section}}))  # NaN, lone surrogates...
+        return EventStore.from_state(Persistence(path).section("store"))
+
+
 @FUZZ
 @given(store_sections | damaged_sections())
-def test_decode_store_never_raises(section: object) -> None:
-    store = decode_store(section)
+def test_restoring_a_damaged_store_never_raises(section: object) -> None:
+    store = restore(section)
     assert isinstance(store, EventStore)
     # Whatever it kept is usable: saved again, and reconciled against a document.
-    json.dumps(encode_store(store))
-    render(store)
+    msgspec.json.encode(store.to_state())
+    render(store, status=PollStatus(identity=VMIdentity(name="vm-a")))
     store.reconcile(Document(1, (ScheduledEvent("E1", "Freeze", "Scheduled"),)), time.time())
     render(store)
 
 
-def render(store: EventStore) -> None:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(
-        metrics=ExporterMetrics(), events=lambda: store.events, incarnation=lambda: store.incarnation,
-        health=PollHealth, identity=lambda: VMIdentity(name="vm-a"), clock=time.time, version="fuzz",
-    ))
-    generate_latest(registry)
-
-
 @pytest.mark.parametrize("life", [float("inf"), float("-inf"), float("nan"), 1e308, "x", None, [1]])
-def test_decode_store_bad_life(life: object) -> None:
-    assert isinstance(decode_store({"events": [], "incarnation": 1, "removed": {"E1": life}}), EventStore)
+def test_restoring_a_bad_life(life: object) -> None:
+    assert restore({"events": [], "incarnation": 1, "removed": {"E1": life}}).removed == {}
+
+
+def test_a_number_out_of_range_loses_only_its_section(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"version": 1, "sections": {"store": {"incarnation": 1e999, "events": []}, "other": {"a": 1}}}')
+    persistence = Persistence(path)
+    assert EventStore.from_state(persistence.section("store")).incarnation is None
+    assert persistence.section("other") == {"a": 1}

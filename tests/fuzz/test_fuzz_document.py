@@ -11,19 +11,20 @@ from datetime import datetime
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.audit.records import transition_record
 from se_exporter.audit.spool import Spool
 from se_exporter.errors import InvalidDocument
-from se_exporter.health import PollHealth
 from se_exporter.imds.document import Document, parse_document, parse_not_before
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.logs import JSONFormatter, LogfmtFormatter
-from se_exporter.metrics.collector import MAX_LABEL_LENGTH, ExporterMetrics, SnapshotCollector
+from se_exporter.metrics.counters import Counters
+from se_exporter.metrics.names import MAX_LABEL_LENGTH, label
+from se_exporter.poller import PollResult, PollStatus
 from se_exporter.store import EventStore
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
+from tests.support.exposition import render
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -101,17 +102,10 @@ def exercise(document: Document) -> None:
     store = EventStore()
     now = time.time()
     transitions = [*store.reconcile(document, now), *store.reconcile(Document(document.incarnation + 1), now + 1)]
-    metrics = ExporterMetrics()
-    for transition in transitions:
-        metrics.observe_transition(transition)
+    counters = Counters()
+    counters.on_poll(PollResult(document, transitions, (), True, VMIdentity(name="vm-a"), now))
     store.reconcile(document, now + 2)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(
-        metrics=metrics, events=lambda: store.events, incarnation=lambda: store.incarnation,
-        health=lambda: PollHealth(up=True, last_success=now), identity=lambda: VMIdentity(name="vm-a"),
-        clock=time.time, version="fuzz",
-    ))
-    text = generate_latest(registry).decode("utf-8")
+    text = render(store, counters, PollStatus(up=True, last_success=now, identity=VMIdentity(name="vm-a")))
     families = {family.name: family for family in text_string_to_metric_families(text)}
     info = families.get("azure_scheduled_events_event_info")
     ids = sorted(sample.labels["event_id"] for sample in (info.samples if info else []))
@@ -130,7 +124,5 @@ def exercise(document: Document) -> None:
 
 
 def _label(value: str) -> str:
-    from se_exporter.metrics.collector import _label as label
-
     assert len(label(value)) <= MAX_LABEL_LENGTH + 10
     return label(value)

@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.imds.client import MAX_BODY_BYTES
-from se_exporter.metrics.collector import _label
+from se_exporter.metrics.names import label as _label
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
@@ -98,7 +98,7 @@ HOSTILE_BODIES = {
                       "invalid_document", f"exceeds {MAX_BODY_BYTES} bytes"),
     "50MB-error-page": (lambda: Answer(status=503, body=b"<html>" + b"x" * HUGE), "http_5xx", "answered 503"),
     "nested-100k-arrays": (lambda: Answer(body=b"[" * 100_000 + b"]" * 100_000), "invalid_document",
-                           "not JSON"),
+                           "not a Scheduled Events document"),
     "nested-100k-objects": (lambda: Answer(body=b'{"a":' * 100_000 + b"1" + b"}" * 100_000), "invalid_document",
                             "not JSON"),
     "not-utf8": (lambda: Answer(body=b'{"DocumentIncarnation": 1, "Events": [{"EventId": "\xff\xfe\xc3\x28"}]}'),

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
-from se_exporter.simulator.model import VmIdentity
+from se_exporter.simulator.model import SimulatedVM
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import samples, series, value
 from tests.support.wait import wait_for
@@ -24,7 +24,7 @@ T = "azure_scheduled_events_transitions_total"
 
 @pytest.fixture
 def world() -> Iterator[SimWorld]:
-    world = SimWorld(vm=VmIdentity(name="sim-vm-0"), clock=SimClock(1.0))
+    world = SimWorld(vm=SimulatedVM(name="sim-vm-0"), clock=SimClock(1.0))
     with SimulatorServer(world) as server:
         world.url = server.url  # type: ignore[attr-defined]
         yield world

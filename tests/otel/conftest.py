@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.simulator import ManualClock, SimulatorServer, SimWorld, VmIdentity
+from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
 
-VM = VmIdentity(name="sim-vm-0")
+VM = SimulatedVM(name="sim-vm-0")
 StartOTel = Callable[..., ExporterProcess]
 
 

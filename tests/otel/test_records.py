@@ -1,4 +1,4 @@
-"""Log records as DESIGN.md fixes them, and the OTEL_* configuration as the standard defines it."""
+"""Log records as docs/design.md fixes them, and the OTEL_* configuration as the standard defines it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from se_exporter.approval import ApprovalDecision
+from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.audit.records import approval_record, transition_record
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
@@ -69,7 +69,7 @@ def test_only_disruptive_events_warn(event_type: str, severity: str) -> None:
 @pytest.mark.parametrize(("result", "severity"), [("approved", "INFO"), ("dry_run", "INFO"),
                                                   ("failed", "ERROR"), ("hook_failed", "WARN")])
 def test_approval_record(result: str, severity: str) -> None:
-    decision = ApprovalDecision(REBOOT, result, "user-initiated", "because", 0.25, T0)
+    decision = ApprovalDecision(REBOOT, ApprovalResult(result), "user-initiated", "because", 0.25, T0)
     record = approval_record(decision)
     assert record.event_name == "scheduled_event.approval" and record.severity == severity
     assert record.timestamp_ns == int(T0 * 1e9)

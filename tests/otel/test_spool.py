@@ -7,20 +7,20 @@ import threading
 import time
 from pathlib import Path
 
-from se_exporter.audit.records import AttributeValue, Record
+from se_exporter.audit.records import AttributeValue, AuditRecord
 from se_exporter.audit.spool import Spool
 
 
-def record(n: int) -> Record:
+def record(n: int) -> AuditRecord:
     attributes: dict[str, AttributeValue] = {
         "scheduled_event.id": f"E{n}", "scheduled_event.resources": ("vm-a", "vm-b"),
         "scheduled_event.document_incarnation": n, "scheduled_event.affects_this_vm": True,
     }
-    return Record("scheduled_event.transition", "INFO", f"record {n}", attributes, 1_700_000_000_000_000_000 + n,
+    return AuditRecord("scheduled_event.transition", "INFO", f"record {n}", attributes, 1_700_000_000_000_000_000 + n,
                   f"uid-{n}")
 
 
-def uids(records: list[Record]) -> list[str]:
+def uids(records: list[AuditRecord]) -> list[str]:
     return [r.uid for r in records]
 
 

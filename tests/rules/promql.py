@@ -1,4 +1,4 @@
-"""Small PromQL helpers for static checks, and the metric names fixed by DESIGN.md.
+"""Small PromQL helpers for static checks, and the metric names fixed by docs/design.md.
 
 No PromQL parser is needed here: promtool does the real parsing (see the tests). These helpers only
 find the metric names an expression uses, which is enough to check them against the contract.
@@ -11,34 +11,20 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # In CI and in the development checkout, the design contract sits beside the repository.
-DESIGN_MD = REPO_ROOT.parent / "shared" / "DESIGN.md"
+DESIGN_MD = REPO_ROOT / "docs" / "design.md"
 
-# The metric table of DESIGN.md ("## Metrics"): name -> type. Kept here so that the repository's
-# tests are self-contained; test_design_names_match_design_md checks it against DESIGN.md when present.
-DESIGN_METRICS: dict[str, str] = {
-    "azure_scheduled_events_pending": "gauge",
-    "azure_scheduled_events_document_incarnation": "gauge",
-    "azure_scheduled_events_event_info": "gauge",
-    "azure_scheduled_events_event_not_before_timestamp_seconds": "gauge",
-    "azure_scheduled_events_event_seconds_until_not_before": "gauge",
-    "azure_scheduled_events_event_duration_seconds": "gauge",
-    "azure_scheduled_events_event_started_seconds": "gauge",
-    "azure_scheduled_events_started_duration_seconds": "histogram",
-    "azure_scheduled_events_notice_seconds": "histogram",
-    "azure_scheduled_events_transitions_total": "counter",
-    "azure_scheduled_events_approvals_total": "counter",
-    "azure_scheduled_events_imds_up": "gauge",
-    "azure_scheduled_events_imds_requests_total": "counter",
-    "azure_scheduled_events_imds_request_duration_seconds": "histogram",
-    "azure_scheduled_events_poll_errors_total": "counter",
-    "azure_scheduled_events_last_successful_poll_timestamp_seconds": "gauge",
-    "azure_scheduled_events_exporter_build_info": "gauge",
-}
 
-# Transition-log spool metrics announced for the OTel work (not yet in DESIGN.md's table).
+def design_md_metrics(path: Path = DESIGN_MD) -> dict[str, str]:
+    """The metric table of docs/design.md: rows like | `azure_scheduled_events_x` | gauge | ..."""
+    rows = re.findall(r"^\|\s*`(azure_scheduled_events_\w+)`\s*\|\s*([a-z]+)", path.read_text(), flags=re.M)
+    return dict(rows)
+
+
+# The metric table of the contract: name -> type.
+DESIGN_METRICS: dict[str, str] = design_md_metrics()
+# The log spool's metrics, rendered only while OTLP log export is on.
 SPOOL_METRICS: dict[str, str] = {
-    "azure_scheduled_events_log_spool_dropped_total": "counter",
-    "azure_scheduled_events_log_spool_depth": "gauge",
+    name: kind for name, kind in DESIGN_METRICS.items() if name.startswith("azure_scheduled_events_log_spool_")
 }
 
 # Series Prometheus itself creates for every target.
@@ -65,12 +51,6 @@ def exposed_names(metrics: dict[str, str]) -> set[str]:
         else:
             names.add(name)
     return names
-
-
-def design_md_metrics(path: Path = DESIGN_MD) -> dict[str, str]:
-    """Parse the metric table of DESIGN.md: rows like | `azure_scheduled_events_x` | gauge | ..."""
-    rows = re.findall(r"^\|\s*`(azure_scheduled_events_\w+)`\s*\|\s*([a-z]+)", path.read_text(), flags=re.M)
-    return dict(rows)
 
 
 def metric_names(expr: str) -> set[str]:

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from se_exporter.audit.spool import Spool
+from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.metrics.counters import Counters
+from se_exporter.poller import PollResult, PollStatus
+from se_exporter.store import EventStore
+from tests.support.exposition import render
 
 from .promql import (
-    DESIGN_MD,
     DESIGN_METRICS,
     PROMETHEUS_METRICS,
     REPO_ROOT,
@@ -144,7 +153,7 @@ def test_job_selector_is_in_one_place() -> None:
 @pytest.mark.parametrize("rule", RULES, ids=[r.get("alert") or r.get("record") for r in RULES])
 def test_rules_use_only_contract_metric_names(rule: dict[str, Any]) -> None:
     unknown = metric_names(rule["expr"]) - allowed_names()
-    assert not unknown, f"not in DESIGN.md, the spool metrics or the recording rules: {sorted(unknown)}"
+    assert not unknown, f"not in docs/design.md, the spool metrics or the recording rules: {sorted(unknown)}"
 
 
 def test_metric_name_extraction() -> None:
@@ -155,10 +164,23 @@ def test_metric_name_extraction() -> None:
     assert metric_names(expr) == {"a_total", "b:c:d", "c_bucket"}
 
 
-def test_design_names_match_design_md() -> None:
-    if not DESIGN_MD.exists():
-        pytest.skip(f"{DESIGN_MD} not present (checked out without ../shared)")
-    assert design_md_metrics() == DESIGN_METRICS
+def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
+    """docs/design.md's table against a real exposition: approval on, a spool, every kind of event state."""
+    counters, store = Counters(approval_enabled=True), EventStore()
+    soon = datetime(2030, 1, 1, tzinfo=UTC)
+    polls = [
+        Document(1, (ScheduledEvent("R", "Reboot", "Started"), ScheduledEvent("S", "Freeze", "Scheduled",
+                                                                              not_before=soon))),
+        Document(2, (ScheduledEvent("S", "Freeze", "Scheduled", not_before=soon),
+                     ScheduledEvent("T", "Redeploy", "Started"))),  # R completed, T first seen Started
+    ]
+    for now, document in enumerate(polls, start=1_000_000_000):
+        counters.on_poll(PollResult(document, store.reconcile(document, now), (), True, VMIdentity(), now))
+    counters.observe_response("GET", "200", 0.01)
+    text = render(store, counters, PollStatus(up=True, last_success=1e9), spool=Spool(None))
+    exposed = {family.name + ("_total" if family.type == "counter" else ""): family.type
+               for family in text_string_to_metric_families(text)}
+    assert exposed == design_md_metrics()
 
 
 def _unit_test_cases() -> list[tuple[str, bool]]:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from se_exporter.simulator import FaultPlan, ManualClock, SimulatorServer, SimWorld, VmIdentity
+from se_exporter.simulator import FaultPlan, ManualClock, SimulatedVM, SimulatorServer, SimWorld
 from tests.support.wait import wait_for
 
 START = 1_650_000_000.0  # Fri, 15 Apr 2022 05:20:00 GMT
@@ -25,7 +25,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def world(clock: ManualClock) -> SimWorld:
-    return SimWorld(vm=VmIdentity(name="sim-vm-0"), clock=clock, rng=random.Random(7))
+    return SimWorld(vm=SimulatedVM(name="sim-vm-0"), clock=clock, rng=random.Random(7))
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def test_cli_bad_scenario_file_names_the_key(tmp_path: Path) -> None:
     proc = simulate("--web.listen-address", "127.0.0.1:0", "--scenario", str(path))
     _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 2
-    assert f"{path}: events[0].notice: must be a number, got 'later'" in stderr
+    assert f'{path}: events[0].notice: must be a number >= 0, got "later"' in stderr
 
 
 def test_cli_port_in_use() -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from se_exporter.simulator import FaultPlan, FaultRule, SimClock, SimulatorServer, SimWorld, VmIdentity
+from se_exporter.simulator import FaultPlan, FaultRule, SimClock, SimulatedVM, SimulatorServer, SimWorld
 from se_exporter.simulator.faults import MALFORMED
 from se_exporter.simulator.truth import ApprovalRecord, Change, RequestRecord
 from tests.approval.helpers import DESIGN_POLICY
@@ -160,7 +160,7 @@ def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> So
     rng = random.Random(config.seed)
     plan = plan_history(rng, active=config.active, speed=config.speed, tmin=config.tmin, tmax=config.tmax,
                         mean_gap=config.mean_gap, burst_every=config.burst_every)
-    world = SimWorld(vm=VmIdentity(name=VM_NAME), clock=SimClock(config.speed), rng=random.Random(config.seed))
+    world = SimWorld(vm=SimulatedVM(name=VM_NAME), clock=SimClock(config.speed), rng=random.Random(config.seed))
     faults = ArrivalRecordingFaultPlan(rng=random.Random(config.seed + 1), rate_limit_per_s=5)
     policy = tmp / "policy.yaml"
     policy.write_text(POLICY)

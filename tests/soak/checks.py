@@ -18,7 +18,7 @@ from typing import Any
 from se_exporter.imds.document import EVENT_TYPES
 from se_exporter.simulator import SELF
 from se_exporter.simulator.truth import Change
-from se_exporter.store import TRANSITIONS
+from se_exporter.store import TransitionKind
 from tests.soak.chaos import FIRST_ANSWER_DELAY, SLOW_ANSWER, ExporterRun, SoakResult
 from tests.soak.history import Expected, expected_transitions
 from tests.support.exposition import value
@@ -229,7 +229,7 @@ def check_counters(result: SoakResult, expected: list[Expected]) -> dict[str, An
     final = result.runs[-1]
     lines = Counter((str(r["scheduled_event.type"]), str(r[TRANSITION])) for r in stderr_transitions(final))
     for event_type in EVENT_TYPES:
-        for kind in TRANSITIONS:
+        for kind in TransitionKind:
             counter = value(result.final_metrics, "azure_scheduled_events_transitions_total",
                             event_type=event_type, transition=kind)
             assert counter == lines[(event_type, kind)], (
@@ -244,7 +244,7 @@ def check_counters(result: SoakResult, expected: list[Expected]) -> dict[str, An
                 total[(str(record["scheduled_event.type"]), str(record[TRANSITION]))] += 1
     truth = Counter((e.event_type, e.kind) for e in expected)
     assert total == truth, f"transitions by type and kind differ from the truth: {total - truth} / {truth - total}"
-    return {"counter_series_checked": len(EVENT_TYPES) * len(TRANSITIONS),
+    return {"counter_series_checked": len(EVENT_TYPES) * len(TransitionKind),
             "transitions_by_last_process": sum(lines.values())}
 
 

@@ -132,7 +132,7 @@ class Expected:
 
 
 def expected_transitions(changes: tuple[Change, ...] | list[Change]) -> list[Expected]:
-    """DESIGN.md's transitions, one per change of the ground truth, in the order they happened."""
+    """docs/design.md's transitions, one per change of the ground truth, in the order they happened."""
     status: dict[str, str] = {}
     out: list[Expected] = []
     for change in changes:

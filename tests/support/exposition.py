@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
+from se_exporter.metrics.collector import SnapshotCollector, SpoolGauge
+from se_exporter.metrics.counters import Counters
+from se_exporter.poller import PollStatus
+from se_exporter.store import EventStore
 
 Key = tuple[str, frozenset[tuple[str, str]]]
 
@@ -22,3 +31,19 @@ def value(text: str, name: str, **labels: str) -> float | None:
 
 def series(text: str, name: str) -> list[dict[str, str]]:
     return [dict(labels) for (sample_name, labels) in samples(text) if sample_name == name]
+
+
+class PollerStub:
+    """What the collector reads of the poll loop: its status."""
+
+    def __init__(self, status: PollStatus) -> None:
+        self.status = status
+
+
+def render(store: EventStore, counters: Counters | None = None, status: PollStatus | None = None, *,
+           clock: Callable[[], float] = time.time, version: str = "test", spool: SpoolGauge | None = None) -> str:
+    """/metrics as the exporter renders it from these parts (text format)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(store=store, poller=PollerStub(status or PollStatus()),
+                                        counters=counters or Counters(), clock=clock, version=version, spool=spool))
+    return generate_latest(registry).decode("utf-8")

@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from se_exporter.web.config import WebConfig, load_web_config
-from se_exporter.web.server import WebServer, make_app
+from se_exporter.web.endpoints import make_app
+from se_exporter.web.server import WebServer
 from tests.web.pki import PKI, make_pki
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "web"

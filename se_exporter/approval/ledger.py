@@ -1,0 +1,107 @@
+"""The approver's ledger: what it remembers per event, and its section of the state file.
+
+Section format (``version`` 1)::
+
+    {"version": 1,
+     "policy": "<fingerprint of the policy that made these decisions>",
+     "events": {"<EventId>": {"status": "approved", "revision": "<16 hex>", "rule": "user-initiated",
+                              "attempts": 0, "retry_at": null, "decided_at": 1712345678.9,
+                              "last_seen": 1712345690.1}}}
+
+Only entries that must survive a restart are written: ``approved`` (never approve twice),
+``dry_run`` and ``hook_failed`` (not redone until the event changes), ``failed`` (with its retry
+budget) and ``post_due`` (a POST was in flight: the hook had passed; POST again, IMDS answers 200 if
+the event was already approved). Skips and running hooks are not saved: they are decided again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import msgspec
+
+from se_exporter.approval.decision import ApprovalResult
+from se_exporter.imds.document import ScheduledEvent
+
+LEDGER_VERSION = 1
+# Statuses of an entry besides the results: a hook or a POST in flight, or a POST owed after a restart.
+HOOK_RUNNING = "hook_running"
+POSTING = "posting"
+POST_DUE = "post_due"
+SavedStatus = Literal["approved", "dry_run", "hook_failed", "failed", "post_due"]
+_UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    status: str  # an ApprovalResult value, or one of the in-flight statuses above
+    revision: str  # event_revision() of the event this status is about
+    rule: str = ""
+    reason: str = ""  # the skip code, for SKIPPED: a skip is logged again only when it or the event changes
+    attempts: int = 0  # failed POSTs for this revision
+    retry_at: float | None = None  # FAILED: Unix time from which the POST may be retried; None: never
+    decided_at: float = 0.0
+    last_seen: float = 0.0
+
+
+class _SavedEntry(msgspec.Struct, forbid_unknown_fields=True):
+    status: SavedStatus
+    revision: str
+    rule: str
+    attempts: Annotated[int, msgspec.Meta(ge=0)]
+    retry_at: _UnixTime | None
+    decided_at: _UnixTime
+    last_seen: _UnixTime
+
+
+class _SavedLedger(msgspec.Struct, forbid_unknown_fields=True):
+    version: Literal[1]
+    policy: str
+    events: dict[str, _SavedEntry]
+
+
+def event_revision(event: ScheduledEvent) -> str:
+    """Identifies the event's content apart from its status: it changes when "the event changes"
+    (a new NotBefore, other Resources, type, source, duration or description)."""
+    fields = [
+        event.event_type,
+        event.resource_type,
+        list(event.resources),
+        event.not_before.isoformat() if event.not_before else "",
+        event.description,
+        event.event_source,
+        event.duration_seconds,
+    ]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
+
+
+def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> dict[str, object]:
+    events: dict[str, object] = {}
+    for event_id, entry in entries.items():
+        status = POST_DUE if entry.status == POSTING else entry.status
+        if status in _SAVED:
+            events[event_id] = {"status": status, "revision": entry.revision, "rule": entry.rule,
+                                "attempts": entry.attempts, "retry_at": entry.retry_at,
+                                "decided_at": entry.decided_at, "last_seen": entry.last_seen}
+    return {"version": LEDGER_VERSION, "policy": policy_fingerprint, "events": events}
+
+
+def load_ledger(section: object) -> tuple[dict[str, LedgerEntry], str]:
+    """Parse ``dump_ledger`` output; raise ``ValueError`` saying what is wrong."""
+    try:
+        saved = msgspec.convert(section, _SavedLedger, strict=True)
+    except msgspec.ValidationError as error:
+        raise ValueError(f"approval state: {error}") from None
+    entries = {
+        event_id: LedgerEntry(e.status, e.revision, e.rule, "", e.attempts, e.retry_at, e.decided_at, e.last_seen)
+        for event_id, e in saved.events.items()
+    }
+    return entries, saved.policy
+
+
+_SAVED = frozenset({ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.HOOK_FAILED,
+                    ApprovalResult.FAILED, POST_DUE})

@@ -1,0 +1,159 @@
+"""Typed, strict decoding of the files an operator writes (approval policy, web config, scenarios).
+
+Each file kind declares its shape once, as ``msgspec.Struct`` types with ``forbid_unknown_fields``;
+``decode`` converts the strictly loaded YAML (see ``files.load_yaml``) into those types without
+coercion (``"5"`` is not 5, ``true`` is not 1). A problem becomes one line naming the key path and
+what was expected, phrased from the schema itself::
+
+    approval config policy.yaml: rules[1].max_duration_seconds: must be an integer >= 0, got "eight"
+
+Checks that types cannot express live in the structs' ``__post_init__``: raising
+``field_problem("key", "...")`` there blames that key of the struct. Values under a secret key
+(``basic_auth_users``) are never shown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import msgspec.inspect as types
+
+from se_exporter.config.files import show
+from se_exporter.errors import ConfigError
+
+T = TypeVar("T")
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_TOKEN = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+|\.\.\.)\]")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
+_MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
+_RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
+
+
+def field_problem(key: str, problem: str) -> ValueError:
+    """For ``__post_init__``: an error about ``key`` of the struct being checked."""
+    return ValueError(f"{_RELATIVE}{key}: {problem}")
+
+
+def decode(
+    data: object,
+    schema: type[T],
+    *,
+    prefix: str,
+    error: type[Exception] = ConfigError,
+    secret_keys: Sequence[str] = (),
+) -> T:
+    """``data`` as a ``schema``; raise ``error("<prefix>: <key path>: <problem>")`` if it is not one."""
+    try:
+        return msgspec.convert(data, schema, strict=True)
+    except msgspec.ValidationError as problem:
+        path, text = _explain(str(problem), data, schema, secret_keys)
+        raise error(f"{prefix}: {path or '(top level)'}: {text}") from None
+    except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
+        raise error(f"{prefix}: holds text that is not valid Unicode (a lone surrogate)") from None
+
+
+def _explain(message: str, data: object, schema: type[Any], secret_keys: Sequence[str]) -> tuple[str, str]:
+    match = _PATH.search(message)
+    path = match.group("path") if match else ""
+    message = message[: match.start()] if match else message
+    tokens = [m.group("key") or m.group("index") for m in _TOKEN.finditer(path)]
+    if (unknown := _UNKNOWN.match(message)) is not None:
+        fields = _struct_fields(_type_at(types.type_info(schema), tokens))
+        known = f"; expected one of: {', '.join(fields)}" if fields else ""
+        return _join(tokens, unknown.group("key")), f"unknown key{known}"
+    if (missing := _MISSING.match(message)) is not None:
+        return _join(tokens, missing.group("key")), "is required"
+    if message.startswith(_RELATIVE):
+        key, _, text = message[len(_RELATIVE):].partition(": ")
+        return _join(tokens, key), text
+    if not message.startswith(("Expected", "Invalid enum value")):
+        return _join(tokens), message  # a __post_init__ problem about the struct as a whole
+    expected = _describe(_type_at(types.type_info(schema), tokens))
+    if any(token in secret_keys for token in tokens) or "..." in tokens:
+        return _join(tokens), f"must be {expected}"
+    return _join(tokens), f"must be {expected}, got {show(_value_at(data, tokens))}"
+
+
+def _join(tokens: Sequence[str], *more: str) -> str:
+    path = ""
+    for part in (*tokens, *more):
+        path += f"[{part}]" if part.isdigit() or part == "..." else (f".{part}" if path else part)
+    return path
+
+
+def _value_at(data: object, tokens: Sequence[str]) -> object:
+    for token in tokens:
+        if isinstance(data, list) and token.isdigit():
+            data = data[int(token)]
+        elif isinstance(data, dict):
+            data = data.get(token)
+    return data
+
+
+def _type_at(info: types.Type, tokens: Sequence[str]) -> types.Type:
+    for token in tokens:
+        info = _bare(info)
+        if isinstance(info, types.StructType):
+            info = next((f.type for f in info.fields if f.encode_name == token), types.AnyType())
+        elif isinstance(info, types.ListType | types.VarTupleType | types.SetType):
+            info = info.item_type
+        elif isinstance(info, types.DictType):
+            info = info.value_type
+    return info
+
+
+def _bare(info: types.Type) -> types.Type:
+    """The type without ``| None`` (a key left out is the same as null) and without its metadata."""
+    info = _optional(info)
+    return _bare(info.type) if isinstance(info, types.Metadata) else info
+
+
+def _optional(info: types.Type) -> types.Type:
+    if isinstance(info, types.UnionType):
+        others = [t for t in info.types if not isinstance(t, types.NoneType)]
+        if len(others) == 1:
+            return others[0]
+    return info
+
+
+def _struct_fields(info: types.Type) -> list[str]:
+    info = _bare(info)
+    if not isinstance(info, types.StructType):
+        return []
+    refused = getattr(info.cls, "__refused_keys__", ())  # accepted by the type only to explain the refusal
+    return [f.encode_name for f in info.fields if f.encode_name not in refused]
+
+
+def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 - one line per kind of type
+    info = _optional(info)
+    if isinstance(info, types.Metadata) and info.extra_json_schema and "description" in info.extra_json_schema:
+        return str(info.extra_json_schema["description"])
+    info = _bare(info)
+    if isinstance(info, types.BoolType):
+        return "true or false"
+    if isinstance(info, types.IntType):
+        return ("integers" if plural else "an integer") + _bounds(info)
+    if isinstance(info, types.FloatType):
+        return ("numbers" if plural else "a number") + _bounds(info)
+    if isinstance(info, types.StrType):
+        empty = "non-empty " if info.min_length else ""
+        return f"{empty}strings" if plural else f"a {empty}string"
+    if isinstance(info, types.LiteralType):
+        values = ", ".join(map(str, info.values))
+        return f"strings ({values})" if plural else f"one of {values}"
+    if isinstance(info, types.ListType | types.VarTupleType | types.SetType):
+        empty = "non-empty " if info.min_length else ""
+        return f"a {empty}list of {_describe(info.item_type, plural=True)}"
+    if isinstance(info, types.StructType | types.DictType):
+        return "mappings" if plural else "a mapping"
+    return "values" if plural else "a value"
+
+
+def _bounds(info: types.IntType | types.FloatType) -> str:
+    for symbol, bound in ((">=", info.ge), (">", info.gt), ("<=", info.le), ("<", info.lt)):
+        if bound is not None:
+            return f" {symbol} {bound:g}"
+    return ""

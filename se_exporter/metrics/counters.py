@@ -1,0 +1,79 @@
+"""What happened, counted: transitions, approval outcomes, IMDS requests, time in Started, notice.
+
+``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
+client's response observer. The counters and histograms are prometheus_client's own, registered
+nowhere: the snapshot collector renders them, without their ``_created`` series (a timestamp per
+label set that every VM of a fleet would pay for and no dashboard or rule reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import product
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import Metric
+
+from se_exporter.approval.decision import COUNTED_RESULTS
+from se_exporter.imds.document import EVENT_TYPES
+from se_exporter.metrics.names import PREFIX, label
+from se_exporter.poller import PollResult
+from se_exporter.store import TransitionKind
+
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
+STARTED_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+NOTICE_BUCKETS = (30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 259200, 604800, 1209600)
+
+
+class Counters:
+    """Safe from any thread (prometheus_client locks each value)."""
+
+    def __init__(self, approval_enabled: bool = False) -> None:
+        self.transitions = Counter(PREFIX + "transitions", "Lifecycle transitions observed.",
+                                   ["event_type", "transition"], registry=None)
+        for event_type, kind in sorted(product(EVENT_TYPES, TransitionKind)):  # zero series for increase()
+            self.transitions.labels(event_type, kind)
+        self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
+        if approval_enabled:
+            for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
+                self.approvals.labels(event_type, result)
+        self.imds_requests = Counter(PREFIX + "imds_requests", "IMDS requests by method and HTTP code (or error).",
+                                     ["method", "code"], registry=None)
+        self.imds_request_duration = Histogram(PREFIX + "imds_request_duration_seconds", "IMDS request latency.",
+                                               ["method"], buckets=REQUEST_BUCKETS, registry=None)
+        self.started_duration = Histogram(PREFIX + "started_duration_seconds",
+                                          "Total time in Started of events that completed.", ["event_type"],
+                                          buckets=STARTED_BUCKETS, registry=None)
+        self.notice = Histogram(PREFIX + "notice_seconds",
+                                "NotBefore minus first sighting, for events first seen Scheduled.", ["event_type"],
+                                buckets=NOTICE_BUCKETS, registry=None)
+
+    def on_poll(self, result: PollResult) -> None:
+        for decision in result.decisions:
+            if decision.counted:
+                self.approvals.labels(label(decision.event.event_type), decision.result).inc()
+        for transition in result.transitions:
+            event = transition.event
+            event_type = label(event.event_type)  # an unknown type is kept, but bounded like every label
+            self.transitions.labels(event_type, transition.kind).inc()
+            if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
+                self.started_duration.labels(event_type).observe(transition.started_seconds)
+            if transition.kind is TransitionKind.SCHEDULED and event.not_before is not None:
+                notice = event.not_before.timestamp() - transition.first_seen
+                self.notice.labels(event_type).observe(max(0.0, notice))
+
+    def observe_response(self, method: str, code: str, seconds: float) -> None:
+        self.imds_requests.labels(method, code).inc()
+        self.imds_request_duration.labels(method).observe(seconds)
+
+    def families(self) -> Iterator[Metric]:
+        """Every counter and histogram, without ``_created`` samples."""
+        for metric in (self.transitions, self.approvals, self.imds_requests, self.imds_request_duration,
+                       self.started_duration, self.notice):
+            yield from _without_created(metric)
+
+
+def _without_created(metric: Counter | Histogram) -> Iterator[Metric]:
+    for family in metric.collect():
+        family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
+        yield family

@@ -1,0 +1,69 @@
+"""The HTTP endpoints: /metrics, the landing page, /-/healthy and /-/ready, as one WSGI application."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from se_exporter.config.options import HEALTHY_PATH, READY_PATH
+
+
+def make_app(
+    registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool], version: str
+) -> WSGIApplication:
+    metrics_app = make_wsgi_app(registry)  # content negotiation, gzip and name[] filters included
+    landing = _landing_page(telemetry_path, version).encode()
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == telemetry_path:
+            environ["HTTP_ACCEPT"] = prefer_text_format(environ.get("HTTP_ACCEPT", ""))
+            body: Iterable[bytes] = metrics_app(environ, start_response)
+            return body
+        if path == HEALTHY_PATH:
+            return _text(start_response, "200 OK", "Healthy\n")
+        if path == READY_PATH:
+            if ready():
+                return _text(start_response, "200 OK", "Ready\n")
+            return _text(start_response, "503 Service Unavailable", "Not ready: no successful IMDS poll yet\n")
+        if path == "/":
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [landing]
+        return _text(start_response, "404 Not Found", "Not found\n")
+
+    return app
+
+
+def prefer_text_format(accept: str) -> str:
+    """Narrow an Accept header to the Prometheus text format whenever the client accepts it.
+
+    Prometheus offers OpenMetrics first and text 0.0.4 as a fallback; like node_exporter (promhttp's
+    default), we answer in text, which client_python renders in half the time (BENCHMARKS.md) and which
+    loses nothing here: no exemplars, no _created series. A client that accepts only OpenMetrics gets it.
+    """
+    text = [kind for kind in accept.split(",") if kind.split(";")[0].strip() in ("text/plain", "*/*")]
+    return ",".join(text) if text else accept
+
+
+def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+    return [body.encode()]
+
+
+def _landing_page(telemetry_path: str, version: str) -> str:
+    path = html.escape(telemetry_path)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Azure Scheduled Events Exporter</title></head>
+<body>
+<h1>Azure Scheduled Events Exporter</h1>
+<p>se-exporter {html.escape(version)}: Azure maintenance events from IMDS as Prometheus metrics.</p>
+<ul>
+<li><a href="{path}">Metrics</a></li>
+<li><a href="{HEALTHY_PATH}">Health</a></li>
+<li><a href="{READY_PATH}">Readiness</a> (ready after the first successful IMDS poll)</li>
+</ul>
+</body></html>
+"""
