@@ -1,0 +1,24 @@
+"""What the dashboards and rules share: names, selectors and identifiers, each defined once."""
+
+from __future__ import annotations
+
+from se_exporter.metrics.names import PREFIX
+
+# Matches the job of every se-exporter scrape config or PodMonitor/ServiceMonitor we ship and
+# the common "<namespace>/se-exporter" job names of the Prometheus Operator.
+DEFAULT_JOB_SELECTOR = 'job=~".*se-exporter.*"'
+RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md"
+
+IMPACTFUL = "Reboot|Redeploy|Preempt|Terminate"
+
+FLEET_UID = "se-exporter-fleet"
+VM_UID = "se-exporter-vm"
+TAGS = ["se-exporter", "azure", "scheduled-events"]
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'job=~"$job", instance=~"$instance"'
+
+
+def m(name: str) -> str:
+    """A metric's full name."""
+    return PREFIX + name

@@ -1,0 +1,78 @@
+"""Panels both dashboards show: the same query and look, each with its own description."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.mixin.config import SEL, m
+from dashboards.mixin.grafana import (
+    EVENT_STATE_EXPR,
+    GREEN,
+    STATUS_MAPPINGS,
+    panel,
+    stat,
+    target,
+    thresholds,
+    timeseries,
+)
+
+
+def event_timeline(description: str) -> dict[str, Any]:
+    return panel(
+        "state-timeline",
+        "Event timeline",
+        description,
+        [target(EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}")],
+        "none",
+        defaults={
+            "color": {"mode": "thresholds"},
+            "thresholds": GREEN,
+            "mappings": STATUS_MAPPINGS,
+            "custom": {"fillOpacity": 80, "lineWidth": 0},
+        },
+        options={
+            "alignValue": "left",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "showValue": "auto",
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+            "tooltip": {"mode": "single", "sort": "none"},
+        },
+    )
+
+
+def soonest_not_before(description: str) -> dict[str, Any]:
+    return stat(
+        "Soonest NotBefore",
+        description,
+        f"min({m('event_seconds_until_not_before')}{{{SEL}}})",
+        "s",
+        steps=thresholds((None, "red"), (300, "orange"), (900, "green")),
+        no_value="none scheduled",
+    )
+
+
+def approvals_by_result(description: str) -> dict[str, Any]:
+    return timeseries(
+        "Approvals by result",
+        description,
+        [
+            target(
+                f"sum by (event_type, result) (increase({m('approvals_total')}{{{SEL}}}[$__rate_interval]))",
+                "{{event_type}} {{result}}",
+            )
+        ],
+        "short",
+        bars=True,
+        stacked=True,
+    )
+
+
+def poll_errors_by_reason(description: str) -> dict[str, Any]:
+    return timeseries(
+        "Poll errors by reason",
+        description,
+        [target(f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        "ops",
+        stacked=True,
+    )

@@ -1,0 +1,71 @@
+"""Recording rules: the expressions several alerts and panels share, computed once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.mixin.config import m
+from se_exporter.metrics.names import PREFIX
+
+# level:metric:operations, as the Prometheus naming conventions have it.
+EXPORTER_UP = f"instance:{PREFIX}exporter_up:max"
+POLL_ERRORS_RATE = f"instance:{PREFIX}poll_errors:rate5m"
+POLL_ERRORS_RATIO = f"instance:{PREFIX}poll_errors:ratio_rate5m"
+APPROVALS_FAILED = f"instance_event_type:{PREFIX}approvals_failed:increase15m"
+SPOOL_DROPPED = f"instance:{PREFIX}log_spool_dropped:increase15m"
+
+def robust_increase(metric: str, selector: str, by: str) -> str:
+    """increase() over 15m that also counts a counter series born after its first increment.
+
+    A labelled counter that the exporter creates on first use appears with value 1; increase()
+    would report 0 for it. Series that already existed 15 minutes ago use increase(); younger
+    series count their whole value, but only on exporters that were already scraped 15 minutes
+    ago (a newly discovered target's old counts are not news).
+    """
+    sel = f"{metric}{{{selector}}}" if selector else metric
+    return (
+        f"sum by ({by}) (\n"
+        f"    (increase({sel}[15m]) and {sel} offset 15m)\n"
+        f"  or\n"
+        f"    (\n"
+        f"      ({sel} unless {sel} offset 15m)\n"
+        f"      and on (job, instance) {m('exporter_build_info')} offset 15m\n"
+        f"    )\n"
+        f")"
+    )
+
+
+def recording_rules(job_selector: str) -> list[dict[str, Any]]:
+    return [
+        {
+            # The only place a job selector is needed: Prometheus' synthetic up series.
+            "record": EXPORTER_UP,
+            "expr": f"max by (job, instance) (up{{{job_selector}}})",
+        },
+        {
+            "record": POLL_ERRORS_RATE,
+            "expr": f"sum by (job, instance) (rate({m('poll_errors_total')}[5m]))",
+        },
+        {
+            "record": POLL_ERRORS_RATIO,
+            "expr": (
+                f"{POLL_ERRORS_RATE}\n"
+                f"/\n"
+                f"(\n"
+                f"    {POLL_ERRORS_RATE}\n"
+                f"  + sum by (job, instance) "
+                f'(rate({m("imds_requests_total")}{{method="GET", code=~"2.."}}[5m]))\n'
+                f")"
+            ),
+        },
+        {
+            "record": APPROVALS_FAILED,
+            "expr": robust_increase(
+                m("approvals_total"), 'result=~"failed|hook_failed"', "job, instance, event_type, result"
+            ),
+        },
+        {
+            "record": SPOOL_DROPPED,
+            "expr": robust_increase(m("log_spool_dropped_total"), "", "job, instance"),
+        },
+    ]
