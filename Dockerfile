@@ -1,9 +1,13 @@
 # syntax=docker/dockerfile:1
 #
-# se-exporter container image.
+# The azure-scheduled-events-exporter image: the se-exporter command, non-root, state in a volume.
 #
-#   docker build -t se-exporter:0.1.0 .
-#   docker run --rm -p 10160:10160 se-exporter:0.1.0 demo
+#   docker build -t azure-scheduled-events-exporter .
+#   docker run --rm -p 10160:10160 azure-scheduled-events-exporter demo
+#
+# The version label comes from pyproject.toml (the one place the version is written), passed in by
+# the release workflow: --build-arg VERSION="$(python3 -c 'import tomllib; print(tomllib.load(
+# open("pyproject.toml", "rb"))["project"]["version"])')". A local build without it is labelled "dev".
 #
 # Stage 1 builds wheels (the project and all its dependencies); stage 2 installs them offline
 # from a bind mount, so neither the source tree nor the wheels end up in a layer of the final image.
@@ -18,7 +22,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY se_exporter ./se_exporter
 # Dependency versions are bounded by pyproject.toml; this resolves them once, here.
 RUN pip wheel --wheel-dir /wheels .
@@ -27,12 +31,12 @@ RUN pip wheel --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE}
 
 ARG PYTHON_IMAGE
-ARG VERSION=0.1.0
+ARG VERSION=dev
 ARG REVISION=unknown
 ARG CREATED=unknown
 ARG SOURCE=""
 
-LABEL org.opencontainers.image.title="se-exporter" \
+LABEL org.opencontainers.image.title="azure-scheduled-events-exporter" \
       org.opencontainers.image.description="Prometheus exporter and OTLP shipper for Azure Scheduled Events" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
@@ -57,7 +61,7 @@ RUN groupadd --system --gid 10160 se-exporter \
 
 # Offline install of the project's wheel; its dependencies come from the same wheel directory.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels /wheels/se_exporter-*.whl
+    pip install --no-index --find-links=/wheels /wheels/azure_scheduled_events_exporter-*.whl
 
 # --state.file lives here; a named volume inherits the directory's 10160 ownership.
 VOLUME ["/var/lib/se-exporter"]

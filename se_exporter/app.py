@@ -28,7 +28,7 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
-from se_exporter.otel.config import parse_otel_environment, resource_attributes
+from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
 from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.pipeline import Telemetry, build_telemetry, disabled
 from se_exporter.poller import Decider, Poller, PollSink
@@ -70,6 +70,8 @@ class Exporter:
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
         self.telemetry: Telemetry = disabled()
         otel = parse_otel_environment(environ) if environ is not None else None
+        if otel is not None and not otel.enabled:
+            log.info("OpenTelemetry is disabled (OTEL_SDK_DISABLED=true)" if otel.disabled else HOW_TO_ENABLE)
         if otel is not None and otel.enabled:  # the resource needs the identity: learn it first
             identity = self._startup_identity(settings, limiter, transport, identity)
             self.telemetry = build_telemetry(otel, resource_attributes(otel, identity, __version__),

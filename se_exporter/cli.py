@@ -14,6 +14,7 @@ from se_exporter import __version__, logs
 from se_exporter.config import flags
 from se_exporter.config.options import add_exporter_flags, config_from_args, untrusted_imds_url
 from se_exporter.errors import ConfigError
+from se_exporter.otel.sdk_logs import route_sdk_logs
 from se_exporter.process import serve
 
 COMMANDS = ("run", "simulate", "demo")
@@ -62,7 +63,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
         return simulator_command.run(args)
     handler = logs.configure(args.log_level, args.log_format)
-    _route_sdk_logs(handler)
+    route_sdk_logs(handler, logs.LEVELS[args.log_level])
     try:
         if args.command == "demo":
             import se_exporter.demo as demo_command
@@ -89,15 +90,6 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
     return serve(exporter.start, exporter.run, exporter.close)
-
-
-def _route_sdk_logs(handler: logging.Handler) -> None:
-    """The OTel SDK logs every failed export attempt; show its errors in our format, not its retries
-    (the log shipper reports an outage once and its end once)."""
-    sdk = logging.getLogger("opentelemetry")
-    sdk.handlers = [handler]
-    sdk.setLevel(logging.ERROR)
-    sdk.propagate = False
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

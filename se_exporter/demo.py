@@ -46,9 +46,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)
     if config.approval_config is None:  # show approvals too: the user's reboot is approved at once
         config = dataclasses.replace(config, approval_config=DEMO_POLICY)
-    if not any(name.startswith("OTEL_") for name in environ):
-        # Nobody asked for OpenTelemetry: don't retry a collector that isn't there in a laptop demo.
-        environ = {**environ, "OTEL_SDK_DISABLED": "true"}
     exporter = Exporter(config, environ=environ)
 
     def start() -> None:

@@ -2,7 +2,7 @@
 
 A thread takes a batch from the spool, hands it to ``send`` (telemetry.py: an OTLP exporter's
 ``export()`` called directly, so no SDK queue can drop anything), acknowledges it on success and
-retries it with a capped backoff on failure. Nothing leaves the spool unacknowledged, so an outage
+retries it with a backoff growing to two minutes on failure. Nothing leaves the spool unacknowledged, so an outage
 of any length (or a restart in the middle of one) costs latency, not records; only the spool's
 bound can drop, and it counts what it drops.
 """
@@ -21,7 +21,9 @@ from se_exporter.imds.pacing import Backoff
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
 RETRY_BASE_SECONDS = 1.0
-RETRY_CAP_SECONDS = 5.0  # a collector that comes back is used within seconds
+# A dead collector costs one attempt every two minutes at most, however long the outage; a collector
+# that comes back after a short outage is used within seconds.
+RETRY_CAP_SECONDS = 120.0
 
 Send = Callable[[Sequence[AuditRecord]], bool]  # True once the collector accepted the whole batch
 

@@ -1,5 +1,10 @@
 """The OpenTelemetry configuration, read from the standard ``OTEL_*`` variables only.
 
+Export is off unless asked for: a signal is exported when its exporter variable is set
+(``OTEL_TRACES_EXPORTER`` / ``OTEL_LOGS_EXPORTER``) or an endpoint applies to it
+(``OTEL_EXPORTER_OTLP_ENDPOINT``, or the signal's own ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``);
+``OTEL_SDK_DISABLED=true`` always wins. Nobody is retried in the background who was not asked for.
+
 The SDK's exporters read several of these variables from ``os.environ`` on their own, and its
 autoconfiguration (which we do not use: providers are built by hand, never globally) would read
 the rest. Parsing them here, from an injected mapping, makes the mapping the only thing that
@@ -55,6 +60,10 @@ class OTelConfig:
         return not self.disabled and (self.traces.exporter != "none" or self.logs.exporter != "none")
 
 
+HOW_TO_ENABLE = ("OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER / "
+                 "OTEL_LOGS_EXPORTER) to send spans and a log record per transition (docs/opentelemetry.md)")
+
+
 def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
     """Read the variables; a bad value is a ``ConfigError`` naming the variable."""
     disabled = environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
@@ -97,7 +106,9 @@ def _signal(environ: Mapping[str, str], signal: str, path: str) -> SignalConfig:
     def var(name: str) -> tuple[str, ...]:  # the per-signal variable first, then the generic one
         return (f"OTEL_EXPORTER_OTLP_{upper}_{name}", f"OTEL_EXPORTER_OTLP_{name}")
 
-    exporter = _choice(environ, (f"OTEL_{upper}_EXPORTER",), EXPORTERS, "otlp")
+    asked = any(environ.get(name, "").strip() for name in (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT",
+                                                           "OTEL_EXPORTER_OTLP_ENDPOINT"))
+    exporter = _choice(environ, (f"OTEL_{upper}_EXPORTER",), EXPORTERS, "otlp" if asked else "none")
     protocol = _choice(environ, var("PROTOCOL"), PROTOCOLS, "http/protobuf")
     endpoint = environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "").strip()
     if not endpoint:  # the generic endpoint is a base URL: OTLP/HTTP appends the signal's path

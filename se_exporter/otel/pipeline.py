@@ -4,7 +4,8 @@ Everything is built from an ``OTelConfig`` (parsed from the injected environment
 ``otel_config``) and handed back as API objects; no provider is ever registered globally.
 
 - Traces: an SDK ``TracerProvider`` with a ``BatchSpanProcessor``. Losing spans in an outage is
-  acceptable; they are not spooled.
+  acceptable; they are not spooled. While the collector fails, spans are held in memory (bounded) and
+  sent after a growing pause (``PatientSpanExporter``); the outage is logged once, not every batch.
 - Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or
   the exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` converts each batch
   to SDK log records here and calls the exporter's ``export()`` directly, acknowledging on success.
@@ -14,9 +15,11 @@ The Python logs API and SDK are still experimental: every use of them is in this
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +34,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
@@ -41,10 +44,14 @@ from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.errors import ConfigError
+from se_exporter.imds.pacing import Backoff
 from se_exporter.otel.config import OTelConfig, SignalConfig
 
+log = logging.getLogger(__name__)
 SCOPE = "se_exporter"
 SHUTDOWN_SECONDS = 5.0  # SIGTERM: logs may use all of it; spans get what is left, at least 1 s
+SPAN_RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
+HELD_SPANS = 2048  # spans kept while the collector is away (about 17 minutes of polls at 1 Hz with their GETs)
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 _HTTP_COMPRESSION = {"gzip": HttpCompression.Gzip, "deflate": HttpCompression.Deflate}
 
@@ -89,8 +96,8 @@ def build_telemetry(
     if span_exporter is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
-        processor = BatchSpanProcessor(span_exporter, max_queue_size=2048, max_export_batch_size=512,
-                                       schedule_delay_millis=config.span_schedule_delay_ms,
+        processor = BatchSpanProcessor(PatientSpanExporter(span_exporter), max_queue_size=2048,
+                                       max_export_batch_size=512, schedule_delay_millis=config.span_schedule_delay_ms,
                                        export_timeout_millis=30_000)
         provider.add_span_processor(processor)
         telemetry = Telemetry(provider, _provider=provider)
@@ -124,6 +131,54 @@ def _log_record(record: AuditRecord) -> LogRecord:
         attributes=dict(record.attributes),
         event_name=record.event_name,
     )
+
+
+class PatientSpanExporter(SpanExporter):
+    """Sends span batches; after a failure it holds them (up to ``HELD_SPANS``, oldest dropped first)
+    and tries again after a pause that doubles up to ``SPAN_RETRY_CAP_SECONDS``. The outage is logged
+    once when it starts and once when it ends, not once per batch."""
+
+    def __init__(self, inner: SpanExporter, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._inner = inner
+        self._monotonic = monotonic
+        self._backoff = Backoff(base=1.0, cap=SPAN_RETRY_CAP_SECONDS)
+        self._held: deque[ReadableSpan] = deque(maxlen=HELD_SPANS)
+        self._resume_at = float("-inf")
+        self._failing_since: float | None = None
+        self.dropped = 0  # spans that did not fit in what is held during an outage
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.dropped += max(0, len(self._held) + len(spans) - HELD_SPANS)
+        self._held.extend(spans)
+        now = self._monotonic()
+        if now < self._resume_at:
+            return SpanExportResult.SUCCESS  # held: sent with the next attempt
+        return self._attempt(now)
+
+    def shutdown(self) -> None:
+        if self._held and self._failing_since is not None:
+            self._attempt(self._monotonic())  # one last try (Telemetry.close bounds how long)
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def _attempt(self, now: float) -> SpanExportResult:
+        result = self._inner.export(list(self._held))
+        if result is SpanExportResult.SUCCESS:
+            if self._failing_since is not None:
+                log.info("OTLP span export works again after %.0f s (%d span(s) dropped meanwhile)",
+                         now - self._failing_since, self.dropped)
+            self._held.clear()
+            self._failing_since, self.dropped = None, 0
+            self._backoff.reset()
+            return result
+        if self._failing_since is None:
+            self._failing_since = now
+            log.warning("OTLP span export failing: up to %d spans are held and sending is retried with a pause "
+                        "growing to %.0f s", HELD_SPANS, SPAN_RETRY_CAP_SECONDS)
+        self._resume_at = now + self._backoff.next_delay()
+        return result
 
 
 def _span_exporter(signal: SignalConfig) -> SpanExporter | None:

@@ -80,6 +80,22 @@ def test_approval_record(result: str, severity: str) -> None:
     }
 
 
+@pytest.mark.parametrize(("environ", "traces", "logs"), [
+    ({}, "none", "none"),
+    ({"OTEL_SERVICE_NAME": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "none", "none"),  # nothing says where
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "otlp", "otlp"),
+    ({"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4318/v1/logs"}, "none", "otlp"),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, "otlp", "none"),
+    ({"OTEL_LOGS_EXPORTER": "console"}, "none", "console"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, "none", "otlp"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, "otlp", "otlp"),
+])
+def test_export_is_off_unless_asked_for(environ: dict[str, str], traces: str, logs: str) -> None:
+    config = parse_otel_environment(environ)
+    assert (config.traces.exporter, config.logs.exporter) == (traces, logs)
+    assert config.enabled == (not config.disabled and (traces, logs) != ("none", "none"))
+
+
 def test_standard_variables_configure_each_signal() -> None:
     config = parse_otel_environment({
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
@@ -94,8 +110,8 @@ def test_standard_variables_configure_each_signal() -> None:
     assert config.logs.headers == {"authorization": "Bearer abc", "x-tenant": "t1"}
     assert config.logs.timeout == 2.5 and config.traces.timeout == 10.0, "milliseconds, per the specification"
     assert config.logs.compression == "gzip" and config.traces.exporter == "console"
-    grpc = parse_otel_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
-    assert grpc.logs.endpoint == "http://localhost:4317" and grpc.enabled
+    grpc = parse_otel_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_LOGS_EXPORTER": "otlp"})
+    assert grpc.logs.endpoint == "http://localhost:4317" and grpc.enabled and grpc.traces.exporter == "none"
     assert not parse_otel_environment({"OTEL_SDK_DISABLED": "TRUE"}).enabled
     assert not parse_otel_environment({"OTEL_TRACES_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}).enabled
 

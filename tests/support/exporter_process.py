@@ -29,7 +29,6 @@ class ExporterProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
-        full_env.setdefault("OTEL_SDK_DISABLED", "true")
         full_env.update(env or {})
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
