@@ -5,9 +5,8 @@
 #   docker build -t azure-scheduled-events-exporter .
 #   docker run --rm -p 10160:10160 azure-scheduled-events-exporter demo
 #
-# The version label comes from pyproject.toml (the one place the version is written), passed in by
-# the release workflow: --build-arg VERSION="$(python3 -c 'import tomllib; print(tomllib.load(
-# open("pyproject.toml", "rb"))["project"]["version"])')". A local build without it is labelled "dev".
+# The version label is passed in by the release workflow from se_exporter.__version__ (the one place
+# the version is written): --build-arg VERSION=<version>. A local build without it is labelled "dev".
 #
 # Stage 1 builds wheels (the project and all its dependencies); stage 2 installs them offline
 # from a bind mount, so neither the source tree nor the wheels end up in a layer of the final image.

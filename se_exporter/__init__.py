@@ -1,10 +1,8 @@
 """se-exporter: Prometheus metrics and OTLP logs for Azure Scheduled Events."""
 
-from importlib.metadata import PackageNotFoundError, version
+# The one place the version is written: pyproject.toml reads it ([tool.setuptools.dynamic]), the
+# release workflow tags and labels the image with it, and `se-exporter --version` prints it without
+# reading installed metadata (importlib.metadata alone would double the command's start-up time).
+__version__ = "0.2.0"
 
 DISTRIBUTION = "azure-scheduled-events-exporter"  # what pip installs; the import name stays se_exporter
-
-try:
-    __version__ = version(DISTRIBUTION)
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+unknown"

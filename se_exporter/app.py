@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
+from se_exporter.config.files import os_problem
 from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import ClientSettings, IMDSClient
@@ -61,7 +62,10 @@ class Exporter:
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         web_config = load_web_config(config.web_config_file) if config.web_config_file else None
         policy = _load_policy(config.approval_config) if config.approval_config else None
-        self.persistence = Persistence(config.state_file)
+        try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
+            self.persistence = Persistence(config.state_file)
+        except OSError as error:
+            raise ConfigError(f"--state.file: cannot write {config.state_file}: {os_problem(error)}") from None
         store = EventStore.from_state(self.persistence.section("store"))
         self.persistence.track("store", store)
         self.counters = Counters(approval_enabled=policy is not None)
@@ -82,8 +86,7 @@ class Exporter:
         self.client = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response,
                                  tracer=tracer)
         approver = self._approver(policy) if policy is not None else None
-        if config.state_file is not None and not self.persistence.save():
-            raise ConfigError(f"--state.file: cannot write {config.state_file} (see the error above)")
+        self.persistence.save()  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
             store=store,

@@ -1,69 +1,69 @@
-"""The ``se-exporter`` command: ``run`` (default), ``simulate`` and ``demo``."""
+"""The ``se-exporter`` command: ``run`` (default), ``simulate`` and ``demo``.
+
+Only what the chosen command needs is imported: ``--version`` and ``--help`` touch neither the
+simulator nor OpenTelemetry nor the approval package, and ``run`` never imports the simulator.
+Every error is one line, ``se-exporter: error: ...``, with exit code 2.
+"""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
 
-from se_exporter import __version__, logs
-from se_exporter.config import flags
-from se_exporter.config.options import add_exporter_flags, config_from_args, untrusted_imds_url
-from se_exporter.errors import ConfigError
-from se_exporter.otel.sdk_logs import route_sdk_logs
-from se_exporter.process import serve
+from se_exporter import __version__
+from se_exporter.config.flags import PROG, Parser
 
-COMMANDS = ("run", "simulate", "demo")
+COMMANDS = {
+    "run": "run the exporter (the default)",
+    "simulate": "run a local IMDS simulator",
+    "demo": "simulator and exporter in one process",
+}
 log = logging.getLogger("se_exporter")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the flag (the usage is behind --help)."""
+def report(message: str) -> int:
+    """The one way the command reports a problem it cannot go on with; returns the exit code, 2."""
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 2
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="se-exporter",
-        description="Prometheus metrics and OTLP logs for Azure Scheduled Events.",
-        allow_abbrev=False,
-    )
-    parser.add_argument("--version", action="version", version=f"se-exporter {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = commands.add_parser("run", help="run the exporter (the default)", allow_abbrev=False)
-    add_exporter_flags(run)
-    simulate = commands.add_parser("simulate", help="run a local IMDS simulator", allow_abbrev=False)
-    import se_exporter.simulator.command as simulator_command
-
-    simulator_command.add_arguments(simulate)
-    demo = commands.add_parser("demo", help="simulator and exporter in one process", allow_abbrev=False)
-    import se_exporter.demo as demo_command
-
-    demo_command.add_arguments(demo)
+def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+    """The parser; each subcommand in ``commands`` gets its flags (the others only their name)."""
+    parser = Parser(prog=PROG, description="Prometheus metrics and OTLP logs for Azure Scheduled Events.",
+                     allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, summary in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=summary, description=summary, allow_abbrev=False)
+        if name in commands:
+            _add_arguments(name, sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     environ = os.environ if environ is None else environ
+    if argv == ["--version"]:  # before anything else is imported: packagers and probes call it
+        print(f"{PROG} {__version__}")
+        return 0
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "run")  # `se-exporter --flag …` runs the exporter
-    parser = build_parser()
+    command = argv[0] if argv[0] in COMMANDS else None
+    parser = build_parser((command,) if command else ())
     args = parser.parse_args(argv)
-    subparser = _subparser(parser, args.command)
-    flags.apply_environment(subparser, args, argv[1:], environ)
+    from se_exporter.config.flags import apply_environment
+
+    apply_environment(_subparser(parser, args.command), args, argv[1:], environ)
     if args.command == "simulate":
         import se_exporter.simulator.command as simulator_command
 
         return simulator_command.run(args)
-    handler = logs.configure(args.log_level, args.log_format)
-    route_sdk_logs(handler, logs.LEVELS[args.log_level])
+    from se_exporter.errors import ConfigError
+
+    _configure_logging(args.log_level, args.log_format)
     try:
         if args.command == "demo":
             import se_exporter.demo as demo_command
@@ -71,12 +71,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return demo_command.run(args, environ)
         return run_exporter(args, environ)
     except ConfigError as error:
-        print(f"se-exporter: error: {error}", file=sys.stderr)
-        return 2
+        return report(str(error))
 
 
 def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    import gc
+
     from se_exporter.app import Exporter
+    from se_exporter.config.options import config_from_args, untrusted_imds_url
+    from se_exporter.errors import ConfigError
+    from se_exporter.process import serve
 
     config = config_from_args(args)
     if untrusted_imds_url(config.imds_url):
@@ -90,6 +94,29 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
     return serve(exporter.start, exporter.run, exporter.close)
+
+
+def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    if command == "run":
+        from se_exporter.config.options import add_exporter_flags
+
+        add_exporter_flags(parser)
+    elif command == "simulate":
+        import se_exporter.simulator.command as simulator_command
+
+        simulator_command.add_arguments(parser)
+    else:
+        import se_exporter.demo as demo_command
+
+        demo_command.add_arguments(parser)
+
+
+def _configure_logging(level: str, fmt: str) -> None:
+    from se_exporter import logs
+    from se_exporter.otel.sdk_logs import route_sdk_logs
+
+    handler = logs.configure(level, fmt)
+    route_sdk_logs(handler, logs.LEVELS[level])
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_exporter_flags(parser)
+    add_exporter_flags(parser, imds_url=False)  # the demo's IMDS is its own simulator
     demo = parser.add_argument_group("demo")
     demo.add_argument("--demo.speed", dest="demo_speed", type=speed, default=30.0, metavar="FACTOR",
                       help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +138,63 @@ def test_an_imds_url_that_is_neither_link_local_nor_loopback_is_warned_about(
         code = main([f"--web.listen-address=127.0.0.1:{busy.getsockname()[1]}", f"--imds.url={url}"], environ={})
     assert code == 2
     assert ("is neither link-local nor loopback" in capsys.readouterr().err) is warned
+
+
+def se_exporter(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    return subprocess.run([sys.executable, "-m", "se_exporter", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--poll.interval=soon"],
+    ["--poll.interval=soon"],
+    ["demo", "--demo.speed=0"],
+    ["simulate", "--speed=0"],
+    ["simulate", "--scenario=no-such-scenario"],
+    ["run", "--approval.config=/nonexistent/policy.yaml"],
+])
+def test_one_error_prefix_for_every_command(args: list[str]) -> None:
+    result = se_exporter(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("se-exporter: error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_an_unwritable_state_file_is_one_line(tmp_path: Path) -> None:
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    result = se_exporter(f"--state.file={not_a_directory}/state.json", "--imds.url=http://127.0.0.1:9",
+                         "--web.listen-address=127.0.0.1:0")
+    assert result.returncode == 2
+    assert result.stderr == f"se-exporter: error: --state.file: cannot write {not_a_directory}/state.json: " \
+                            "Not a directory\n"
+
+
+def test_demo_does_not_offer_a_flag_it_would_ignore() -> None:
+    assert "--imds.url" not in se_exporter("demo", "--help").stdout
+    result = se_exporter("demo", "--imds.url=http://127.0.0.1:9")
+    assert result.returncode == 2 and "unrecognized arguments: --imds.url" in result.stderr
+    assert "--imds.url" in se_exporter("run", "--help").stdout
+
+
+def test_simulate_without_a_scenario_says_how_to_pick_one() -> None:
+    with subprocess.Popen([sys.executable, "-m", "se_exporter", "simulate", "--web.listen-address=127.0.0.1:0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        hint = proc.stderr.readline()
+        assert proc.stdout.readline().startswith("listening on http://127.0.0.1:")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert "no --scenario given, so the event list stays empty" in hint
+    assert "--scenario NAME (cancelled-maintenance," in hint and "--scenario all" in hint
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["run", "--help"]])
+def test_version_and_help_import_neither_the_simulator_nor_otel_nor_approval(args: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "se_exporter", *args], capture_output=True,
+                            text=True, timeout=30, check=False)
+    assert result.returncode == 0
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if "|" in line}
+    heavy = sorted(m for m in imported if m.startswith(("se_exporter.simulator", "se_exporter.approval",
+                                                        "opentelemetry", "se_exporter.app", "httpx")))
+    assert not heavy, heavy

@@ -9,10 +9,19 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 ENV_PREFIX = "SE_EXPORTER_"
+PROG = "se-exporter"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the flag (the usage is behind --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message} (see --help)\n")
 
 
 def duration(text: str) -> float:

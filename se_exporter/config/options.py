@@ -35,7 +35,8 @@ class ExporterConfig:
     log_format: str = "logfmt"
 
 
-def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
+def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True) -> None:
+    """The exporter's flags; ``imds_url=False`` leaves out --imds.url (the demo brings its own IMDS)."""
     d = ExporterConfig()
     web = parser.add_argument_group("web")
     web.add_argument("--web.listen-address", dest="listen_address", type=flags.listen_address,
@@ -46,8 +47,9 @@ def add_exporter_flags(parser: argparse.ArgumentParser) -> None:
     web.add_argument("--web.config.file", dest="web_config_file", type=Path, default=None, metavar="FILE",
                      help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)")
     imds = parser.add_argument_group("IMDS")
-    imds.add_argument("--imds.url", dest="imds_url", type=_url_flag, default=d.imds_url, metavar="URL",
-                      help="IMDS base URL (default http://169.254.169.254)")
+    if imds_url:
+        imds.add_argument("--imds.url", dest="imds_url", type=_url_flag, default=d.imds_url, metavar="URL",
+                          help="IMDS base URL (default http://169.254.169.254)")
     imds.add_argument("--imds.api-version", dest="api_version", type=_api_version_flag, default=d.api_version,
                       metavar="VERSION", help="Scheduled Events api-version (default 2020-07-01)")
     imds.add_argument("--imds.timeout", dest="imds_timeout", type=_positive_duration, default=d.imds_timeout,
@@ -72,7 +74,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         listen_host=host,
         listen_port=port,
         telemetry_path=args.telemetry_path,
-        imds_url=args.imds_url,
+        imds_url=getattr(args, "imds_url", ExporterConfig().imds_url),
         api_version=args.api_version,
         poll_interval=args.poll_interval,
         imds_timeout=args.imds_timeout,

@@ -27,6 +27,14 @@ from se_exporter.simulator.truth import Change, TruthEntry
 from se_exporter.simulator.world import SimWorld
 
 
+def no_scenario_hint() -> str:
+    return (
+        "se-exporter simulate: no --scenario given, so the event list stays empty. Play one with --scenario NAME "
+        f"({', '.join(builtin_names())}), every built-in with --scenario all (add --loop to repeat), a YAML file "
+        "with --scenario FILE, or POST /_sim/play while it runs; --list-scenarios describes them."
+    )
+
+
 def speed(text: str) -> float:
     """argparse type of a time-acceleration factor (``simulate --speed``, ``demo --demo.speed``)."""
     try:
@@ -142,16 +150,17 @@ def run(args: argparse.Namespace) -> int:
                          idle_reset_after=args.idle_reset)
         server = SimulatorServer(world, faults=faults, host=args.listen[0], port=args.listen[1])
     except (ScenarioError, ValueError) as exc:
-        print(f"se-exporter simulate: error: {exc}", file=sys.stderr)
+        print(f"se-exporter: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"se-exporter simulate: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}",
-              file=sys.stderr)
+        print(f"se-exporter: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
         return 1
     if not args.quiet:
         world.truth.add_listener(_log_change)
     if scenarios:
         world.loop(scenarios, gap=args.loop_gap, repeat=args.loop)
+    else:
+        print(no_scenario_hint(), file=sys.stderr, flush=True)
     return _serve_until_signal(server)
 
 
@@ -167,7 +176,7 @@ def _serve_until_signal(server: SimulatorServer) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="se-exporter simulate", description="Fake Azure IMDS Scheduled Events.")
+    parser = flags.Parser(prog="se-exporter simulate", description="Fake Azure IMDS Scheduled Events.")
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

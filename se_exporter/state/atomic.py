@@ -6,6 +6,7 @@ the rename made durable, so a crash leaves either the old or the new content, ne
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -17,6 +18,15 @@ def read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def check_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written in it; ``OSError`` if not."""
+    if directory.exists() and not directory.is_dir():  # mkdir would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=directory):
+        pass
 
 
 def write_atomically(path: Path, payload: bytes) -> None:

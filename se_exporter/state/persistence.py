@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from se_exporter.state.atomic import read_bytes, write_atomically
+from se_exporter.state.atomic import check_writable, read_bytes, write_atomically
 
 FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
@@ -31,9 +31,15 @@ class Stateful(Protocol):
 
 
 class Persistence:
-    """Saves the tracked components into one file; a no-op without a path."""
+    """Saves the tracked components into one file; a no-op without a path.
+
+    Raises ``OSError`` at construction when the file's directory cannot be written: a state file
+    that cannot be kept is a start-up error, not a surprise at the first transition.
+    """
 
     def __init__(self, path: Path | None) -> None:
+        if path is not None:
+            check_writable(path.parent)
         self.path = path
         self._components: dict[str, Stateful] = {}
         self._saved_versions: dict[str, int] = {}
@@ -58,18 +64,22 @@ class Persistence:
 
     def save(self) -> bool:
         """Write every section now; a failure is logged (monitoring goes on) and returns False."""
+        try:
+            self.write()
+        except OSError as exc:
+            log.error("could not save state file %s: %s", self.path, exc)
+            return False
+        return True
+
+    def write(self) -> None:
+        """Write every section now; raise ``OSError`` if the file cannot be written."""
         if self.path is None:
-            return True
+            return
         with self._lock:
             versions = {name: component.state_version for name, component in self._components.items()}
             sections = {name: component.to_state() for name, component in self._components.items()}
-            try:
-                write_atomically(self.path, msgspec.json.encode({"version": FORMAT_VERSION, "sections": sections}))
-            except OSError as exc:
-                log.error("could not save state file %s: %s", self.path, exc)
-                return False
+            write_atomically(self.path, msgspec.json.encode({"version": FORMAT_VERSION, "sections": sections}))
             self._saved_versions = versions
-        return True
 
 
 def _load(path: Path) -> dict[str, object]:

@@ -352,6 +352,25 @@ def test_post_has_the_documented_header_and_body_and_is_not_repeated_across_rest
     assert previous.stop() == 0
 
 
+def test_an_approval_is_logged_before_the_start_it_causes(
+    sim: SimulatorServer, tmp_path: Path, start_exporter: StartExporter
+) -> None:
+    event_id = sim.world.add_event(EventPlan("Reboot", "User", resources=(SELF,)))
+    exporter = start_exporter(*exporter_args(sim.url, design_policy(tmp_path), tmp_path / "state.json"))
+    wait_for(lambda: status_in_sim(sim, event_id) == "Started", 20, "the approved event started")
+
+    def order() -> list[str]:
+        lines = []
+        for line in exporter.logs().splitlines():
+            record = json.loads(line) if line.startswith("{") else {}
+            if record.get("scheduled_event.id") == event_id:
+                lines.append(record.get("scheduled_event.approval.result") or record["scheduled_event.transition"])
+        return lines
+
+    wait_for(lambda: "started" in order(), 10, "the started transition")
+    assert order() == ["scheduled", "approved", "started"]
+
+
 # ----- dry run -----------------------------------------------------------------------------------
 
 

@@ -9,7 +9,6 @@ import shlex
 import shutil
 import socket
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,10 @@ EXPORTER_PORT = 10160  # docs/design.md: --web.listen-address default :10160
 
 
 def project_version() -> str:
-    with (REPO / "pyproject.toml").open("rb") as fh:
-        return str(tomllib.load(fh)["project"]["version"])
+    """The version, as pyproject.toml reads it (``[tool.setuptools.dynamic]``): se_exporter.__version__."""
+    import se_exporter
+
+    return se_exporter.__version__
 
 
 def load_yaml(path: Path) -> Any:

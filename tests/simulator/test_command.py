@@ -84,7 +84,7 @@ def test_cli_bad_values(args: list[str], message: str) -> None:
     _, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 2
     assert message in stderr
-    assert stderr.strip().splitlines()[-1].startswith("se-exporter simulate: error:")
+    assert stderr.strip().splitlines()[-1].startswith("se-exporter: error:")
 
 
 def test_cli_bad_scenario_file_names_the_key(tmp_path: Path) -> None:
