@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS
+from tests.support.packaging import Distributions, build_distributions
 
 pytest_plugins = ["tests.otlp.fixtures"]  # the real OTLP receivers (HTTP and gRPC)
 
@@ -41,3 +42,9 @@ def start_exporter(tmp_path: Path) -> Iterator[Callable[..., ExporterProcess]]:
         if process.proc.poll() is None:
             process.proc.kill()
             process.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Distributions:
+    """The wheel and the sdist as a release builds them (``python -m build``, isolated)."""
+    return build_distributions(tmp_path_factory.mktemp("dist"))

@@ -26,7 +26,7 @@ from se_exporter.approval.policy import (
 )
 from se_exporter.errors import ConfigError
 from tests.approval.helpers import T0, TESTDATA, VM, event
-from tests.support.readme import section
+from tests.support.readme import DOCS
 
 INVALID = sorted((TESTDATA / "invalid").glob("*.yaml"))
 VALID = sorted((TESTDATA / "valid").glob("*.yaml"))
@@ -120,14 +120,14 @@ def test_demo_policy_approves_user_events_and_short_freezes() -> None:
     assert not policy.decide(event(event_type="Freeze", event_source="Platform", duration_seconds=9), VM, T0).candidate
 
 
-def test_readme_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every policy file shown in the README section loads (hook paths need not exist here)."""
+def test_the_documented_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every policy file docs/approval.md shows loads (hook paths need not exist here)."""
     monkeypatch.setattr("se_exporter.approval.policy.shutil.which", lambda command: "/found")
-    text = section("Auto-approval (optional)")
+    text = (DOCS / "approval.md").read_text()
     blocks = re.findall(r"```yaml\n(# /etc/se-exporter/approval.yaml\n.*?)```", text, flags=re.DOTALL)
     assert len(blocks) == 3
     for block in blocks:
-        parse_policy(yaml.safe_load(block), "README")
+        parse_policy(yaml.safe_load(block), "docs/approval.md")
 
 
 def test_fingerprint_tracks_what_the_policy_does() -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.support import SYSTEMD_DIR
+from tests.support.packaging import Distributions, install_into_clean_venv
+from tests.support.readme import DOCS, marked
 
 UNIT = SYSTEMD_DIR / "se-exporter.service"
 ENV_FILE = SYSTEMD_DIR / "se-exporter.env"
-BINARY = "/usr/local/bin/se-exporter"
+BINARY = "/opt/se-exporter/bin/se-exporter"  # where docs/deploy.md installs it
 
 
 def _directives(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -60,9 +62,26 @@ def _unit_with_stub_binary(tmp_path: Path) -> Path:
     return unit
 
 
-def test_systemd_analyze_verify(tmp_path: Path) -> None:
+def test_the_documented_install_puts_the_binary_where_the_unit_runs_it(
+    tmp_path: Path, built: Distributions
+) -> None:
+    install = marked(DOCS / "deploy.md", "systemd-install").splitlines()
+    (venv,) = [line.split()[-1] for line in install if line.startswith("python3 -m venv ")]
+    assert f"{venv}/bin/pip install ." in "\n".join(install)
+    assert shlex.split(_directives(UNIT)["Service"]["ExecStart"][0])[0] == f"{venv}/bin/se-exporter" == BINARY
+    assert "systemd-analyze verify /etc/systemd/system/se-exporter.service" in install
+    # The documented install, rebased under tmp_path: the console script lands where ExecStart expects it.
+    script = install_into_clean_venv(built.wheel, tmp_path / venv.lstrip("/"))
+    assert script == tmp_path / BINARY.lstrip("/")
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0 and result.stdout.startswith("se-exporter "), result.stderr
+    _verify(UNIT.read_text(encoding="utf-8").replace(BINARY, str(script)), tmp_path)
+
+
+def _verify(unit_text: str, directory: Path) -> None:
     tool = _systemd_analyze()
-    unit = _unit_with_stub_binary(tmp_path)
+    unit = directory / UNIT.name
+    unit.write_text(unit_text, encoding="utf-8")
     result = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
     output = result.stdout + result.stderr
     if result.returncode != 0 and ("System has not been booted" in output or "Failed to connect" in output):
@@ -70,6 +89,10 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     # Unknown keys and unparsable values are only warnings (exit 0): treat any mention as a failure.
     complaints = [line for line in output.splitlines() if unit.name in line or str(unit) in line]
     assert result.returncode == 0 and not complaints, output
+
+
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    _verify(_unit_with_stub_binary(tmp_path).read_text(encoding="utf-8"), tmp_path)
 
 
 def test_systemd_analyze_security(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The README's Deploy section: its YAML snippets parse, its Prometheus scrape config passes promtool."""
+"""docs/deploy.md: its YAML snippets parse, its Prometheus scrape config passes promtool, the paths it
+names exist, and its systemd install puts the binary where the unit runs it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 import yaml
 
 from tests.deploy.support import REPO, require_tool
-from tests.support.readme import section
+from tests.support.readme import DOCS, code_blocks
+
+DEPLOY = DOCS / "deploy.md"
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", section("Deploy"), re.S)
+    return code_blocks(DEPLOY.read_text(encoding="utf-8"), language)
 
 
 def test_yaml_snippets_parse() -> None:
@@ -37,9 +40,9 @@ def test_azure_sd_scrape_config(tmp_path: Path) -> None:
 
 
 def test_paths_mentioned_exist() -> None:
-    """Repository paths the text names (deploy/…, alerts/…, dashboards/…) exist, once delivered."""
-    text = section("Deploy")
+    """Repository paths the text names (deploy/…, alerts/…, dashboards/…) exist."""
+    text = DEPLOY.read_text(encoding="utf-8")
     for path in sorted(set(re.findall(r"\b((?:deploy|alerts|dashboards)/[\w./-]*[\w/])", text))):
         top = path.split("/")[0]
         assert (REPO / top).exists(), top
-        assert (REPO / path).exists(), f"the Deploy section names {path}, which does not exist"
+        assert (REPO / path).exists(), f"docs/deploy.md names {path}, which does not exist"

@@ -1,0 +1,37 @@
+"""Building the distributions as a release does, and installing them into clean virtual environments."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Distributions:
+    wheel: Path
+    sdist: Path
+
+
+def build_distributions(out: Path) -> Distributions:
+    """``python -m build``: the sdist, then the wheel built from it, each in an isolated environment."""
+    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    (sdist,) = out.glob("*.tar.gz")
+    return Distributions(wheel, sdist)
+
+
+def install_into_clean_venv(distribution: Path, venv: Path) -> Path:
+    """A fresh venv (no pip of its own) with ``distribution`` installed by this interpreter's pip, without
+    dependencies (none are needed for ``--version``); returns its ``se-exporter`` console script."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+               "--no-deps", str(distribution)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return venv / "bin" / "se-exporter"

@@ -1,0 +1,88 @@
+"""The README is a page a stranger reads in five minutes; its tables and links tell the truth."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from se_exporter.cli import build_parser
+from tests.rules.promql import DESIGN_METRICS
+from tests.support.readme import DOCS, README, REPO, code_blocks, marked, section
+
+PAGES = [README, *sorted(DOCS.glob("*.md")), REPO / "CHANGELOG.md", REPO / "SECURITY.md"]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_the_readme_fits_on_a_page() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 260, f"README has {len(lines)} lines; move the depth into docs/"
+
+
+def test_the_readme_has_exactly_two_set_up_commands() -> None:
+    blocks = code_blocks(section("Quick start"), "sh")
+    assert len(blocks) == 2
+    demo, test = (block.strip() for block in blocks)
+    assert demo == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/se-exporter demo"
+    assert test == marked(README, "test-command").strip()
+    assert "prometheus prometheus-alertmanager" in test and test.endswith(".venv/bin/python -m pytest")
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's anchors for the page's headings."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M):
+        text = unicodedata.normalize("NFKD", heading).strip().lower()
+        found.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+def test_every_relative_link_resolves(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    for target in LINK.findall(text):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        assert resolved.exists(), f"{page.name} links to {target}, which does not exist"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in anchors(resolved), f"{page.name} links to {target}: no such heading"
+
+
+def test_the_readme_links_into_every_docs_page() -> None:
+    linked = set(LINK.findall(README.read_text()))
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"docs/{page.name}" in linked, f"the README does not link to docs/{page.name}"
+
+
+def test_the_flags_table_is_the_exporters_flags() -> None:
+    run = build_parser(("run",))._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    flags = {option for action in run._actions for option in action.option_strings if option.startswith("--")}
+    flags -= {"--help"}
+    table = set(re.findall(r"^\| `(--[\w.-]+)` \|", section("Configuration"), flags=re.M))
+    assert table == flags
+
+
+def test_the_metrics_table_is_the_contracts() -> None:
+    table = section("Metrics")
+    documented: set[str] = set()
+    for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M):
+        documented.update("azure_scheduled_events_" + name for name in re.findall(r"`(\w+)`", cell))
+    assert documented == set(DESIGN_METRICS)
+
+
+def test_every_flag_the_docs_use_exists() -> None:
+    parser = build_parser()
+    known = {option for sub in parser._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
+             for action in sub._actions for option in action.option_strings}
+    for page in PAGES:
+        for block in code_blocks(page.read_text(), "sh"):
+            for line in block.splitlines():
+                words = line.split("#")[0].split()
+                starts = [i for i, w in enumerate(words) if w.endswith("se-exporter") and words[i - 1:i] != ["--name"]]
+                for start in starts:
+                    used = {w.split("=")[0] for w in words[start + 1:] if w.startswith("--")}
+                    assert used <= known, f"{page.name}: {sorted(used - known)} in {line!r}"
