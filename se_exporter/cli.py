@@ -75,14 +75,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    import dataclasses
     import gc
 
     from se_exporter.app import Exporter
     from se_exporter.config.options import config_from_args, untrusted_imds_url
     from se_exporter.errors import ConfigError
+    from se_exporter.platform import current
     from se_exporter.process import serve
 
     config = config_from_args(args)
+    if config.state_file is None and (default := current().default_state_file(environ)) is not None:
+        config = dataclasses.replace(config, state_file=default)  # a Windows service keeps its state
+        log.info("running as a service: state and log spool in %s", default.parent)
     if untrusted_imds_url(config.imds_url):
         log.warning("--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
                     "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)", config.imds_url)

@@ -1,4 +1,8 @@
-"""The life of the process: start, run until a stop is requested (SIGTERM, SIGINT), close cleanly."""
+"""The life of the process: start, run until a stop is requested, close cleanly.
+
+A stop is requested the platform's way (``platform.current().stop_signals``): SIGTERM or SIGINT on
+POSIX; CTRL+C (which a WinSW service stop sends) or CTRL+BREAK on Windows.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,22 @@ import signal
 import threading
 from collections.abc import Callable
 
+from se_exporter.platform import current
+
 log = logging.getLogger("se_exporter")
 
 
-def serve(start: Callable[[], None], run: Callable[[threading.Event], None], close: Callable[[], None]) -> int:
-    """Run until SIGTERM/SIGINT, then shut down cleanly and exit 0."""
+def serve(start: Callable[[], None], run: Callable[[threading.Event], None], close: Callable[[], None],
+          stop_signals: tuple[int, ...] | None = None) -> int:
+    """Run until a stop is requested, then shut down cleanly and exit 0."""
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signals = current().stop_signals if stop_signals is None else stop_signals
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         start()
         run(stop)

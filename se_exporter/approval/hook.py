@@ -2,7 +2,7 @@
 
 The command is an argument list (never a shell). It gets a minimal environment (so secrets such as
 ``OTEL_EXPORTER_OTLP_HEADERS`` do not leak into it) plus the event's fields as ``SE_EVENT_*``
-variables, runs in its own process group (killed as a whole on timeout) and its output is logged line
+variables, runs in its own process group (stopped as a whole on timeout, see ``platform``) and its output is logged line
 by line to ``se_exporter.approval``. Approval follows only an exit status of 0.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -23,16 +22,11 @@ from typing import IO, Protocol
 
 from se_exporter.approval.policy import Hook
 from se_exporter.imds.document import ScheduledEvent
+from se_exporter.platform import Platform, current
 from se_exporter.times import rfc3339
 
 log = logging.getLogger("se_exporter.approval")
 
-# Passed through from the exporter's environment when set; anything else only via hook.inherit_env.
-BASE_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-    "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-)  # fmt: skip
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_LINE_BYTES = 4096
 
 
@@ -61,11 +55,14 @@ class HookSubmitter(Protocol):
 
 
 def hook_environment(
-    event: ScheduledEvent, vm_name: str, rule: str, inherit: tuple[str, ...] = (), base: Mapping[str, str] | None = None
+    event: ScheduledEvent, vm_name: str, rule: str, inherit: tuple[str, ...] = (), *,
+    base: Mapping[str, str] | None = None, platform: Platform | None = None,
 ) -> dict[str, str]:
+    """The platform's base variables passed through when set, ``inherit``, and the event's ``SE_EVENT_*``."""
     base = os.environ if base is None else base
-    env = {name: base[name] for name in (*BASE_ENV, *inherit) if name in base}
-    env.setdefault("PATH", DEFAULT_PATH)
+    platform = platform or current()
+    env = {name: base[name] for name in (*platform.hook_base_env, *inherit) if name in base}
+    env.setdefault("PATH", platform.default_path)
     fields = {
         "SE_EVENT_ID": event.event_id,
         "SE_EVENT_TYPE": event.event_type,
@@ -94,8 +91,10 @@ class HookRunner:
         kill_grace_seconds: float = 5.0,
         max_logged_lines: int = 200,
         environ: Mapping[str, str] | None = None,
+        platform: Platform | None = None,
     ) -> None:
         self._hook = hook
+        self._platform = platform or current()
         self._grace = kill_grace_seconds
         self._max_lines = max_logged_lines
         self._environ = environ
@@ -112,12 +111,13 @@ class HookRunner:
         with self._lock:
             running = list(self._running)
         for proc in running:
-            _signal_group(proc, signal.SIGTERM)
+            self._platform.ask_to_stop(proc)
 
     def run(self, event: ScheduledEvent, vm_name: str, rule: str) -> HookResult:
         """Run the hook synchronously (the background worker calls this)."""
         started = time.monotonic()
-        env = hook_environment(event, vm_name, rule, self._hook.inherit_env, self._environ)
+        env = hook_environment(event, vm_name, rule, self._hook.inherit_env, base=self._environ,
+                               platform=self._platform)
         log.info("approval hook starting: event_id=%s command=%s", event.event_id, list(self._hook.command))
         try:
             proc = subprocess.Popen(
@@ -126,7 +126,7 @@ class HookRunner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,  # its own process group: a timeout kills the hook's children too
+                **self._platform.hook_popen_options(),  # its own process group: a timeout stops its children too
             )
         except (OSError, ValueError) as exc:
             result = HookResult(
@@ -154,7 +154,7 @@ class HookRunner:
                 self._running.discard(proc)
         reader.join(timeout=self._grace)  # a detached grandchild may keep the pipe open: don't wait forever
         if timed_out:
-            summary = f"timed out after {self._hook.timeout_seconds:g} s; process group killed"
+            summary = f"timed out after {self._hook.timeout_seconds:g} s; its processes were stopped"
         elif code < 0:
             summary = f"killed by signal {-code}"
         else:
@@ -168,11 +168,11 @@ class HookRunner:
         return result
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> int:
-        """SIGTERM the group, give it ``grace`` seconds to clean up, then SIGKILL whatever is left."""
-        _signal_group(proc, signal.SIGTERM)
+        """Ask the group to stop, give it ``grace`` seconds to clean up, then kill whatever is left."""
+        self._platform.ask_to_stop(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self._grace)
-        _signal_group(proc, signal.SIGKILL)
+        self._platform.kill(proc)
         return proc.wait()
 
     def _pump(self, stream: IO[bytes], event_id: str, tail: deque[str]) -> None:
@@ -186,8 +186,3 @@ class HookRunner:
                     log.info("approval hook output: event_id=%s %s", event_id, line)
                 elif lines == self._max_lines + 1:
                     log.warning("approval hook output: event_id=%s further output not logged", event_id)
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is already gone
-        os.killpg(proc.pid, sig)

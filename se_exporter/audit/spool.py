@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from se_exporter.audit.records import AuditRecord
+from se_exporter.platform import PRIVATE_FILE_MODE
 from se_exporter.state.atomic import write_atomically
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,8 @@ class Spool:
         if self.path is None:
             return
         try:
-            if self._journal is None:  # 0600 like the state file: nobody else's business
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            if self._journal is None:  # private like the state file: nobody else's business
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
                 self._journal = os.fdopen(fd, "ab")
             self._journal.write(b"".join(_line(entry) for entry in entries))
             self._journal.flush()

@@ -17,6 +17,7 @@ from typing import Any
 
 from se_exporter.config import flags
 from se_exporter.config.flags import duration
+from se_exporter.platform import current
 from se_exporter.simulator.clock import SimClock, check_speed
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
 from se_exporter.simulator.model import SimulatedVM
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 def _serve_until_signal(server: SimulatorServer) -> int:
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in current().stop_signals:
             signal.signal(signum, lambda *_: stop.set())
     with server:
         print(f"listening on {server.url}", flush=True)

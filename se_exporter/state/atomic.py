@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from se_exporter.platform import current
+
 
 def read_bytes(path: Path) -> bytes | None:
     """The file's content, or None when it does not exist (other errors are raised)."""
@@ -34,7 +36,7 @@ def write_atomically(path: Path, payload: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600: the state is nobody else's
+        with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600 on POSIX: the state is nobody else's
             out.write(payload)
             out.flush()
             os.fsync(out.fileno())
@@ -42,17 +44,4 @@ def write_atomically(path: Path, payload: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:  # makes the rename itself durable; not possible on every platform
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    current().sync_directory(path.parent)  # the rename itself made durable, where the platform can

@@ -552,7 +552,7 @@ def test_hook_timeout_is_hook_failed_and_metrics_and_polls_go_on_meanwhile(
     assert len(hook_runs(tmp_path)) == 1 and sim_posts(sim) == []
     assert nonzero(approvals_total(exporter)) == {("Reboot", "hook_failed"): 1}
     (reason,) = reasons(exporter, event_id)
-    assert reason.startswith("hook timed out after 1 s; process group killed")
+    assert reason.startswith("hook timed out after 1 s; its processes were stopped")
     assert exporter.stop() == 0
 
 

@@ -132,7 +132,7 @@ def test_timeout_kills_the_whole_process_group_and_polling_is_not_blocked(tmp_pa
     finally:
         runner.close()
     assert result.timed_out and not result.ok and result.exit_code is None
-    assert result.summary == "timed out after 1 s; process group killed"
+    assert result.summary == "timed out after 1 s; its processes were stopped"
     assert result.last_output == "draining"
     assert 1.0 <= result.duration_seconds < 5
     child = int(pid_file.read_text())

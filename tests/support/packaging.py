@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,8 +31,9 @@ def install_into_clean_venv(distribution: Path, venv: Path) -> Path:
     """A fresh venv (no pip of its own) with ``distribution`` installed by this interpreter's pip, without
     dependencies (none are needed for ``--version``); returns its ``se-exporter`` console script."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+    scripts, suffix = ("Scripts", ".exe") if os.name == "nt" else ("bin", "")  # a venv's layout differs on Windows
+    command = [sys.executable, "-m", "pip", "--python", str(venv / scripts / f"python{suffix}"), "install", "--quiet",
                "--no-deps", str(distribution)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return venv / "bin" / "se-exporter"
+    return venv / scripts / f"se-exporter{suffix}"

@@ -1,0 +1,174 @@
+"""The platform seam: the choices it makes for Windows (tested here, on Linux), the POSIX calls it makes
+for real, and the rule that no other module calls anything POSIX-only."""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from se_exporter.approval.hook import hook_environment
+from se_exporter.imds.document import ScheduledEvent
+from se_exporter.platform import (
+    CREATE_NEW_PROCESS_GROUP,
+    CTRL_BREAK_EVENT,
+    SIGBREAK,
+    SIGINT,
+    PosixPlatform,
+    WindowsPlatform,
+    current,
+)
+from tests.support.wait import wait_for
+
+PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
+POSIX_ONLY = {("os", "killpg"), ("os", "setsid"), ("os", "O_DIRECTORY"), ("os", "fork"), ("signal", "SIGKILL"),
+              ("signal", "SIGTERM"), ("signal", "SIGHUP")}
+POSIX_MODULES = {"fcntl", "termios", "pwd", "grp", "resource"}
+
+
+class FakeProcess:
+    """A started process as far as the seam is concerned: a pid, and the signals sent to it."""
+
+    def __init__(self, pid: int = 4242) -> None:
+        self.pid = pid
+        self.signals: list[int] = []
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def test_windows_starts_a_hook_in_its_own_process_group() -> None:
+    assert WindowsPlatform().hook_popen_options() == {"creationflags": CREATE_NEW_PROCESS_GROUP}
+    assert CREATE_NEW_PROCESS_GROUP == 0x200  # the Win32 value subprocess.CREATE_NEW_PROCESS_GROUP has there
+
+
+def test_windows_asks_the_group_to_stop_with_ctrl_break_then_kills_the_tree() -> None:
+    ran: list[list[str]] = []
+    platform = WindowsPlatform(run=lambda command: ran.append(list(command)))
+    process = FakeProcess(4242)
+    platform.ask_to_stop(process)
+    assert process.signals == [CTRL_BREAK_EVENT] and ran == []
+    platform.kill(process)
+    assert ran == [["taskkill", "/T", "/F", "/PID", "4242"]]
+
+
+def test_windows_stop_requests_are_ctrl_c_and_ctrl_break() -> None:
+    assert WindowsPlatform().stop_signals == (SIGINT, SIGBREAK) == (2, 21)  # what WinSW's stop sends: CTRL+C
+
+
+def test_windows_does_not_fsync_a_directory(tmp_path: Path) -> None:
+    WindowsPlatform().sync_directory(tmp_path / "does-not-even-exist")  # no open(), so nothing can fail
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({}, None),  # started by hand: no default, as on Linux
+    ({"WINSW_SERVICE_ID": "se-exporter", "PROGRAMDATA": r"D:\Data"}, Path(r"D:\Data") / "se-exporter" / "state.json"),
+    ({"WINSW_SERVICE_ID": "se-exporter"}, Path(r"C:\ProgramData") / "se-exporter" / "state.json"),
+])
+def test_windows_service_keeps_its_state_in_programdata(environ: dict[str, str], expected: Path | None) -> None:
+    assert WindowsPlatform().default_state_file(environ) == expected
+    assert PosixPlatform().default_state_file(environ) is None
+
+
+def test_windows_hook_environment_keeps_what_windows_programs_need() -> None:
+    base = {"SYSTEMROOT": r"C:\Windows", "PATHEXT": ".COM;.EXE;.PS1", "COMSPEC": r"C:\Windows\system32\cmd.exe",
+            "TEMP": r"C:\Temp", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=secret", "HOME": "/root"}
+    event = ScheduledEvent("E1", "Reboot", "Scheduled", resources=("vm-a",))
+    env = hook_environment(event, "vm-a", "r", base=base, platform=WindowsPlatform())
+    assert {k: env[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")} == {
+        k: base[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")}
+    assert "OTEL_EXPORTER_OTLP_HEADERS" not in env and "HOME" not in env
+    assert env["PATH"] == WindowsPlatform.default_path and env["SE_EVENT_ID"] == "E1"
+    posix = hook_environment(event, "vm-a", "r", base=base, platform=PosixPlatform())
+    assert "SYSTEMROOT" not in posix and posix["HOME"] == "/root"
+
+
+def test_current_is_this_machine() -> None:
+    assert current().name == os.name
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="POSIX process groups, watched through /proc")
+def test_posix_stops_and_kills_a_whole_process_group() -> None:
+    platform = PosixPlatform()
+    # A shell with a child, the shell ignoring SIGTERM (set after the child started, which keeps the
+    # default): ask_to_stop ends the child, kill ends the rest.
+    script = "sleep 300 & child=$!; trap '' TERM; echo $child; while :; do sleep 1; done"
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, **platform.hook_popen_options())
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        platform.ask_to_stop(proc)
+        wait_for(lambda: not _alive(child), 5, "the child stopped")
+        assert proc.poll() is None, "the shell ignores SIGTERM"
+        platform.kill(proc)
+        assert proc.wait(5) == -signal.SIGKILL
+    finally:
+        platform.kill(proc)
+        proc.wait(5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is gone for our purpose
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX directory fsync")
+def test_posix_syncs_a_directory(tmp_path: Path) -> None:
+    PosixPlatform().sync_directory(tmp_path)
+    PosixPlatform().sync_directory(tmp_path / "missing")  # best effort: never raises
+
+
+def _posix_only_uses(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
+                (node.value.id, node.attr) in POSIX_ONLY):
+            found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn"):
+            found.append(f"{node.arg}= (line {node.value.lineno})")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"import {n} (line {node.lineno})" for n in names if n.split(".")[0] in POSIX_MODULES]
+    return found
+
+
+def test_nothing_outside_the_platform_module_calls_posix_only_functions() -> None:
+    offenders = {str(p.relative_to(PACKAGE)): uses for p in sorted(PACKAGE.rglob("*.py"))
+                 if p.name != "platform.py" and (uses := _posix_only_uses(p))}
+    assert offenders == {}
+
+
+def test_the_check_would_see_a_posix_only_call(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os, signal, fcntl\nos.killpg(1, signal.SIGKILL)\nPopen([], start_new_session=True)\n")
+    assert len(_posix_only_uses(sample)) == 4
+
+
+def test_mypy_checks_the_package_as_windows_sees_it() -> None:
+    result = subprocess.run([sys.executable, "-m", "mypy", "--platform", "win32"], cwd=PACKAGE.parent,
+                            capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_serve_listens_to_the_platforms_stop_requests() -> None:
+    from se_exporter.process import serve
+
+    seen: list[float] = []
+
+    def run(stop: object) -> None:
+        os.kill(os.getpid(), SIGINT)  # one of the POSIX stop requests, delivered to this process
+        started = time.monotonic()
+        assert stop.wait(5)  # type: ignore[attr-defined]
+        seen.append(time.monotonic() - started)
+
+    assert serve(lambda: None, run, lambda: None, stop_signals=(SIGINT,)) == 0
+    assert seen and seen[0] < 5
