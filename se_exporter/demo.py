@@ -22,7 +22,8 @@ DEMO_POLICY = Path(__file__).parent / "approval" / "demo-policy.yaml"
 DEMO_VM = "sim-vm-0"
 # Something starts at once (a hardware failure), then the documented maintenance kinds follow.
 DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-preempt", "reschedule",
-              "terminate", "cancelled-maintenance", "user-redeploy")
+              "host-maintenance-freeze", "terminate", "cancelled-maintenance", "platform-redeploy-failure",
+              "user-redeploy")  # every impact and every cause
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

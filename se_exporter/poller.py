@@ -21,11 +21,11 @@ from opentelemetry import trace
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.errors import IMDSError
 from se_exporter.imds.client import IMDSClient
-from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventStore, Transition
+from se_exporter.store import EventState, EventStore, Transition
 
 log = logging.getLogger(__name__)
 IDENTITY_RETRY_SECONDS = 60.0
@@ -64,7 +64,7 @@ class PollSink(Protocol):
 class Decider(Protocol):
     """The approver, seen from the loop: it decides on every good poll and never blocks it."""
 
-    def on_poll(self, events: Sequence[ScheduledEvent], vm_name: str | None) -> Sequence[ApprovalDecision]: ...
+    def on_poll(self, events: Sequence[EventState], vm_name: str | None) -> Sequence[ApprovalDecision]: ...
 
     def close(self) -> Sequence[ApprovalDecision]: ...
 
@@ -162,7 +162,9 @@ class Poller:
         now = self._clock()
         transitions = self.store.reconcile(document, now) if changed else []
         identity = self.identity
-        decisions = self._approver.on_poll(document.events, identity.name) if self._approver is not None else ()
+        decisions: Sequence[ApprovalDecision] = ()
+        if self._approver is not None:  # the store's states, in document order: events with their impact and cause
+            decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
         self._last_document = document
         self._publish(PollResult(document, transitions, decisions, changed, identity, now))
         self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses

@@ -20,6 +20,7 @@ from typing import Annotated
 import msgspec
 
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
+from se_exporter.imds.impact import Cause, Impact, classify
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -45,6 +46,10 @@ class EventState(msgspec.Struct, frozen=True, gc=False):
     started_at: _UnixTime | None = None  # Unix time the exporter saw it Started
     not_before_history: tuple[datetime, ...] = ()  # every NotBefore seen while Scheduled
     life: Annotated[int, msgspec.Meta(ge=1)] = 1  # > 1 when the EventId came back after its removal
+    # What the event will do and why (imds.impact): set whenever the event changes; a state file's
+    # values are recomputed on load, so an event first seen Started keeps the cause "failure".
+    impact: Impact = Impact.UNKNOWN
+    cause: Cause = Cause.UNKNOWN
 
     def started_seconds(self, now: float) -> float | None:
         return None if self.started_at is None else max(0.0, now - self.started_at)
@@ -60,6 +65,8 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     first_seen_status: str
     started_seconds: float | None = None  # time spent in Started, on "completed"
     life: int = 1
+    impact: Impact = Impact.UNKNOWN
+    cause: Cause = Cause.UNKNOWN
 
     @property
     def uid(self) -> str:
@@ -116,7 +123,8 @@ class EventStore:
         except msgspec.ValidationError as error:
             log.warning("ignoring the event store in the state file: %s", error)
             return cls()
-        return cls({state.event.event_id: state for state in saved.events}, saved.incarnation, saved.removed)
+        events = {state.event.event_id: _classified(state) for state in saved.events}
+        return cls(events, saved.incarnation, saved.removed)
 
     def to_state(self) -> _StoreState:
         return _StoreState(self.incarnation, tuple(self._events.values()), self.removed)
@@ -188,18 +196,26 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
         if history:  # a first NotBefore for an event seen without one is not a reschedule
             emitted.append((TransitionKind.RESCHEDULED, previous))
         history = (*history, event.not_before)
-    return msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history), emitted
+    state = msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history)
+    return _classified(state), emitted
 
 
 def _first_sighting(event: ScheduledEvent, now: float, life: int = 1) -> tuple[EventState, Emitted]:
     if event.event_status == STARTED:
-        return EventState(event, now, STARTED, started_at=now, life=life), [(TransitionKind.STARTED, "")]
-    if event.event_status == SCHEDULED:
+        state = EventState(event, now, STARTED, started_at=now, life=life)
+        emitted = [(TransitionKind.STARTED, "")]
+    elif event.event_status == SCHEDULED:
         history = (event.not_before,) if event.not_before is not None else ()
         state = EventState(event, now, SCHEDULED, not_before_history=history, life=life)
-        return state, [(TransitionKind.SCHEDULED, "")]
-    # An unknown status: tracked, and shown in metrics, but no lifecycle step.
-    return EventState(event, now, event.event_status, life=life), []
+        emitted = [(TransitionKind.SCHEDULED, "")]
+    else:  # an unknown status: tracked, and shown in metrics, but no lifecycle step
+        state, emitted = EventState(event, now, event.event_status, life=life), []
+    return _classified(state), emitted
+
+
+def _classified(state: EventState) -> EventState:
+    impact, cause = classify(state.event, state.first_seen_status)
+    return msgspec.structs.replace(state, impact=impact, cause=cause)
 
 
 def _removal(state: EventState) -> TransitionKind | None:
@@ -221,4 +237,6 @@ def _transition(kind: TransitionKind, state: EventState, previous: str, now: flo
         first_seen_status=state.first_seen_status,
         started_seconds=state.started_seconds(now) if kind is TransitionKind.COMPLETED else None,
         life=state.life,
+        impact=state.impact,
+        cause=state.cause,
     )

@@ -93,8 +93,9 @@ def test_scrape_time_values() -> None:
     assert ('azure_scheduled_events_event_seconds_until_not_before{event_id="C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
             'event_type="Freeze"} 375.5') in text
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 12.5' in text
-    assert ('azure_scheduled_events_event_info{affects_this_vm="false",event_id="R1",event_source="Platform",'
-            'event_status="Started",event_type="Reboot",resource_type="VirtualMachine"} 1.0') in text
+    assert ('azure_scheduled_events_event_info{affects_this_vm="false",cause="failure",event_id="R1",'
+            'event_source="Platform",event_status="Started",event_type="Reboot",impact="reboot",'
+            'resource_type="VirtualMachine"} 1.0') in text  # first seen Started: the hardware-failure path
     clock.now += 100
     later = render(store, counters, clock, status(True, clock.now))
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 112.5' in later

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -152,3 +154,18 @@ def test_any_history_yields_legal_transitions(history: list[dict[str, tuple[str,
         assert t.kind in LEGAL_NEXT[previous], f"{previous} -> {t.kind}"
         last[t.event.event_id] = t.kind
     assert store.events == {}
+
+
+def test_impact_and_cause_follow_the_event_and_a_first_sighting_in_started_stays_failure_across_restarts() -> None:
+    store = EventStore()
+    started = ScheduledEvent(event_id="hw", event_type="Reboot", event_status="Started", event_source="Platform")
+    (first,) = store.reconcile(Document(1, (started, ev("lm", event_type="Freeze"))), T0)[:1]
+    assert (first.impact, first.cause) == ("reboot", "failure")
+    assert (store.events["lm"].impact, store.events["lm"].cause) == ("pause", "unknown")
+    saved = json.loads(json.dumps(msgspec.to_builtins(store.to_state())))
+    for state in saved["events"]:  # a state file written before impact and cause existed
+        del state["impact"], state["cause"]
+    restored = EventStore.from_state(saved)
+    assert (restored.events["hw"].impact, restored.events["hw"].cause) == ("reboot", "failure")
+    (completed,) = restored.reconcile(Document(2, (ev("lm", event_type="Freeze"),)), T0 + 60)
+    assert (completed.kind, completed.impact, completed.cause) == ("completed", "reboot", "failure")

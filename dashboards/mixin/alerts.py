@@ -4,17 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import IMPACTFUL, RUNBOOK_BASE, m
+from dashboards.mixin.config import DISRUPTIVE, PAUSES, RUNBOOK_BASE, m
 from dashboards.mixin.recording import APPROVALS_FAILED, EXPORTER_UP, POLL_ERRORS_RATIO, SPOOL_DROPPED
 
-INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm"
+INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
 EVENT_MATCH = "on (job, instance, event_id)"
 SCHEDULED = 'event_status="Scheduled"'
 STARTED = 'event_status="Started"'
-IMPACTFUL_TYPES = f'event_type=~"{IMPACTFUL}"'
+# Anything but a pause: the four disruptive impacts, and "unknown" (a new EventType is worth a look).
+NOT_PAUSE = f'impact!~"{PAUSES}"'
+DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
 REDEPLOY = 'event_type="Redeploy"'
-NOT_FREEZE = 'event_type!="Freeze"'
-NOT_USER = 'event_source!="User"'
+# A Spot eviction's 30 s notice is always "imminent": ImpactfulScheduled already pages for it.
+IMMINENT_IMPACTS = 'impact=~"reboot|redeploy|termination"'
+NOT_USER = 'cause!="user"'
+# What each impact means for the workload, in the words of the runbook (a Go template).
+MEANING = (
+    '{{ if eq $labels.impact "reboot" }}The VM will restart: memory is lost, disks are kept.'
+    '{{ else if eq $labels.impact "redeploy" }}The VM moves to another host: memory and the temporary disk are lost.'
+    '{{ else if eq $labels.impact "eviction" }}The Spot VM will be evicted (deallocated or deleted).'
+    '{{ else if eq $labels.impact "termination" }}The VM will be deleted (scale-in or delete).'
+    '{{ else if eq $labels.impact "live_migration" }}The VM pauses for seconds while its memory moves host.'
+    '{{ else if eq $labels.impact "pause" }}The VM pauses; nothing is lost.'
+    "{{ else }}se-exporter does not know what this event type does.{{ end }}"
+)
 # Events for this VM; "unknown" (the exporter could not learn the VM name) counts as this VM.
 THIS_VM = 'affects_this_vm!="false"'
 
@@ -49,49 +62,84 @@ def info(selectors: str) -> str:
     return f"{m('event_info')}{{{selectors}}}"
 
 
+def scheduled(selectors: str) -> str:
+    """Seconds until NotBefore of the Scheduled events ``selectors`` picks, with the event's labels."""
+    events = info(f"{SCHEDULED}, {selectors}, {THIS_VM}")
+    return (
+        f"{m('event_seconds_until_not_before')}\n"
+        f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
+        f"    {events}\n"
+        f"or {EVENT_MATCH}\n"
+        f"  # Should never happen (Scheduled events carry a NotBefore), but never miss the event.\n"
+        f'  label_replace({events}, "not_before", "unknown", "", "")'
+    )
+
+
+def _when(what: str) -> str:
+    return (
+        f"{what} {{{{ if $labels.not_before }}}}its NotBefore is unknown{{{{ else }}}}NotBefore is in "
+        "{{ $value | humanizeDuration }}{{ end }}."
+    )
+
+
 def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
-    impactful_scheduled = info(f"{SCHEDULED}, {IMPACTFUL_TYPES}, {THIS_VM}")
     return [
         alert(
             "AzureScheduledEventImpactfulScheduled",
-            f"{m('event_seconds_until_not_before')}\n"
-            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {impactful_scheduled}\n"
-            f"or {EVENT_MATCH}\n"
-            f"  # Should never happen (Scheduled events carry a NotBefore), but never miss the event.\n"
-            f'  label_replace({impactful_scheduled}, "not_before", "unknown", "", "")',
+            scheduled(NOT_PAUSE),
+            "0m",
+            "critical",
+            "Azure maintenance that reboots, moves or removes a VM is scheduled.",
+            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+                  "{{ $labels.cause }}) is scheduled for {{ $labels.instance }};")
+            + f" {MEANING} Drain the VM and approve the event, or let it start at NotBefore.",
+        ),
+        alert(
+            "AzureScheduledEventPauseScheduled",
+            scheduled('impact="pause"'),
             "0m",
             "warning",
-            "An impactful Azure maintenance event is scheduled for a VM.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} (source: {{ $labels.event_source }}) is "
-            "scheduled for {{ $labels.instance }}; "
-            "{{ if $labels.not_before }}its NotBefore is unknown{{ else }}NotBefore is in "
-            "{{ $value | humanizeDuration }}{{ end }}. Drain the VM and approve the event, or let it start "
-            "at NotBefore.",
+            "Azure will pause a VM for maintenance.",
+            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact pause, cause {{ $labels.cause }}) "
+                  "will pause {{ $labels.instance }};")
+            + " The VM pauses (DurationInSeconds says for how long); nothing is lost. Latency-sensitive "
+            "workloads may want to fail over first.",
+        ),
+        alert(
+            "AzureScheduledEventLiveMigrationScheduled",
+            scheduled('impact="live_migration"'),
+            "0m",
+            "info",
+            "Azure will live-migrate a VM: a pause of seconds.",
+            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact live_migration, cause "
+                  "{{ $labels.cause }}) will live-migrate {{ $labels.instance }};")
+            + " The VM pauses for seconds while its memory moves to another host; nothing is lost. Nothing to "
+            "do for most workloads.",
         ),
         alert(
             "AzureScheduledEventNotBeforeImminent",
-            f'({m("event_seconds_until_not_before")}{{event_type=~"Reboot|Redeploy|Terminate"}} < 300)\n'
+            f"({m('event_seconds_until_not_before')} < 300)\n"
             f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{SCHEDULED}, {NOT_USER}, {THIS_VM}')}",
+            f"    {info(f'{SCHEDULED}, {NOT_USER}, {IMMINENT_IMPACTS}, {THIS_VM}')}",
             "0m",
             "critical",
             "Azure maintenance starts within 5 minutes and has been neither approved nor started.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} on {{ $labels.instance }} can start in "
-            "{{ $value | humanizeDuration }} (NotBefore; negative means already due) and is still Scheduled. "
-            "Drain the VM now and approve the event, or accept the impact.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}) on "
+            "{{ $labels.instance }} can start in {{ $value | humanizeDuration }} (NotBefore; negative means "
+            f"already due) and is still Scheduled. {MEANING} Drain the VM now and approve the event, or accept "
+            "the impact.",
         ),
         alert(
             "AzureScheduledEventStarted",
             f"{m('event_started_seconds')}\n"
             f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{STARTED}, {NOT_FREEZE}, {THIS_VM}')}",
+            f"    {info(f'{STARTED}, {NOT_PAUSE}, {THIS_VM}')}",
             "0m",
             "info",
             "Azure maintenance is in progress on a VM.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} on {{ $labels.instance }} has been Started "
-            "for {{ $value | humanizeDuration }}: the VM is being (or is about to be) rebooted, redeployed, "
-            "preempted or terminated.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+            "{{ $labels.cause }}) on {{ $labels.instance }} has been Started for {{ $value | humanizeDuration }}. "
+            f"{MEANING}",
         ),
         alert(
             "AzureScheduledEventStartedTooLong",
@@ -142,7 +190,7 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             f"{EXPORTER_UP} == 0\n"
             f"# A VM being rebooted or redeployed takes its exporter down: expected for 30 minutes.\n"
             f"unless on (job, instance)\n"
-            f"  max_over_time({info(f'{IMPACTFUL_TYPES}, {THIS_VM}')}[30m])",
+            f"  max_over_time({info(f'{DISRUPTIVE_IMPACTS}, {THIS_VM}')}[30m])",
             "5m",
             "warning",
             "Prometheus cannot scrape se-exporter.",

@@ -9,7 +9,10 @@ from se_exporter.metrics.names import PREFIX
 DEFAULT_JOB_SELECTOR = 'job=~".*se-exporter.*"'
 RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md"
 
-IMPACTFUL = "Reboot|Redeploy|Preempt|Terminate"
+# Impacts (se_exporter.imds.impact) after which the VM is not the same running machine: these page.
+DISRUPTIVE = "reboot|redeploy|eviction|termination"
+# A pause of seconds: worth a warning (pause) or a note (live_migration), never a page.
+PAUSES = "pause|live_migration"
 
 FLEET_UID = "se-exporter-fleet"
 VM_UID = "se-exporter-vm"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import FLEET_UID, IMPACTFUL, SEL, m
+from dashboards.mixin.config import DISRUPTIVE, FLEET_UID, SEL, m
 from dashboards.mixin.grafana import (
     DURATION_MAPPINGS,
+    IMPACT_COLOURS,
+    IMPACT_TEXT_MAPPINGS,
     Layout,
     dashboard,
     override,
@@ -23,14 +25,15 @@ from dashboards.mixin.panels import approvals_by_result, event_timeline, poll_er
 
 def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay = Layout()
-    impactful_info = f'{m("event_info")}{{{SEL}, event_type=~"{IMPACTFUL}", affects_this_vm!="false"}}'
+    impactful_info = f'{m("event_info")}{{{SEL}, impact=~"{DISRUPTIVE}", affects_this_vm!="false"}}'
 
     lay.row("Now")
     lay.add(
         stat(
             "VMs with impactful events",
-            "Number of VMs (instances) with a Reboot, Redeploy, Preempt or Terminate event listed for "
-            "themselves (affects_this_vm is true or unknown), Scheduled or Started.",
+            "Number of VMs (instances) with an event that reboots, redeploys, evicts or terminates them "
+            "(impact reboot, redeploy, eviction or termination) listed for themselves (affects_this_vm is "
+            "true or unknown), Scheduled or Started. Pauses and live migrations are not counted here.",
             f"count(count by (job, instance) ({impactful_info})) or vector(0)",
             "short",
             steps=thresholds((None, "green"), (1, "orange")),
@@ -96,6 +99,7 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     )
 
     lay.row("Events")
+    lay.add(upcoming_impact(), 24, 5)
     lay.add(
         panel(
             "table",
@@ -107,7 +111,7 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
             [
                 target(
                     f"max by (job, instance, event_id, event_type, event_status, event_source, resource_type, "
-                    f"affects_this_vm) ({m('event_info')}{{{SEL}}})",
+                    f"affects_this_vm, impact, cause) ({m('event_info')}{{{SEL}}})",
                     instant=True,
                     fmt="table",
                 ),
@@ -143,21 +147,25 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
                         "excludeByName": {"Time": True, "Value #A": True},
                         "indexByName": {
                             "instance": 0,
-                            "event_type": 1,
-                            "event_status": 2,
-                            "Value #B": 3,
-                            "Value #C": 4,
-                            "Value #D": 5,
-                            "event_source": 6,
-                            "affects_this_vm": 7,
-                            "resource_type": 8,
-                            "event_id": 9,
-                            "job": 10,
+                            "impact": 1,
+                            "event_type": 2,
+                            "event_status": 3,
+                            "Value #B": 4,
+                            "Value #C": 5,
+                            "Value #D": 6,
+                            "cause": 7,
+                            "event_source": 8,
+                            "affects_this_vm": 9,
+                            "resource_type": 10,
+                            "event_id": 11,
+                            "job": 12,
                         },
                         "renameByName": {
                             "Value #B": "NotBefore in",
                             "Value #C": "Time in Started",
                             "Value #D": "Duration",
+                            "impact": "Impact",
+                            "cause": "Cause",
                             "event_type": "Type",
                             "event_status": "Status",
                             "event_source": "Source",
@@ -183,6 +191,7 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
                     **{"custom.cellOptions": {"type": "color-text"}},
                 ),
                 override("Duration", unit="s", mappings=DURATION_MAPPINGS),
+                override("Impact", mappings=IMPACT_TEXT_MAPPINGS, **{"custom.cellOptions": {"type": "color-text"}}),
                 override(
                     "Status",
                     mappings=[
@@ -278,8 +287,10 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay.add(
         stat(
             "Approval failures (time range)",
-            "Approvals that failed or whose hook failed during the dashboard's time range.",
-            f'sum(increase({m("approvals_total")}{{{SEL}, result=~"failed|hook_failed"}}[$__range])) or vector(0)',
+            "Approvals that failed, whose hook failed, or that NotBefore overtook (expired) during the "
+            "dashboard's time range.",
+            f'sum(increase({m("approvals_total")}{{{SEL}, result=~"failed|hook_failed|expired"}}[$__range]))'
+            " or vector(0)",
             "short",
             steps=thresholds((None, "green"), (0.5, "red")),
             decimals=0,
@@ -443,4 +454,30 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         "Azure maintenance (Scheduled Events) across all VMs running se-exporter, and the exporters' health.",
         lay,
         instance_all_default=True,
+    )
+
+
+def upcoming_impact() -> dict[str, Any]:
+    """How many VMs each impact will hit: the fleet's maintenance in one glance."""
+    return panel(
+        "bargauge",
+        "Upcoming impact by kind",
+        "VMs with a listed event for themselves (affects_this_vm true or unknown), by what the event will do: "
+        "live_migration and pause only pause the VM for seconds; reboot loses memory; redeploy also loses the "
+        "temporary disk; eviction (Spot) and termination remove the VM. An event listing several VMs counts "
+        "once per VM. See the runbook for what each impact means for the workload.",
+        [
+            target(
+                f'count by (impact) ({m("event_info")}{{{SEL}, affects_this_vm!="false"}})',
+                "{{impact}}",
+                instant=True,
+            )
+        ],
+        "short",
+        defaults={"color": {"mode": "thresholds"}, "thresholds": {"mode": "absolute", "steps": [
+            {"color": "text", "value": None}]}, "min": 0},
+        options={"orientation": "vertical", "displayMode": "basic", "showUnfilled": True,
+                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
+        overrides=[override(impact, color={"mode": "fixed", "fixedColor": colour})
+                   for impact, colour in IMPACT_COLOURS],
     )

@@ -8,6 +8,8 @@ from dashboards.mixin.config import SEL, m
 from dashboards.mixin.grafana import (
     EVENT_STATE_EXPR,
     GREEN,
+    IMPACT_MAPPINGS,
+    IMPACT_STATE_EXPR,
     STATUS_MAPPINGS,
     panel,
     stat,
@@ -28,6 +30,31 @@ def event_timeline(description: str) -> dict[str, Any]:
             "color": {"mode": "thresholds"},
             "thresholds": GREEN,
             "mappings": STATUS_MAPPINGS,
+            "custom": {"fillOpacity": 80, "lineWidth": 0},
+        },
+        options={
+            "alignValue": "left",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "showValue": "auto",
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+            "tooltip": {"mode": "single", "sort": "none"},
+        },
+    )
+
+
+def impact_timeline(description: str) -> dict[str, Any]:
+    """Each event over time, coloured by what it does to the VM."""
+    return panel(
+        "state-timeline",
+        "Event impact",
+        description,
+        [target(IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}")],
+        "none",
+        defaults={
+            "color": {"mode": "thresholds"},
+            "thresholds": GREEN,
+            "mappings": IMPACT_MAPPINGS,
             "custom": {"fillOpacity": 80, "lineWidth": 0},
         },
         options={

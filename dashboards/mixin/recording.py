@@ -61,7 +61,7 @@ def recording_rules(job_selector: str) -> list[dict[str, Any]]:
         {
             "record": APPROVALS_FAILED,
             "expr": robust_increase(
-                m("approvals_total"), 'result=~"failed|hook_failed"', "job, instance, event_type, result"
+                m("approvals_total"), 'result=~"failed|hook_failed|expired"', "job, instance, event_type, result"
             ),
         },
         {

@@ -6,7 +6,13 @@ from typing import Any
 
 from dashboards.mixin.config import SEL, VM_UID, m
 from dashboards.mixin.grafana import GREEN, Layout, bargauge, dashboard, stat, target, thresholds, timeseries, up_expr
-from dashboards.mixin.panels import approvals_by_result, event_timeline, poll_errors_by_reason, soonest_not_before
+from dashboards.mixin.panels import (
+    approvals_by_result,
+    event_timeline,
+    impact_timeline,
+    poll_errors_by_reason,
+    soonest_not_before,
+)
 
 
 def vm_detail(job_selector: str) -> dict[str, Any]:
@@ -91,6 +97,15 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         ),
         24,
         7,
+    )
+    lay.add(
+        impact_timeline(
+            "Each event over time, coloured by what it does to the VM: green live_migration and blue pause "
+            "(seconds of pause), orange reboot (memory lost), dark orange redeploy (memory and temporary disk "
+            "lost), red eviction (Spot VM removed), dark red termination (VM deleted), purple unknown.",
+        ),
+        24,
+        5,
     )
     lay.add(
         timeseries(

@@ -10,8 +10,10 @@ Semantics (see docs/approval.md):
 
 - ``approved`` is final: an EventId is approved at most once, also across restarts (``to_state``).
 - Candidates whose hook passed (or with no hook) in the same poll share one POST.
-- ``dry_run`` and ``hook_failed`` are redone only when the event changes (``event_revision``), or
-  after a restart with a different policy.
+- ``dry_run``, ``hook_failed`` and ``expired`` are redone only when the event changes
+  (``event_revision``: a new NotBefore is a change), or after a restart with a different policy.
+- Nothing is approved after NotBefore (Azure starts the event then anyway): a candidate whose NotBefore
+  has passed, or whose hook was still running at NotBefore, is ``expired``, and nothing is POSTed.
 - ``failed`` (the client gave up): retried on later polls after ``retry_delays`` (15 s, 60 s: at most
   three POSTs per revision), if still approvable, without re-running the hook; not retried when the
   error is not retryable (400). A new revision starts afresh.
@@ -44,6 +46,8 @@ from se_exporter.approval.ledger import (
 from se_exporter.approval.policy import Policy
 from se_exporter.approval.poster import BackgroundPoster, PostStartRequests
 from se_exporter.imds.document import SCHEDULED, ScheduledEvent
+from se_exporter.imds.impact import Classification
+from se_exporter.store import EventState
 
 log = logging.getLogger("se_exporter.approval")
 
@@ -126,14 +130,15 @@ class Approver:
         with self._lock:
             return self._poster.running or any(not job.future.done() for job in self._hooks.values())
 
-    def on_poll(self, events: Sequence[ScheduledEvent], vm_name: str | None) -> list[ApprovalDecision]:
-        """Decide on this poll's events and return the decisions made; never blocks on a hook or a POST."""
+    def on_poll(self, events: Sequence[EventState], vm_name: str | None) -> list[ApprovalDecision]:
+        """Decide on this poll's listed events (the store's, classified) and return the decisions made;
+        never blocks on a hook or a POST."""
         decisions: list[ApprovalDecision] = []
         with self._lock:
             if self._closed:
                 return decisions
             now = self._clock()
-            listed = {event.event_id: event for event in events}
+            listed = {state.event.event_id: state for state in events}
             batch: list[_Item] = []
             hooks = len(self._hooks)
             self._finish_posts(now, decisions)
@@ -141,8 +146,8 @@ class Approver:
             if not vm_name and not self._said_no_name:
                 log.warning("approval: this VM's name is unknown (set --vm.name): approving nothing until it is known")
                 self._said_no_name = True
-            for event in events:
-                self._consider(event, vm_name, now, batch, decisions)
+            for state in events:
+                self._consider(state, vm_name, now, batch, decisions)
             if batch:
                 self._poster.submit([item.event.event_id for item in batch], batch)
             pruned = self._prune(listed, now)
@@ -168,8 +173,9 @@ class Approver:
         return decisions
 
     def _consider(
-        self, event: ScheduledEvent, vm_name: str | None, now: float, batch: list[_Item], out: list[ApprovalDecision]
+        self, state: EventState, vm_name: str | None, now: float, batch: list[_Item], out: list[ApprovalDecision]
     ) -> None:
+        event = state.event
         entry = self._ledger.get(event.event_id)
         if entry is not None:
             entry.last_seen = now
@@ -178,11 +184,12 @@ class Approver:
         revision = event_revision(event)  # a hash: only for events still to be decided
         if entry is not None:
             same = entry.revision == revision
-            if same and entry.status in (Result.DRY_RUN, Result.HOOK_FAILED):
+            if same and entry.status in (Result.DRY_RUN, Result.HOOK_FAILED, Result.EXPIRED):
                 return
             if same and entry.status == Result.FAILED and (entry.retry_at is None or now < entry.retry_at):
                 return
-        verdict = self._policy.decide(event, vm_name, now)
+        classification = Classification(state.impact, state.cause)
+        verdict = self._policy.decide(event, vm_name, now, classification)
         if not verdict.candidate:
             said = entry is not None and entry.status == Result.SKIPPED and entry.revision == revision
             if said and entry is not None and entry.reason == verdict.reason:
@@ -195,7 +202,11 @@ class Approver:
         attempts = entry.attempts if entry is not None and hook_passed else 0
         new = LedgerEntry(POSTING, revision, verdict.rule, attempts=attempts, decided_at=now, last_seen=now)
         self._ledger[event.event_id] = new
-        if self._policy.dry_run:
+        if (late := _past_not_before(event, now)) is not None:
+            new.status = Result.EXPIRED
+            reason = f"{verdict.detail}, but NotBefore passed {late:.0f} s ago: Azure starts it anyway; nothing POSTed"
+            out.append(ApprovalDecision(event, Result.EXPIRED, verdict.rule, reason, None, now))
+        elif self._policy.dry_run:
             new.status = Result.DRY_RUN
             would = "run the hook, then POST" if self._policy.hook else "POST"
             reason = f"dry_run: {verdict.detail}; would {would} StartRequests"
@@ -203,7 +214,9 @@ class Approver:
         elif self._hook_runner is not None and not hook_passed:
             assert vm_name is not None  # a candidate implies a known VM name
             new.status = HOOK_RUNNING
-            future = self._hook_runner.submit(event, vm_name, verdict.rule)
+            left = None if event.not_before is None else event.not_before.timestamp() - now
+            future = self._hook_runner.submit(event, vm_name, verdict.rule, classification=classification,
+                                              seconds_left=left)
             self._hooks[event.event_id] = _Hooking(future, event, verdict.rule)
         else:
             why = f"{verdict.detail}; POST retry after {attempts} failure(s)" if hook_passed else verdict.detail
@@ -211,7 +224,7 @@ class Approver:
 
     def _finish_hooks(
         self,
-        listed: Mapping[str, ScheduledEvent],
+        listed: Mapping[str, EventState],
         vm_name: str | None,
         now: float,
         batch: list[_Item],
@@ -223,6 +236,11 @@ class Approver:
             del self._hooks[event_id]
             result = _hook_result(job.future)
             entry = self._ledger[event_id]
+            if result.expired:
+                entry.status = Result.EXPIRED
+                reason = f"hook {result.summary}: Azure starts the event anyway; nothing POSTed"
+                out.append(ApprovalDecision(job.event, Result.EXPIRED, job.rule, reason, None, now))
+                continue
             if not result.ok:
                 entry.status = Result.HOOK_FAILED
                 last = f"; last output: {result.last_output}" if result.last_output else ""
@@ -230,8 +248,11 @@ class Approver:
                 out.append(ApprovalDecision(job.event, Result.HOOK_FAILED, job.rule, reason, None, now))
                 continue
             # Re-decide on the event as it is now: it may have started, moved or gone while the hook ran.
-            current = listed.get(event_id)
-            verdict = self._policy.decide(current, vm_name, now) if current is not None else None
+            state = listed.get(event_id)
+            current = state.event if state is not None else None
+            verdict = None
+            if state is not None:
+                verdict = self._policy.decide(state.event, vm_name, now, Classification(state.impact, state.cause))
             if current is None or verdict is None or not verdict.candidate:
                 code, detail = (verdict.reason, verdict.detail) if verdict else (NOT_LISTED, "the event is gone")
                 entry.status, entry.reason = Result.SKIPPED, code
@@ -239,7 +260,13 @@ class Approver:
                 reason = f"{code}: {detail} (after the hook {result.summary})"
                 out.append(ApprovalDecision(current or job.event, Result.SKIPPED, job.rule, reason, None, now))
                 continue
-            entry.status, entry.rule, entry.revision = POSTING, verdict.rule, event_revision(current)
+            entry.rule, entry.revision = verdict.rule, event_revision(current)
+            if (late := _past_not_before(current, now)) is not None:
+                entry.status = Result.EXPIRED
+                reason = f"hook {result.summary}, but NotBefore passed {late:.0f} s ago; nothing POSTed"
+                out.append(ApprovalDecision(current, Result.EXPIRED, verdict.rule, reason, None, now))
+                continue
+            entry.status = POSTING
             batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}"))
 
     def _finish_posts(self, now: float, out: list[ApprovalDecision]) -> None:
@@ -267,7 +294,7 @@ class Approver:
                 reason = f"POST StartRequests failed{together}: {type(error).__name__}: {error}; {then}"
                 out.append(ApprovalDecision(item.event, Result.FAILED, item.rule, reason, latency, now))
 
-    def _prune(self, listed: Mapping[str, ScheduledEvent], now: float) -> bool:
+    def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
         """Forget decisions on events gone (skips at once, the rest after the retention); True if any."""
         gone = [
             event_id for event_id, entry in self._ledger.items()
@@ -277,6 +304,13 @@ class Approver:
         for event_id in gone:
             del self._ledger[event_id]
         return bool(gone)
+
+
+def _past_not_before(event: ScheduledEvent, now: float) -> float | None:
+    """Seconds since the event's NotBefore, or None while it is still ahead (or the event has none)."""
+    if event.not_before is None or (late := now - event.not_before.timestamp()) < 0:
+        return None
+    return late
 
 
 def _hook_result(future: Future[HookResult]) -> HookResult:

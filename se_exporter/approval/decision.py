@@ -13,10 +13,12 @@ class ApprovalResult(StrEnum):
     DRY_RUN = "dry_run"  # would have been approved; dry_run is on
     FAILED = "failed"  # the POST failed
     HOOK_FAILED = "hook_failed"  # the pre-approval hook failed or timed out
+    EXPIRED = "expired"  # NotBefore passed before the approval could be carried out: nothing was POSTed
     SKIPPED = "skipped"  # not approvable (logged once, never counted)
 
 
-COUNTED_RESULTS = (ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.FAILED, ApprovalResult.HOOK_FAILED)
+COUNTED_RESULTS = (ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.FAILED, ApprovalResult.HOOK_FAILED,
+                   ApprovalResult.EXPIRED)
 
 
 @dataclass(frozen=True, slots=True)

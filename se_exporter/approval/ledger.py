@@ -9,7 +9,7 @@ Section format (``version`` 1)::
                               "last_seen": 1712345690.1}}}
 
 Only entries that must survive a restart are written: ``approved`` (never approve twice),
-``dry_run`` and ``hook_failed`` (not redone until the event changes), ``failed`` (with its retry
+``dry_run``, ``hook_failed`` and ``expired`` (not redone until the event changes), ``failed`` (with its retry
 budget) and ``post_due`` (a POST was in flight: the hook had passed; POST again, IMDS answers 200 if
 the event was already approved). Skips and running hooks are not saved: they are decided again.
 """
@@ -32,7 +32,7 @@ LEDGER_VERSION = 1
 HOOK_RUNNING = "hook_running"
 POSTING = "posting"
 POST_DUE = "post_due"
-SavedStatus = Literal["approved", "dry_run", "hook_failed", "failed", "post_due"]
+SavedStatus = Literal["approved", "dry_run", "hook_failed", "expired", "failed", "post_due"]
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
 
 
@@ -104,4 +104,4 @@ def load_ledger(section: object) -> tuple[dict[str, LedgerEntry], str]:
 
 
 _SAVED = frozenset({ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.HOOK_FAILED,
-                    ApprovalResult.FAILED, POST_DUE})
+                    ApprovalResult.EXPIRED, ApprovalResult.FAILED, POST_DUE})

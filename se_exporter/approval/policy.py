@@ -21,6 +21,7 @@ from se_exporter.config.files import load_yaml, read_text, show
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import SCHEDULED, EventSourceName, EventTypeName, ScheduledEvent
+from se_exporter.imds.impact import Cause, Classification, Impact, classify
 
 KIND = "approval config"
 Leader = Literal["first_resource", "any_listed"]
@@ -42,6 +43,8 @@ _Seconds = Annotated[float, msgspec.Meta(gt=0, description="a number of seconds 
 MATCH_KEYS = (
     "event_types",
     "event_sources",
+    "impacts",
+    "causes",
     "min_duration_seconds",
     "max_duration_seconds",
     "not_before_within_seconds",
@@ -56,6 +59,8 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: _Name
     event_types: Annotated[tuple[EventTypeName, ...], msgspec.Meta(min_length=1)] | None = None
     event_sources: Annotated[tuple[EventSourceName, ...], msgspec.Meta(min_length=1)] | None = None
+    impacts: Annotated[tuple[Impact, ...], msgspec.Meta(min_length=1)] | None = None  # see imds.impact
+    causes: Annotated[tuple[Cause, ...], msgspec.Meta(min_length=1)] | None = None
     min_duration_seconds: _Count | None = None
     max_duration_seconds: _Count | None = None
     not_before_within_seconds: _Count | None = None  # NotBefore - now <= this (an event without NotBefore: no)
@@ -69,7 +74,7 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         low, high = self.min_duration_seconds, self.max_duration_seconds
         if low is not None and high is not None and low > high:
             raise field_problem("min_duration_seconds", f"{low} is greater than max_duration_seconds {high}")
-        for key in ("event_types", "event_sources"):
+        for key in ("event_types", "event_sources", "impacts", "causes"):
             _distinct(key, getattr(self, key) or ())
         if self.description_pattern is not None:
             try:
@@ -77,13 +82,15 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             except (re.error, OverflowError, RecursionError) as exc:  # "a{99999999999}", "((((...))))"
                 raise field_problem("description_pattern", f"is not a valid regular expression: {exc}") from None
 
-    def matches(self, event: ScheduledEvent, now: float) -> bool:
+    def matches(self, event: ScheduledEvent, classification: Classification, now: float) -> bool:
         duration = event.duration_seconds  # -1 (unknown) is below every bound, as bounds are >= 0
         within = self.not_before_within_seconds
         return all(
             (
                 self.event_types is None or event.event_type in self.event_types,
                 self.event_sources is None or event.event_source in self.event_sources,
+                self.impacts is None or classification.impact in self.impacts,
+                self.causes is None or classification.cause in self.causes,
                 self.min_duration_seconds is None or 0 <= self.min_duration_seconds <= duration,
                 self.max_duration_seconds is None or 0 <= duration <= self.max_duration_seconds,
                 within is None or (event.not_before is not None and event.not_before.timestamp() - now <= within),
@@ -147,7 +154,11 @@ class Policy:
         text = repr((self.rules, self.dry_run, self.leader, self.hook))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def decide(self, event: ScheduledEvent, vm_name: str | None, now: float) -> Verdict:
+    def decide(
+        self, event: ScheduledEvent, vm_name: str | None, now: float, classification: Classification | None = None
+    ) -> Verdict:
+        """``classification``: the store's (it knows how the event was first seen); without it the event
+        is classified as it is now."""
         if event.event_status != SCHEDULED:
             return Verdict(False, reason=NOT_SCHEDULED, detail=f"status is {event.event_status}, not Scheduled")
         if not vm_name:
@@ -159,11 +170,13 @@ class Policy:
         if self.leader == LEADER_FIRST_RESOURCE and listed[0] != vm_name.casefold():
             detail = f"the leader is the first of Resources ({event.resources[0]}), not {vm_name}"
             return Verdict(False, reason=NOT_LEADER, detail=detail)
+        classification = classification or classify(event, event.event_status)
         for rule in self.rules:
-            if rule.matches(event, now):
+            if rule.matches(event, classification, now):
                 return Verdict(True, rule=rule.name, detail=f"rule {rule.name} matched")
         detail = (
-            f"no rule matched {event.event_type} from {event.event_source or 'unknown source'}, "
+            f"no rule matched {event.event_type} from {event.event_source or 'unknown source'} "
+            f"(impact {classification.impact}, cause {classification.cause}), "
             f"DurationInSeconds {event.duration_seconds}, {len(event.resources)} resource(s)"
         )
         return Verdict(False, reason=NO_RULE, detail=detail)

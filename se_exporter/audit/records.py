@@ -69,6 +69,8 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         "scheduled_event.duration_s": event.duration_seconds,
         "scheduled_event.description": event.description,
         "scheduled_event.document_incarnation": transition.document_incarnation,
+        "scheduled_event.impact": transition.impact,
+        "scheduled_event.cause": transition.cause,
     }
     if event.not_before is not None:
         attributes["scheduled_event.not_before"] = rfc3339(event.not_before)
@@ -98,7 +100,8 @@ def approval_record(decision: ApprovalDecision) -> AuditRecord:
     if decision.post_latency_seconds is not None:
         attributes["scheduled_event.approval.post_latency_s"] = round(decision.post_latency_seconds, 3)
     attributes["log.record.uid"] = uid
-    severity = {ApprovalResult.FAILED: ERROR, ApprovalResult.HOOK_FAILED: WARN}.get(decision.result, INFO)
+    severity = {ApprovalResult.FAILED: ERROR, ApprovalResult.HOOK_FAILED: WARN,
+                ApprovalResult.EXPIRED: WARN}.get(decision.result, INFO)
     rule = f" by rule {decision.rule}" if decision.rule else ""
     body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
     return AuditRecord(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
@@ -116,4 +119,5 @@ def _transition_body(transition: Transition, affects: bool | None) -> str:
     }.get(transition.kind, transition.kind)
     whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"
     source = f", source {event.event_source}" if event.event_source else ""
-    return f"{event.event_type} {what}{whom} (event {event.event_id}{source})"
+    what_it_does = f"impact {transition.impact}, cause {transition.cause}"
+    return f"{event.event_type} {what}{whom} ({what_it_does}; event {event.event_id}{source})"

@@ -141,8 +141,9 @@ def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 -
     if isinstance(info, types.StrType):
         empty = "non-empty " if info.min_length else ""
         return f"{empty}strings" if plural else f"a {empty}string"
-    if isinstance(info, types.LiteralType):
-        values = ", ".join(map(str, info.values))
+    if isinstance(info, types.LiteralType | types.EnumType):
+        choices = info.values if isinstance(info, types.LiteralType) else [member.value for member in info.cls]
+        values = ", ".join(map(str, choices))
         return f"strings ({values})" if plural else f"one of {values}"
     if isinstance(info, types.ListType | types.VarTupleType | types.SetType):
         empty = "non-empty " if info.min_length else ""

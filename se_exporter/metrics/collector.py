@@ -113,7 +113,8 @@ def _event_families(events: list[EventState], identity: VMIdentity, now: float) 
     info = GaugeMetricFamily(
         PREFIX + "event_info",
         "One series per listed event.",
-        labels=["event_id", "event_type", "event_status", "event_source", "resource_type", "affects_this_vm"],
+        labels=["event_id", "event_type", "event_status", "event_source", "resource_type", "affects_this_vm",
+                "impact", "cause"],
     )
     not_before = GaugeMetricFamily(
         PREFIX + "event_not_before_timestamp_seconds", "NotBefore as Unix time.", labels=per_event
@@ -132,7 +133,7 @@ def _event_families(events: list[EventState], identity: VMIdentity, now: float) 
         labels = [label(event.event_id), label(event.event_type)]
         info.add_metric(
             [*labels, label(event.event_status), label(event.event_source), label(event.resource_type),
-             affects_label(identity.affects(event.resources))],
+             affects_label(identity.affects(event.resources)), state.impact, state.cause],
             1,
         )
         duration.add_metric(labels, event.duration_seconds)

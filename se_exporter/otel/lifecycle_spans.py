@@ -16,7 +16,6 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
 from se_exporter.store import Transition, TransitionKind
@@ -96,13 +95,14 @@ class LifecycleSpans:
         if transition.kind in (TransitionKind.COMPLETED, TransitionKind.CANCELLED):
             del self._open[event.event_id]
             entry.first_seen = transition.first_seen  # the store's, which survived any restart
-            self._emit(event.event_id, entry, event, outcome=transition.kind, end=transition.observed_at,
+            self._emit(event.event_id, entry, transition, outcome=transition.kind, end=transition.observed_at,
                        identity=identity)
 
-    def _emit(self, event_id: str, entry: _Lifecycle, event: ScheduledEvent | None, *, outcome: str, end: float,
+    def _emit(self, event_id: str, entry: _Lifecycle, last: Transition | None, *, outcome: str, end: float,
               identity: VMIdentity) -> None:
         attributes: dict[str, Any] = {"scheduled_event.id": event_id, "scheduled_event.outcome": outcome}
-        if event is not None:
+        if last is not None:
+            event = last.event
             attributes |= {
                 "scheduled_event.type": event.event_type,
                 "scheduled_event.source": event.event_source,
@@ -110,6 +110,8 @@ class LifecycleSpans:
                 "scheduled_event.resources": list(event.resources),
                 "scheduled_event.duration_s": event.duration_seconds,
                 "scheduled_event.description": event.description,
+                "scheduled_event.impact": last.impact,
+                "scheduled_event.cause": last.cause,
             }
             if (affects := identity.affects(event.resources)) is not None:
                 attributes["scheduled_event.affects_this_vm"] = affects

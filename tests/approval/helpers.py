@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 
 from se_exporter.errors import IMDSHTTPError
-from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.store import EventState, EventStore
 from tests.support.wait import wait_for
 
 TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "approval"
@@ -35,6 +36,27 @@ def event(event_id: str = "E1", **overrides: object) -> ScheduledEvent:
     }
     fields.update(overrides)
     return ScheduledEvent(**fields)  # type: ignore[arg-type]
+
+
+class Listing:
+    """What the approver is handed each poll: the events as a real event store keeps them (classified,
+    remembering how each was first seen), as the poll loop does."""
+
+    def __init__(self) -> None:
+        self._store = EventStore()
+        self._incarnation = 0
+
+    def __call__(self, events: Sequence[ScheduledEvent], now: float = T0) -> list[EventState]:
+        document = Document(self._incarnation + 1, tuple(events))
+        if not self._store.is_unchanged(document):
+            self._incarnation += 1
+            self._store.reconcile(document, now)
+        return list(self._store.events.values())
+
+
+def listed(*events: ScheduledEvent) -> list[EventState]:
+    """The events as a fresh store lists them (each first seen in its current status)."""
+    return Listing()(events)
 
 
 class FakeClock:

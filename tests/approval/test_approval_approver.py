@@ -17,7 +17,19 @@ from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookRunner
 from se_exporter.approval.policy import Hook, Policy, Rule
 from se_exporter.imds.document import ScheduledEvent
-from tests.approval.helpers import VM, FakeClock, RecordingIMDS, event, httpx_poster, serve_imds, wait_until
+from se_exporter.imds.impact import Cause, Impact
+from tests.approval.helpers import (
+    T0,
+    VM,
+    FakeClock,
+    Listing,
+    RecordingIMDS,
+    event,
+    httpx_poster,
+    listed,
+    serve_imds,
+    wait_until,
+)
 
 USER = Rule("user-initiated", event_sources=("User",))
 FREEZE = Rule("short-freeze", event_types=("Freeze",), max_duration_seconds=8)
@@ -38,18 +50,19 @@ class Harness:
         kwargs.setdefault("clock", self.clock)
         poster = httpx_poster(imds.url)
         self.approver = Approver.from_state(state, policy, poster, **kwargs)
+        self.listing = Listing()
 
     def poll(self, events: Sequence[ScheduledEvent], times: int = 1, vm_name: str | None = VM) -> None:
         """``times`` polls, each after whatever is in flight has finished (so nothing is left to chance)."""
         for _ in range(times):
             wait_until(lambda: not self.approver.busy, what="the approver to be idle")
-            self.decisions += self.approver.on_poll(events, vm_name)
+            self.decisions += self.approver.on_poll(self.listing(events, self.clock()), vm_name)
 
     def poll_until(
         self, events: Sequence[ScheduledEvent], condition: Callable[[], object], vm_name: str | None = VM
     ) -> None:
         def step() -> object:
-            self.decisions += self.approver.on_poll(events, vm_name)
+            self.decisions += self.approver.on_poll(self.listing(events, self.clock()), vm_name)
             return condition()
 
         wait_until(step, what="the approver's decision")
@@ -200,7 +213,7 @@ def test_retries_are_bounded_then_wait_for_the_event_to_change(
     h = make()
     for _ in range(6):
         h.poll([event("A")], times=2)
-        h.clock.now += 3600
+        h.clock.now += 100  # past both retry delays (15 s, 60 s), still before NotBefore (T0 + 900)
     assert len(imds.requests) == 3
     assert h.decisions[-1].reason.endswith("; not retried until the event changes")
     moved = event("A", not_before=event("A").not_before + timedelta(minutes=10))  # type: ignore[operator]
@@ -212,7 +225,7 @@ def test_400_is_not_retried_until_the_event_changes(make: Callable[..., Harness]
     imds.statuses[:] = [400]
     h = make()
     h.poll([event("A")], times=3)
-    h.clock.now += 3600
+    h.clock.now += 600
     h.poll([event("A")], times=3)
     assert len(imds.requests) == 1
     assert h.decisions[-1].reason.endswith("answered 400; not retried until the event changes")
@@ -228,10 +241,10 @@ def test_a_post_error_that_is_not_an_imds_error_is_failed_and_not_retried(imds: 
 
     approver = Approver(POLICY, broken, clock=FakeClock())
     try:
-        decisions += approver.on_poll([event("A")], VM)
+        decisions += approver.on_poll(listed(event("A")), VM)
         wait_until(lambda: not approver.busy)
         for _ in range(3):
-            decisions += approver.on_poll([event("A")], VM)
+            decisions += approver.on_poll(listed(event("A")), VM)
     finally:
         decisions += approver.close()
     assert [(d.result, d.reason) for d in decisions] == [
@@ -277,7 +290,7 @@ def test_hook_failure_is_not_retried_until_the_event_changes(
     assert len(runs(tmp_path)) == 1 and imds.requests == []
     assert h.results() == [("A", "hook_failed", "hook exited with status 1; not retried until the event changes")]
     assert h.decisions[0].counted and h.decisions[0].post_latency_seconds is None
-    h.clock.now += 3600
+    h.clock.now += 600  # still before NotBefore (T0 + 900)
     h.poll([event("A")], times=5)
     assert len(runs(tmp_path)) == 1
     (tmp_path / "fail.flag").unlink()
@@ -293,19 +306,19 @@ def test_polling_is_never_blocked_by_a_hook_or_a_post(
     (tmp_path / "hold.flag").touch()
     h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
     events = [event("A")]
-    h.decisions += h.approver.on_poll(events, VM)
+    h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
     wait_until(lambda: runs(tmp_path), what="the hook to start")
     imds.gate.clear()  # the POST will hang in the server until released
     for _ in range(20):
         started = time.monotonic()
-        h.decisions += h.approver.on_poll(events, VM)
+        h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
         assert time.monotonic() - started < 0.1
     assert h.approver.busy and h.decisions == []
     (tmp_path / "hold.flag").unlink()
     h.poll_until(events, lambda: _post_started(h))  # the hook passed: the POST is on its way
     for _ in range(20):
         started = time.monotonic()
-        h.decisions += h.approver.on_poll(events, VM)
+        h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
         assert time.monotonic() - started < 0.1
     assert h.decisions == []
     imds.gate.set()
@@ -398,7 +411,7 @@ def test_an_event_that_starts_while_its_hook_runs_is_not_posted(
 ) -> None:
     (tmp_path / "hold.flag").touch()
     h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
-    h.decisions += h.approver.on_poll([event("A")], VM)
+    h.decisions += h.approver.on_poll(listed(event("A")), VM)
     wait_until(lambda: runs(tmp_path), what="the hook to start")
     (tmp_path / "hold.flag").unlink()
     started = [event("A", event_status="Started", not_before=None)]
@@ -448,3 +461,78 @@ def test_a_malformed_state_is_logged_and_ignored(state: dict[str, object], caplo
     approver = Approver.from_state(state, POLICY, lambda ids: None)
     assert approver.to_state()["events"] == {}
     assert "ignoring the approval decisions in the state file: approval state:" in caplog.text
+
+
+# ----- impact and cause, and the NotBefore deadline ----------------------------------------------
+
+LIVE_MIGRATION = "Virtual machine is being paused because of a memory-preserving Live Migration operation."
+HOST_MAINTENANCE = "Host server is undergoing maintenance."
+FAILURE = "Virtual machine has encountered a failure."
+
+
+def test_a_rule_on_impacts_and_causes_approves_exactly_the_matching_events(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    policy = Policy(rules=(Rule("live-migrations", impacts=(Impact.LIVE_MIGRATION,)),
+                           Rule("user-redeploys", impacts=(Impact.REDEPLOY,), causes=(Cause.USER,))))
+    h = make(policy)
+    events = [
+        event("LM", event_type="Freeze", event_source="Platform", description=LIVE_MIGRATION),
+        event("HOST", event_type="Freeze", event_source="Platform", description=HOST_MAINTENANCE),
+        event("UR", event_type="Redeploy", event_source="User", description=""),
+        event("PR", event_type="Redeploy", event_source="Platform", description=FAILURE),
+        event("RB", event_type="Reboot", event_source="User"),
+    ]
+    h.poll(events, times=3)
+    assert sorted(ids for ids in imds.start_ids()) == [["LM", "UR"]]
+    decided = {d.event.event_id: (d.result, d.rule) for d in h.decisions}
+    assert decided["LM"] == ("approved", "live-migrations") and decided["UR"] == ("approved", "user-redeploys")
+    assert {decided[key][0] for key in ("HOST", "PR", "RB")} == {"skipped"}
+    (why,) = [d.reason for d in h.decisions if d.event.event_id == "PR"]
+    assert "(impact redeploy, cause failure)" in why
+
+
+def test_an_event_first_seen_started_keeps_the_cause_failure_for_the_rules(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    """A platform event first seen Started is the hardware-failure path, whatever it does afterwards."""
+    h = make(Policy(rules=(Rule("platform-only", causes=(Cause.PLATFORM,)),)))
+    h.poll([event("F", event_source="Platform", event_status="Started", not_before=None)])
+    h.poll([event("F", event_source="Platform")], times=3)  # back to Scheduled: an IMDS glitch
+    assert imds.requests == [] and h.approver.to_state()["events"] == {}
+    assert [d.result for d in h.decisions] == ["skipped", "skipped"]
+    assert "cause failure" in h.decisions[-1].reason
+
+
+def test_an_event_whose_not_before_has_passed_is_expired_and_never_posted_also_across_a_restart(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    first = make()
+    first.clock.now = T0 + 901  # NotBefore is T0 + 900
+    first.poll([event("A")], times=3)
+    assert imds.requests == []
+    assert first.results() == [("A", "expired", "rule user-initiated matched, but NotBefore passed 1 s ago")]
+    assert first.decisions[0].counted
+    state = json.loads(json.dumps(first.approver.to_state()))
+    assert state["events"]["A"]["status"] == "expired"
+    second = make(state=state)
+    second.clock.now = T0 + 905
+    second.poll([event("A")], times=3)
+    assert imds.requests == [] and second.decisions == []  # decided once, also across the restart
+
+
+def test_a_hook_that_outlives_the_time_left_is_stopped_at_not_before_and_expired(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    (tmp_path / "hold.flag").touch()  # the hook waits for as long as the flag exists
+    runner = hook_runner(tmp_path, timeout=300)
+    h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",), timeout_seconds=300)), hook_runner=runner)
+    h.clock.now = T0 + 898.5  # 1.5 s before NotBefore: the hook gets 1.5 s, not 300
+    started = time.monotonic()
+    h.poll_until([event("A")], lambda: h.decisions)
+    assert time.monotonic() - started < 15
+    assert len(runs(tmp_path)) == 1 and imds.requests == []
+    ((event_id, result, reason),) = h.results()
+    assert (event_id, result) == ("A", "expired")
+    assert reason.startswith("hook was still running at NotBefore (1.")
+    assert reason.endswith("its processes were stopped")

@@ -479,14 +479,17 @@ def test_hook_success_gets_the_event_in_its_environment_then_the_event_is_posted
         "SE_EVENT_SOURCE": "User",
         "SE_EVENT_NOT_BEFORE": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(not_before))),
         "SE_EVENT_DURATION_SECONDS": "-1",
-        "SE_EVENT_RESOURCES": "sim-vm-0,other-vm",
+        "SE_EVENT_RESOURCES": '["sim-vm-0", "other-vm"]',
         "SE_EVENT_RESOURCE_TYPE": "VirtualMachine",
         "SE_EVENT_DESCRIPTION": "Restart requested by the owner",
+        "SE_EVENT_IMPACT": "reboot",
+        "SE_EVENT_CAUSE": "user",
         "SE_VM_NAME": "sim-vm-0",
         "SE_APPROVAL_RULE": "user-initiated",
         "NODE_NAME": "node-7",
     }
     assert {key: hook_env.get(key) for key in expected} == expected
+    assert 0 < int(hook_env["SE_EVENT_SECONDS_LEFT"]) <= not_before - ran_at + 1
     assert not any(key.startswith(("OTEL_", "SE_EXPORTER_")) for key in hook_env), sorted(hook_env)
 
     assert nonzero(approvals_total(exporter)) == {("Reboot", "approved"): 1}

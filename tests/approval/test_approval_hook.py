@@ -50,12 +50,15 @@ def test_success_receives_the_event_in_its_environment(tmp_path: Path) -> None:
             not_before=datetime(2025, 6, 15, 15, 21, 40, tzinfo=UTC),
             description="Host update\0!",
         )
-        result = runner.submit(the_event, VM, "short-freeze").result(timeout=10)
+        result = runner.submit(the_event, VM, "short-freeze", seconds_left=300.5).result(timeout=10)
     finally:
         runner.close()
     assert result.ok and result.exit_code == 0 and not result.timed_out
     assert result.summary == "exited with status 0"
     env = json.loads(env_file.read_text())
+    assert env.pop("SE_EVENT_SECONDS_LEFT") in ("299", "300")  # whole seconds left when the hook started
+    event_file = env.pop("SE_EVENT_FILE")
+    assert event_file and not Path(event_file).exists()  # removed when the hook ended
     assert {k: v for k, v in env.items() if k.startswith("SE_")} == {
         "SE_EVENT_ID": "3B2C-1",
         "SE_EVENT_TYPE": "Freeze",
@@ -63,9 +66,11 @@ def test_success_receives_the_event_in_its_environment(tmp_path: Path) -> None:
         "SE_EVENT_SOURCE": "User",
         "SE_EVENT_NOT_BEFORE": "2025-06-15T15:21:40Z",
         "SE_EVENT_DURATION_SECONDS": "5",
-        "SE_EVENT_RESOURCES": "vm-a,vm-b,vm-c",
+        "SE_EVENT_RESOURCES": '["vm-a", "vm-b", "vm-c"]',
         "SE_EVENT_RESOURCE_TYPE": "VirtualMachine",
         "SE_EVENT_DESCRIPTION": "Host update!",
+        "SE_EVENT_IMPACT": "pause",
+        "SE_EVENT_CAUSE": "user",
         "SE_VM_NAME": VM,
         "SE_APPROVAL_RULE": "short-freeze",
     }
@@ -75,7 +80,8 @@ def test_success_receives_the_event_in_its_environment(tmp_path: Path) -> None:
 
 def test_environment_without_not_before_or_path() -> None:
     env = hook_environment(event(not_before=None, resources=()), VM, "r", base={})
-    assert env["SE_EVENT_NOT_BEFORE"] == "" and env["SE_EVENT_RESOURCES"] == ""
+    assert env["SE_EVENT_NOT_BEFORE"] == "" and env["SE_EVENT_RESOURCES"] == "[]"
+    assert env["SE_EVENT_SECONDS_LEFT"] == ""  # no NotBefore, no deadline
     assert env["PATH"].startswith("/usr/local/sbin")
 
 
@@ -160,7 +166,7 @@ def test_shell_script_hook(tmp_path: Path) -> None:
         assert runner.submit(event("E5"), VM, "r").result(timeout=10).ok
     finally:
         runner.close()
-    assert out.read_text() == "E5 Reboot vm-a,vm-b\n"
+    assert out.read_text() == 'E5 Reboot ["vm-a", "vm-b"]\n'
 
 
 def test_close_kills_a_running_hook(tmp_path: Path) -> None:
@@ -171,3 +177,47 @@ def test_close_kills_a_running_hook(tmp_path: Path) -> None:
     runner.close()
     result = future.result(timeout=10)
     assert not result.ok and result.summary == "killed by signal 15"
+
+
+def test_long_values_are_cut_and_the_whole_event_is_in_the_event_file(tmp_path: Path) -> None:
+    """A 200 KiB Description once stopped the hook from starting at all (E2BIG); "vm-b,vm-c" read as two VMs."""
+    out = tmp_path / "seen.json"
+    code = ("import json, os, sys; json.dump({'env': dict(os.environ),"
+            " 'file': json.load(open(os.environ['SE_EVENT_FILE']))}, open(sys.argv[1], 'w'))")
+    runner = HookRunner(python_hook(code, str(out)))
+    long_text = "Host update. " + "x" * 200_000
+    try:
+        result = runner.submit(event("E7", resources=(VM, "vm-b,vm-c"), description=long_text), VM, "r").result(10)
+    finally:
+        runner.close()
+    assert result.ok, result.summary
+    seen = json.loads(out.read_text())
+    description = seen["env"]["SE_EVENT_DESCRIPTION"]
+    assert len(description) == 8192 and description.endswith("…[cut: the full event is in $SE_EVENT_FILE]")
+    assert json.loads(seen["env"]["SE_EVENT_RESOURCES"]) == [VM, "vm-b,vm-c"]
+    assert seen["file"]["Description"] == long_text and seen["file"]["Resources"] == [VM, "vm-b,vm-c"]
+    assert (seen["file"]["EventId"], seen["file"]["Impact"], seen["file"]["Cause"]) == ("E7", "reboot", "user")
+
+
+def test_a_hook_still_running_at_not_before_is_stopped_and_expired(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    runner = HookRunner(python_hook("import sys, time; open(sys.argv[1], 'w'); time.sleep(60)", str(started),
+                                    timeout=300), kill_grace_seconds=0.3)
+    try:
+        began = time.monotonic()
+        result = runner.submit(event(), VM, "r", seconds_left=1.0).result(timeout=20)
+    finally:
+        runner.close()
+    assert started.exists() and result.expired and result.timed_out and not result.ok
+    assert time.monotonic() - began < 10  # NotBefore, not the 300 s timeout
+    assert result.summary == "was still running at NotBefore (1.0 s after it started); its processes were stopped"
+
+
+def test_no_hook_starts_once_not_before_has_passed(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    runner = HookRunner(python_hook("import sys; open(sys.argv[1], 'w')", str(started)))
+    try:
+        result = runner.submit(event(), VM, "r", seconds_left=-5).result(timeout=10)
+    finally:
+        runner.close()
+    assert result.expired and not started.exists() and result.summary == "was not started: NotBefore had passed"

@@ -25,6 +25,7 @@ from se_exporter.approval.policy import (
     parse_policy,
 )
 from se_exporter.errors import ConfigError
+from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import T0, TESTDATA, VM, event
 from tests.support.readme import DOCS
 
@@ -94,6 +95,8 @@ def test_all_keys_are_parsed() -> None:
         name="late-single-vm-reboot",
         event_types=("Reboot", "Redeploy"),
         event_sources=("Platform", "User"),
+        impacts=(Impact.REBOOT, Impact.REDEPLOY),
+        causes=(Cause.PLATFORM, Cause.USER),
         min_duration_seconds=0,
         max_duration_seconds=600,
         not_before_within_seconds=120,
@@ -111,11 +114,16 @@ def test_defaults() -> None:
     assert (policy.dry_run, policy.leader, policy.hook) == (False, "first_resource", None)
 
 
-def test_demo_policy_approves_user_events_and_short_freezes() -> None:
+def test_demo_policy_approves_live_migrations_user_events_and_short_freezes() -> None:
     policy = load_policy(PACKAGE / "demo-policy.yaml")
-    assert [r.name for r in policy.rules] == ["user-initiated", "short-freeze"]
+    assert [r.name for r in policy.rules] == ["live-migrations", "user-initiated", "short-freeze"]
     assert not policy.dry_run and policy.hook is None
     assert policy.decide(event(event_source="User"), VM, T0).candidate
+    paused = "Virtual machine is being paused because of a memory-preserving Live Migration operation."
+    migration = event(event_type="Freeze", event_source="Platform", duration_seconds=30, description=paused)
+    assert policy.decide(migration, VM, T0).rule == "live-migrations"
+    user_after_failure = Classification(Impact.REBOOT, Cause.FAILURE)  # first seen Started: not the owner's
+    assert not policy.decide(event(event_source="User"), VM, T0, user_after_failure).candidate
     assert policy.decide(event(event_type="Freeze", event_source="Platform", duration_seconds=8), VM, T0).candidate
     assert not policy.decide(event(event_type="Freeze", event_source="Platform", duration_seconds=9), VM, T0).candidate
 

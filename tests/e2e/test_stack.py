@@ -85,6 +85,8 @@ def panel_expectations(stack: Stack, approvals_seen: bool) -> dict[tuple[str, st
         (FLEET, "Exporters down", "A"): equals(0),
         (FLEET, "IMDS failing", "A"): equals(0),
         (FLEET, "Oldest successful poll", "A"): between(0, 5),
+        # This VM's events by impact: reboot, redeploy, eviction and pause (the Terminate is another VM's).
+        (FLEET, "Upcoming impact by kind", "A"): series_count(4),
         (FLEET, "Current events", "A"): series_count(listed),
         (FLEET, "Current events", "B"): series_count(listed - started),  # Started events have no NotBefore
         (FLEET, "Current events", "C"): series_count(started),
@@ -117,6 +119,7 @@ def panel_expectations(stack: Stack, approvals_seen: bool) -> dict[tuple[str, st
         (VM, "Since last good poll", "A"): between(0, 5),
         (VM, "Scrape", "A"): equals(1),
         (VM, "Event timeline", "A"): series_count(listed),
+        (VM, "Event impact", "A"): series_count(listed),
         (VM, "Time until NotBefore", "A"): series_count(listed - started),
         (VM, "Time in Started", "A"): series_count(started),
         (VM, "DocumentIncarnation", "A"): NONZERO,
@@ -268,6 +271,8 @@ def expected_alerts(stack: Stack) -> dict[tuple[str, str], set[str]]:
     return {
         ("AzureScheduledEventImpactfulScheduled", "firing"): impactful,  # not the other VM's Terminate
         ("AzureScheduledEventNotBeforeImminent", "firing"): {s.id("imminent-reboot")},
+        # "Memory-preserving update" is a Freeze that does not say "Live Migration": impact pause.
+        ("AzureScheduledEventPauseScheduled", "firing"): {s.id("scheduled-freeze")},
         ("AzureScheduledEventStarted", "firing"): {s.id("hardware-failure"), s.id("started-redeploy")},
         ("AzureScheduledEventLongNoticeRedeploy", "pending"): {s.id("long-notice-redeploy")},  # for: 5m
     }

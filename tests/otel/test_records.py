@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
+import logging
 from datetime import UTC, datetime
 
 import pytest
 
+from se_exporter import logs
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.audit.records import approval_record, transition_record
+from se_exporter.audit.trail import AuditTrail
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.otel.config import parse_otel_environment, resource_attributes
+from se_exporter.poller import PollResult
 from se_exporter.store import EventStore, Transition
 
 T0 = 1_750_000_000.0
@@ -42,6 +47,7 @@ def test_transition_record_carries_every_attribute_with_its_type() -> None:
         "scheduled_event.source": "Platform", "scheduled_event.resources": ("vm-a", "vm-b"),
         "scheduled_event.not_before": "2025-06-15T15:21:40Z", "scheduled_event.duration_s": -1,
         "scheduled_event.description": "Host update", "scheduled_event.document_incarnation": 1,
+        "scheduled_event.impact": "reboot", "scheduled_event.cause": "platform",
         "scheduled_event.affects_this_vm": True, "log.record.uid": scheduled.uid,
     }
     assert "not before 2025-06-15T15:21:40Z" in record.body and "affects this VM" in record.body
@@ -136,3 +142,18 @@ def test_resource_from_compute_metadata_and_user_attributes() -> None:
     }
     bare = resource_attributes(parse_otel_environment({}), VMIdentity(name="vm-a"), "1.2.3")
     assert bare == {"service.name": "se-exporter", "service.version": "1.2.3", "host.name": "vm-a"}
+
+
+def test_the_stderr_line_of_a_transition_says_its_impact_and_cause() -> None:
+    stream = io.StringIO()
+    handler = logs.configure("info", "logfmt", stream)
+    try:
+        (failure,) = transitions_of(Document(1, (ScheduledEvent("HW", "Reboot", "Started", resources=("vm-a",),
+                                                                event_source="Platform"),)))
+        trail = AuditTrail()
+        trail.on_poll(PollResult(Document(1), [failure], (), True, VMIdentity(name="vm-a"), T0))
+    finally:
+        logging.getLogger("se_exporter").removeHandler(handler)
+    line = stream.getvalue()
+    assert 'msg="Reboot started, affects this VM (impact reboot, cause failure; event HW, source Platform)"' in line
+    assert "scheduled_event.impact=reboot scheduled_event.cause=failure" in line

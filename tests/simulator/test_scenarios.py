@@ -18,6 +18,10 @@ SEQUENCES: dict[str, tuple[str, str, list[str], list[Step]]] = {
     "freeze-live-migration": ("Freeze", "Platform", ["sim-vm-0"], [
         (0, "Scheduled", 900), (899, "Scheduled", 900), (900, "Started", None), (929, "Started", None),
         (930, None, None)]),
+    "host-maintenance-freeze": ("Freeze", "Platform", ["sim-vm-0"], [
+        (0, "Scheduled", 900), (900, "Started", None), (919, "Started", None), (920, None, None)]),
+    "platform-redeploy-failure": ("Redeploy", "Platform", ["sim-vm-0"], [
+        (0, "Scheduled", 600), (600, "Started", None), (839, "Started", None), (840, None, None)]),
     "user-reboot": ("Reboot", "User", ["sim-vm-0"], [
         (0, "Scheduled", 900), (900, "Started", None), (1019, "Started", None), (1020, None, None)]),
     "user-redeploy": ("Redeploy", "User", ["sim-vm-0"], [

@@ -1,0 +1,71 @@
+"""What an event will do to the VM (its impact) and why it comes (its cause): docs/design.md.
+
+EventType alone does not answer "will this hurt?": a Freeze may be a memory-preserving Live
+Migration or host maintenance, a Reboot may follow a hardware failure. ``classify`` is a pure
+function of the event's fields and of how the exporter first saw it; it never fails (an unknown
+EventType is impact ``unknown``), so a new Azure event kind is shown, not dropped.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NamedTuple
+
+from se_exporter.imds.document import STARTED, ScheduledEvent
+
+
+class Impact(StrEnum):
+    LIVE_MIGRATION = "live_migration"  # a pause of seconds while memory moves to another host
+    PAUSE = "pause"  # any other Freeze: paused, nothing lost
+    REBOOT = "reboot"  # memory lost, disks kept
+    REDEPLOY = "redeploy"  # memory and the temporary disk lost: the VM moves host
+    EVICTION = "eviction"  # a Spot VM deallocated or deleted (about 30 s notice)
+    TERMINATION = "termination"  # the VM itself goes (scale-in or delete)
+    UNKNOWN = "unknown"
+
+
+class Cause(StrEnum):
+    FAILURE = "failure"  # first seen Started (the hardware-failure path) or a Description saying so
+    USER = "user"  # EventSource User
+    PLATFORM = "platform"  # EventSource Platform
+    UNKNOWN = "unknown"  # older api-versions without EventSource
+
+
+IMPACTS: tuple[str, ...] = tuple(Impact)
+CAUSES: tuple[str, ...] = tuple(Cause)
+# Impacts after which the VM is not the same running machine: these page (see alerts/).
+DISRUPTIVE_IMPACTS = frozenset({Impact.REBOOT, Impact.REDEPLOY, Impact.EVICTION, Impact.TERMINATION})
+
+_IMPACT_BY_TYPE = {
+    "Reboot": Impact.REBOOT,
+    "Redeploy": Impact.REDEPLOY,
+    "Preempt": Impact.EVICTION,
+    "Terminate": Impact.TERMINATION,
+}
+_CAUSE_BY_SOURCE = {"User": Cause.USER, "Platform": Cause.PLATFORM}
+# Microsoft's wording (Azure's mock server and the docs); matched case-insensitively.
+LIVE_MIGRATION_TEXT = "live migration"
+FAILURE_TEXT = "has encountered a failure"
+
+
+class Classification(NamedTuple):
+    impact: Impact
+    cause: Cause
+
+
+def classify(event: ScheduledEvent, first_seen_status: str) -> Classification:
+    """The event's impact and cause; ``first_seen_status`` is the status of the exporter's first sighting.
+
+    The store calls it only when an event is new or changed (never per poll or per scrape), so a long
+    Description costs once.
+    """
+    folded = event.description.casefold()
+    if event.event_type == "Freeze":
+        impact = Impact.LIVE_MIGRATION if LIVE_MIGRATION_TEXT in folded else Impact.PAUSE
+    else:
+        impact = _IMPACT_BY_TYPE.get(event.event_type, Impact.UNKNOWN)
+    if first_seen_status == STARTED or FAILURE_TEXT in folded:
+        cause = Cause.FAILURE
+    else:
+        cause = _CAUSE_BY_SOURCE.get(event.event_source, Cause.UNKNOWN)
+    return Classification(impact, cause)
