@@ -30,8 +30,6 @@ def client_for(handler: Handler, seen: list[httpx.Request] | None = None, **sett
         RateLimiter(min_interval=0),
         transport=httpx.MockTransport(record),
         on_response=lambda m, c, s: responses.append((m, c, s)),
-        backoff=Backoff(base=0.01, cap=0.02),
-        sleep=lambda _s: None,
     )
     client.responses = responses  # type: ignore[attr-defined]
     return client
@@ -75,29 +73,14 @@ def test_approve_posts_start_requests() -> None:
     assert json.loads(request.content) == {"StartRequests": [{"EventId": "a"}, {"EventId": "b"}]}
 
 
-@pytest.mark.parametrize("code", [500, 503, 429, 410])
-def test_approve_retries_transient_answers(code: int) -> None:
-    answers = iter([code, code, 200])
+@pytest.mark.parametrize("code", [500, 503, 429, 410, 400])
+def test_approve_is_one_request_whatever_the_answer(code: int) -> None:
+    """Retries belong to the approver, which decides afresh before each one (approval.poster)."""
     seen: list[httpx.Request] = []
-    client_for(lambda r: httpx.Response(next(answers)), seen).approve(["a"])
-    assert len(seen) == 3
-
-
-def test_approve_never_retries_400() -> None:
-    seen: list[httpx.Request] = []
-    client = client_for(lambda r: httpx.Response(400, json={"error": "Bad request"}), seen)
     with pytest.raises(IMDSHTTPError) as caught:
-        client.approve(["a"])
+        client_for(lambda r: httpx.Response(code, json={"error": "x"}), seen).approve(["a"])
     assert len(seen) == 1
-    assert caught.value.reason == "http_4xx" and not caught.value.retryable
-
-
-def test_approve_gives_up_after_its_attempts() -> None:
-    seen: list[httpx.Request] = []
-    with pytest.raises(IMDSHTTPError) as caught:
-        client_for(lambda r: httpx.Response(503), seen, approve_attempts=3).approve(["a"])
-    assert len(seen) == 3
-    assert caught.value.reason == "http_5xx"
+    assert caught.value.retryable == (code != 400)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
 which the poller hands to every sink with the poll's transitions. Hooks run on the hook runner's
 thread; POSTs run on one dedicated background thread, because the IMDS client's own backoff on
 5xx/429 can take many seconds and the poll loop must keep observing meanwhile. Results are picked up
-on the next ``on_poll`` (or ``close``).
+on the next ``on_poll`` (or ``close``). Before every POST attempt the poster asks ``_recheck`` for a
+fresh decision on the latest document, so nothing is POSTed for an event that stopped qualifying.
 
 Semantics (see docs/approval.md):
 
@@ -14,9 +15,9 @@ Semantics (see docs/approval.md):
   (``event_revision``: a new NotBefore is a change), or after a restart with a different policy.
 - Nothing is approved after NotBefore (Azure starts the event then anyway): a candidate whose NotBefore
   has passed, or whose hook was still running at NotBefore, is ``expired``, and nothing is POSTed.
-- ``failed`` (the client gave up): retried on later polls after ``retry_delays`` (15 s, 60 s: at most
-  three POSTs per revision), if still approvable, without re-running the hook; not retried when the
-  error is not retryable (400). A new revision starts afresh.
+- ``failed`` (the poster's own attempts, ``PostRetry``, were exhausted): retried on later polls after
+  ``retry_delays`` (15 s, 60 s: at most three batches per revision), if still approvable, without
+  re-running the hook; not retried when the error is not retryable (400). A new revision starts afresh.
 - ``skipped`` is logged once per event, again when the event or the skip reason changes. An event first
   seen Started gets one ``not_scheduled`` skip; an event that leaves Scheduled later gets none.
 """
@@ -44,7 +45,7 @@ from se_exporter.approval.ledger import (
     load_ledger,
 )
 from se_exporter.approval.policy import Policy
-from se_exporter.approval.poster import BackgroundPoster, PostStartRequests
+from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
 from se_exporter.imds.document import SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
 from se_exporter.store import EventState
@@ -81,6 +82,7 @@ class Approver:
         monotonic: Callable[[], float] = time.monotonic,
         retry_delays: Sequence[float] = POST_RETRY_DELAYS_SECONDS,
         retention_seconds: float = RETENTION_SECONDS,
+        post_retry: PostRetry | None = None,
     ) -> None:
         self._policy = policy
         if hook_runner is None and policy.hook is not None and not policy.dry_run:
@@ -91,8 +93,11 @@ class Approver:
         self._retention = retention_seconds
         self._ledger: dict[str, LedgerEntry] = {}
         self._hooks: dict[str, _Hooking] = {}
-        self._poster: BackgroundPoster[_Item] = BackgroundPoster(post_start_requests, monotonic)
+        self._poster: BackgroundPoster[_Item] = BackgroundPoster(post_start_requests, self._recheck, post_retry,
+                                                                 monotonic)
         self._lock = threading.Lock()
+        self._latest: Mapping[str, EventState] = {}  # the last poll's events, for the poster's rechecks
+        self._vm_name: str | None = None
         self._said_no_name = False
         self._closed = False
         self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
@@ -139,6 +144,7 @@ class Approver:
                 return decisions
             now = self._clock()
             listed = {state.event.event_id: state for state in events}
+            self._latest, self._vm_name = listed, vm_name
             batch: list[_Item] = []
             hooks = len(self._hooks)
             self._finish_posts(now, decisions)
@@ -149,7 +155,7 @@ class Approver:
             for state in events:
                 self._consider(state, vm_name, now, batch, decisions)
             if batch:
-                self._poster.submit([item.event.event_id for item in batch], batch)
+                self._poster.submit(batch)
             pruned = self._prune(listed, now)
             if decisions or batch or pruned or len(self._hooks) != hooks:
                 self.state_version += 1
@@ -269,16 +275,41 @@ class Approver:
             entry.status = POSTING
             batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}"))
 
+    def _recheck(self, items: tuple[_Item, ...]) -> tuple[list[tuple[str, _Item]], list[Dropped[_Item]]]:
+        """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
+        keep: list[tuple[str, _Item]] = []
+        dropped: list[Dropped[_Item]] = []
+        with self._lock:
+            now = self._clock()
+            for item in items:
+                state = self._latest.get(item.event.event_id)
+                if state is None:
+                    dropped.append(Dropped(item, Result.SKIPPED, f"{NOT_LISTED}: the event is gone"))
+                    continue
+                classification = Classification(state.impact, state.cause)
+                verdict = self._policy.decide(state.event, self._vm_name, now, classification)
+                if not verdict.candidate:
+                    dropped.append(Dropped(_Item(state.event, item.rule, item.why), Result.SKIPPED,
+                                           f"{verdict.reason}: {verdict.detail}"))
+                elif (late := _past_not_before(state.event, now)) is not None:
+                    dropped.append(Dropped(item, Result.EXPIRED, f"NotBefore passed {late:.0f} s ago: Azure starts "
+                                                                 "it anyway; nothing POSTed"))
+                else:
+                    keep.append((state.event.event_id, _Item(state.event, verdict.rule, item.why)))
+        return keep, dropped
+
     def _finish_posts(self, now: float, out: list[ApprovalDecision]) -> None:
         for outcome in self._poster.done():  # a batch never sent (shut down) stays POSTING: saved as post_due
+            self._finish_dropped(outcome, now, out)
             latency, error = outcome.latency_seconds, outcome.error
             together = f" (one request for {len(outcome.items)} events)" if len(outcome.items) > 1 else ""
+            tries = f" at attempt {outcome.attempts}" if outcome.attempts > 1 else ""
             for item in outcome.items:
                 entry = self._ledger[item.event.event_id]
                 entry.decided_at = now
                 if error is None:
                     entry.status = Result.APPROVED
-                    reason = f"{item.why}; POST StartRequests succeeded{together}"
+                    reason = f"{item.why}; POST StartRequests succeeded{tries}{together}"
                     out.append(ApprovalDecision(item.event, Result.APPROVED, item.rule, reason, latency, now))
                     continue
                 entry.status = Result.FAILED
@@ -291,8 +322,21 @@ class Approver:
                 else:
                     entry.retry_at = None
                     then = "not retried until the event changes"
-                reason = f"POST StartRequests failed{together}: {type(error).__name__}: {error}; {then}"
+                reason = (f"POST StartRequests failed{together} after {outcome.attempts} attempt(s): "
+                          f"{type(error).__name__}: {error}; {then}")
                 out.append(ApprovalDecision(item.event, Result.FAILED, item.rule, reason, latency, now))
+
+    def _finish_dropped(self, outcome: PostOutcome[_Item], now: float, out: list[ApprovalDecision]) -> None:
+        """Items a recheck took out of a batch: skipped (no longer approvable) or expired, never POSTed."""
+        for gone in outcome.dropped:
+            item = gone.item
+            entry = self._ledger[item.event.event_id]
+            entry.decided_at = now
+            entry.revision = event_revision(item.event)
+            result = Result(gone.result)
+            entry.status, entry.reason = result, gone.reason.split(":", 1)[0]
+            reason = f"{gone.reason} (decided again before POST attempt {outcome.attempts + 1})"
+            out.append(ApprovalDecision(item.event, result, item.rule, reason, None, now))
 
     def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
         """Forget decisions on events gone (skips at once, the rest after the retention); True if any."""

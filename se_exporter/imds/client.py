@@ -22,7 +22,7 @@ from se_exporter import __version__
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
-from se_exporter.imds.pacing import Backoff, RateLimiter
+from se_exporter.imds.pacing import RateLimiter
 
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
@@ -42,8 +42,6 @@ class ClientSettings:
     timeout: float = 5.0
     # Microsoft: the first call after Scheduled Events is enabled may take up to 2 minutes.
     first_call_timeout: float = 120.0
-    approve_attempts: int = 5
-    approve_budget: float = 70.0  # 410 is documented as retryable for up to 70 s
 
 
 class IMDSClient:
@@ -55,15 +53,11 @@ class IMDSClient:
         transport: httpx.BaseTransport | None = None,
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         self.settings = settings
         self._limiter = limiter
         self._on_response = on_response or (lambda _m, _c, _s: None)
         self._tracer = tracer or trace.NoOpTracer()
-        self._backoff = backoff or Backoff(base=1.0, cap=16.0)
-        self._sleep = sleep
         self._answered_once = False
         self._last_body: bytes | None = None
         self._last_document: Document | None = None
@@ -87,20 +81,10 @@ class IMDSClient:
         return parse_compute(self._request("GET", COMPUTE_PATH, COMPUTE_API_VERSION))
 
     def approve(self, event_ids: Sequence[str]) -> None:
-        """POST StartRequests, retrying 410/429/5xx/timeouts with backoff within a bounded budget."""
+        """POST StartRequests once. Retries are the approver's (approval.poster): each one follows a fresh
+        decision on the latest document, which a retry loop in here could not make."""
         payload = json.dumps({"StartRequests": [{"EventId": event_id} for event_id in event_ids]})
-        deadline = time.monotonic() + self.settings.approve_budget
-        self._backoff.reset()
-        for attempt in range(1, self.settings.approve_attempts + 1):
-            try:
-                self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode())
-                return
-            except IMDSError as error:
-                delay = self._backoff.next_delay()
-                last_try = attempt == self.settings.approve_attempts or time.monotonic() + delay > deadline
-                if not error.retryable or last_try:
-                    raise
-                self._sleep(delay)
+        self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode())
 
     def _request(
         self, method: str, path: str, api_version: str, *, content: bytes | None = None, timeout: float | None = None

@@ -16,6 +16,7 @@ from se_exporter.approval.approver import Approver
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookRunner
 from se_exporter.approval.policy import Hook, Policy, Rule
+from se_exporter.approval.poster import PostRetry
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact
 from tests.approval.helpers import (
@@ -48,6 +49,9 @@ class Harness:
         self.decisions: list[ApprovalDecision] = []
         self.clock = FakeClock()
         kwargs.setdefault("clock", self.clock)
+        # One attempt per batch unless a test says otherwise: the approver's own retry schedule is tested
+        # on the fake clock; the poster's quick retries have their tests below.
+        kwargs.setdefault("post_retry", PostRetry(attempts=1))
         poster = httpx_poster(imds.url)
         self.approver = Approver.from_state(state, policy, poster, **kwargs)
         self.listing = Listing()
@@ -190,7 +194,7 @@ def test_failed_post_is_retried_with_backoff_then_approved(make: Callable[..., H
     failed = h.decisions[-1]
     assert failed.result == "failed" and failed.rule == "user-initiated" and failed.post_latency_seconds is not None
     assert failed.reason == (
-        "POST StartRequests failed: IMDSHTTPError: POST StartRequests answered 500; "
+        "POST StartRequests failed after 1 attempt(s): IMDSHTTPError: POST StartRequests answered 500; "
         "POST retry 1/2 in 15 s if still approvable"
     )
     h.clock.now += 14.9
@@ -247,9 +251,8 @@ def test_a_post_error_that_is_not_an_imds_error_is_failed_and_not_retried(imds: 
             decisions += approver.on_poll(listed(event("A")), VM)
     finally:
         decisions += approver.close()
-    assert [(d.result, d.reason) for d in decisions] == [
-        ("failed", "POST StartRequests failed: RuntimeError: bug; not retried until the event changes")
-    ]
+    failure = "POST StartRequests failed after 1 attempt(s): RuntimeError: bug; not retried until the event changes"
+    assert [(d.result, d.reason) for d in decisions] == [("failed", failure)]
 
 
 def test_no_second_approval_after_a_restart(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
@@ -536,3 +539,47 @@ def test_a_hook_that_outlives_the_time_left_is_stopped_at_not_before_and_expired
     assert (event_id, result) == ("A", "expired")
     assert reason.startswith("hook was still running at NotBefore (1.")
     assert reason.endswith("its processes were stopped")
+
+
+# ----- every POST attempt follows a fresh decision (a retried POST once approved a changed event) ------
+
+MAX_ONE = Policy(rules=(Rule("single-vm-reboot", event_types=("Reboot",), max_resources=1),))
+SINGLE = event("A", resources=(VM,))
+CHANGES: dict[str, tuple[list[ScheduledEvent], float, tuple[str, str]]] = {
+    # name: (what IMDS lists after the first attempt failed, clock step, (result, reason code))
+    "four resources now": ([event("A", resources=(VM, "vm-b", "vm-c", "vm-d"))], 0, ("skipped", "no_rule")),
+    "reordered: not the leader": ([event("A", resources=("vm-b", VM))], 0, ("skipped", "not_leader")),
+    "gone": ([], 0, ("skipped", "not_listed")),
+    "started": ([event("A", resources=(VM,), event_status="Started", not_before=None)], 0,
+                ("skipped", "not_scheduled")),
+    "NotBefore passed": ([SINGLE], 901, ("expired", "NotBefore passed 1 s ago")),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_retry_is_never_posted_for_an_event_that_stopped_qualifying(
+    make: Callable[..., Harness], imds: RecordingIMDS, change: str
+) -> None:
+    listed_after, step, (result, code) = CHANGES[change]
+    imds.statuses[:] = [503]  # the first attempt fails; a retry would succeed
+    reboots = Policy(rules=(Rule("reboots", event_types=("Reboot",)),))
+    policy = MAX_ONE if change != "reordered: not the leader" else reboots
+    h = make(policy, post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0))
+    h.approver.on_poll(h.listing([SINGLE], h.clock()), VM)
+    wait_until(lambda: len(imds.requests) == 1, what="the first POST")
+    h.clock.now += step
+    h.decisions += h.approver.on_poll(h.listing(listed_after, h.clock()), VM)  # before the retry (1-2 s away)
+    h.poll_until(listed_after, lambda: h.decisions)
+    assert len(imds.requests) == 1, "nothing POSTed after the event changed"
+    ((event_id, got, reason),) = h.results()
+    assert (event_id, got) == ("A", result) and reason == code
+    assert h.decisions[0].reason.endswith("(decided again before POST attempt 2)")
+
+
+def test_a_retry_that_still_qualifies_is_posted_and_approved(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
+    imds.statuses[:] = [503, 410]
+    h = make(MAX_ONE, post_retry=PostRetry(attempts=5, backoff_base=0.05, backoff_cap=0.1))
+    h.poll_until([SINGLE], lambda: h.decisions)
+    assert imds.start_ids() == [["A"]] * 3
+    ((event_id, got, _),) = h.results()
+    assert (event_id, got) == ("A", "approved") and "succeeded at attempt 3" in h.decisions[0].reason

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from se_exporter.approval.approver import POST_RETRY_DELAYS_SECONDS
-from se_exporter.imds.client import ClientSettings
+from se_exporter.approval.poster import PostRetry
 from se_exporter.simulator import SELF, EventPlan, SimClock, SimulatorServer, SimWorld
 from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess
@@ -67,7 +67,7 @@ class Post503Run:
 def post_503_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post503Run]:
     """The POST-5xx scenario, started before this module's first test and checked by its last one.
 
-    It spends 25-30 s waiting on constants: the IMDS client's backoff between its attempts
+    It spends 25-30 s waiting on constants: the poster's backoff between its attempts
     (0.5-1, 1-2, 2-4 and 4-8 s) and the approver's first retry delay (15 s). Running it in the
     background while the other tests run keeps the file near a minute. It has its own simulator,
     state file and ports, so it shares nothing with them.
@@ -75,7 +75,7 @@ def post_503_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post503Ru
     tmp = tmp_path_factory.mktemp("post-503")
     world = SimWorld(clock=SimClock(1.0), rng=random.Random(503))
     server = SimulatorServer(world).start()
-    server.faults.fail_next(503, ClientSettings().approve_attempts, method="POST")  # then IMDS recovers
+    server.faults.fail_next(503, PostRetry().attempts, method="POST")  # then IMDS recovers
     event_id = world.add_event(EventPlan("Reboot", "User", resources=(SELF, "other-vm")))
     exporter = ExporterProcess(
         *exporter_args(server.url, design_policy(tmp), tmp / "state.json"), log_path=tmp / "exporter.log"
@@ -630,18 +630,18 @@ def test_yaml_syntax_error_is_one_line_with_its_position(name: str, where: str) 
     assert where in line and "<unicode string>" not in line
 
 
-# ----- POST 5xx: the client's retries, failed, then the approver's retry (runs in the background) ---
+# ----- POST 5xx: the poster's retries, failed, then the approver's retry (runs in the background) ---
 
 
-def test_post_5xx_is_retried_by_the_client_then_failed_then_retried_by_the_approver(post_503_run: Post503Run) -> None:
+def test_post_5xx_is_retried_by_the_poster_then_failed_then_retried_by_the_approver(post_503_run: Post503Run) -> None:
     sim, exporter, event_id = post_503_run.server, post_503_run.exporter, post_503_run.event_id
-    attempts = ClientSettings().approve_attempts
+    attempts = PostRetry().attempts
     first_retry = 15.0  # README: a failed POST "is tried again at most twice, 15 s and 60 s later"
     assert (first_retry, 60.0) == POST_RETRY_DELAYS_SECONDS
     wait_for(lambda: results(exporter, event_id) == ["failed", "approved"], 60, "failed, then approved")
 
     posts = sim_posts(sim)
-    assert [r.status for r in posts] == [503] * attempts + [200], "the client sends its whole retry budget, no more"
+    assert [r.status for r in posts] == [503] * attempts + [200], "the poster sends its whole retry budget, no more"
     failed, retry = posts[:attempts], posts[attempts]
     assert retry.real_monotonic - failed[-1].real_monotonic >= first_retry - 0.5, "retried before its delay"
     polls_during = [
@@ -654,7 +654,7 @@ def test_post_5xx_is_retried_by_the_client_then_failed_then_retried_by_the_appro
     assert status_in_sim(sim, event_id) == "Started"
 
     failure, success = reasons(exporter, event_id)
-    assert failure.startswith("POST StartRequests failed: IMDSHTTPError: ")
+    assert failure.startswith(f"POST StartRequests failed after {attempts} attempt(s): IMDSHTTPError: ")
     assert failure.endswith(f"POST retry 1/{len(POST_RETRY_DELAYS_SECONDS)} in {first_retry:g} s if still approvable")
     assert success.endswith("POST retry after 1 failure(s); POST StartRequests succeeded")
     (failed_line,) = [r for r in audit(exporter) if r["scheduled_event.approval.result"] == "failed"]
