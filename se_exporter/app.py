@@ -109,6 +109,10 @@ class Exporter:
         log.info("listening on %s://%s:%d%s", self.web.scheme, self.config.listen_host or "*", self.web.port,
                  self.config.telemetry_path)
 
+    def waiting_on_imds(self) -> bool:
+        """Whether the calling thread (the poll loop's, when asked from a signal handler) waits on IMDS."""
+        return self.poller.client.is_waiting(threading.get_ident())
+
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set (blocks)."""
         self.poller.run(stop)

@@ -98,7 +98,7 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     # Start-up objects live forever: keep them out of every later full collection (its pauses
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
-    return serve(exporter.start, exporter.run, exporter.close)
+    return serve(exporter.start, exporter.run, exporter.close, interruptible=exporter.waiting_on_imds)
 
 
 def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:

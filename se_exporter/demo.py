@@ -68,4 +68,4 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         exporter.close()
         simulator.stop()
 
-    return serve(start, exporter.run, close)
+    return serve(start, exporter.run, close, interruptible=exporter.waiting_on_imds)

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSTimeout, InvalidDocument
-from se_exporter.imds.client import MAX_BODY_BYTES, ClientSettings, IMDSClient
+from se_exporter.imds.body import MAX_BODY_BYTES
+from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import Backoff, RateLimiter
 
 IMDS = Path(__file__).parent / "testdata" / "imds"

@@ -10,6 +10,7 @@ proxied requests. Every request passes the shared rate limiter, is timed into ``
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ import httpx
 from opentelemetry import trace
 
 from se_exporter import __version__
-from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
+from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout
+from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 from se_exporter.imds.pacing import RateLimiter
@@ -27,9 +29,6 @@ from se_exporter.imds.pacing import RateLimiter
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 COMPUTE_API_VERSION = "2021-02-01"
-# A usual document is a few kB, but one listing thousands of events (a large scale set) is not: 5,000
-# events with every field are ~1.4 MB. 4 MiB holds ~15,000 and still caps what a broken peer makes us hold.
-MAX_BODY_BYTES = 4 << 20
 
 REQUEST_HEADERS = {"Metadata": "true", "Accept": "application/json", "User-Agent": f"se-exporter/{__version__}"}
 ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
@@ -64,9 +63,15 @@ class IMDSClient:
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._base_url = httpx.URL(settings.base_url)
         self._transport = transport or httpx.HTTPTransport(trust_env=False)
+        self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
     def close(self) -> None:
         self._transport.close()
+
+    def is_waiting(self, thread_id: int) -> bool:
+        """Whether that thread waits on IMDS now: a stop request may then cut the request short, since IMDS
+        may take up to 2 minutes to answer (more if it drips) and a service stop must not wait that long."""
+        return thread_id in self._waiting
 
     def get_document(self) -> Document:
         timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
@@ -115,18 +120,22 @@ class IMDSClient:
 
     def _send(self, method: str, url: httpx.URL, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
         headers = REQUEST_HEADERS if content is None else {**REQUEST_HEADERS, "Content-Type": "application/json"}
-        request = httpx.Request(method, url, headers=headers, content=content,
-                                extensions={"timeout": _timeout(self.settings.timeout if timeout is None else timeout)})
+        limit = self.settings.timeout if timeout is None else timeout
+        request = httpx.Request(method, url, headers=headers, content=content, extensions={"timeout": _timeout(limit)})
+        deadline = time.monotonic() + limit  # for the whole answer: httpx bounds each read, not their sum
+        self._waiting.add(threading.get_ident())
         try:
             answer = self._transport.handle_request(request)
             try:
-                body = _read_capped(answer)
+                body = read_body(answer, deadline, f"IMDS {method} {url.path}")
             finally:
                 answer.close()
         except httpx.TimeoutException as exc:
             raise IMDSTimeout(f"IMDS {method} {url.path} timed out ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
             raise IMDSConnectionError(f"IMDS {method} {url.path} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            self._waiting.discard(threading.get_ident())
         if not 200 <= answer.status_code < 300:
             raise IMDSHTTPError(answer.status_code, _explain(method, url, answer.status_code, body))
         return body, answer.status_code
@@ -134,25 +143,6 @@ class IMDSClient:
 
 def _timeout(read: float) -> dict[str, float]:
     return {"connect": 2.0, "read": read, "write": 2.0, "pool": 2.0}  # the transport's "timeout" extension
-
-
-def _read_capped(answer: httpx.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    success = 200 <= answer.status_code < 300
-    try:
-        for chunk in answer.iter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                if success:
-                    raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes; not read further")
-                break  # an oversized error page: its start is enough to explain it
-            chunks.append(chunk)
-    except httpx.DecodingError as exc:  # we never ask for compression, yet a broken peer may claim it
-        if success:
-            encoding = answer.headers.get("Content-Encoding", "")
-            raise InvalidDocument(f"IMDS body cannot be decoded (Content-Encoding: {encoding}): {exc}") from None
-    return b"".join(chunks)  # an undecodable error page: its status code says enough
 
 
 def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:

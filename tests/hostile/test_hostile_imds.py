@@ -8,6 +8,7 @@ the good document normally. Bodies are generated here; the label-breaking EventI
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.imds.client import MAX_BODY_BYTES
+from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.metrics.names import label as _label
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
@@ -217,4 +218,47 @@ def test_five_thousand_events(fake_imds: FakeIMDS, start_exporter: StartExporter
     wait_for(lambda: len(transitions(exporter)) == 10_000, 60, "5,000 removals logged")
     kinds = [t["scheduled_event.transition"] for t in transitions(exporter)]
     assert kinds.count("cancelled") == 2500 and kinds.count("completed") == 2500
+    assert exporter.stop() == 0
+
+
+# ----- slow drip, gzip bomb: bounded in time and in memory (issue 17, points 2 and 3) ----------------
+
+
+def test_a_dripping_answer_is_a_timeout_and_polling_goes_on(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    """A 200 that drips one byte every 0.3 s once held a poll for ever while imds_up stayed 1."""
+    drip = Answer(body=json.dumps({"DocumentIncarnation": 2, "Events": [event("SLOW")]}).encode(), drip=0.3)
+    fake_imds.respond = Script([document(1), drip], then=document(3, event("AFTER")))
+    exporter = start(start_exporter, fake_imds)
+    wait_for(lambda: [t["scheduled_event.id"] for t in transitions(exporter)] == ["AFTER"], 30,
+             "the document after the dripping one")
+    text = exporter.metrics()
+    assert value(text, ERRORS, reason="timeout") == 1
+    assert "did not finish its answer in time" in exporter.logs()
+    assert exporter.stop() == 0
+
+
+def test_a_stop_during_a_dripping_first_answer_takes_seconds(fake_imds: FakeIMDS,
+                                                             start_exporter: StartExporter) -> None:
+    """The first call may take 2 minutes by Microsoft's documentation; a service stop must not wait that long."""
+    fake_imds.respond = lambda seen: Answer(body=b" " * 1000 + b'{"DocumentIncarnation": 1, "Events": []}', drip=0.2)
+    exporter = start(start_exporter, fake_imds)
+    exporter.wait_listening()
+    wait_for(lambda: fake_imds.event_requests(), 10, "the first poll to be under way")
+    began = time.monotonic()
+    assert exporter.stop(timeout=10) == 0
+    assert time.monotonic() - began < 3, "SIGTERM honoured within a few seconds"
+    assert "stopped while waiting on IMDS" in exporter.logs()
+
+
+def test_a_gzip_bomb_is_an_invalid_document_and_memory_stays_small(fake_imds: FakeIMDS,
+                                                                   start_exporter: StartExporter) -> None:
+    bomb = gzip.compress(b"{" + b" " * (1 << 30), compresslevel=9)  # 1 GiB decoded, about 1 MB on the wire
+    fake_imds.respond = Script([Answer(body=bomb, headers={"Content-Encoding": "gzip"})] * 2,
+                               then=document(7, event("GOOD")))
+    exporter = start(start_exporter, fake_imds)
+    wait_for(lambda: [t["scheduled_event.id"] for t in transitions(exporter)] == ["GOOD"], 30,
+             "the good document after the bombs")
+    assert value(exporter.metrics(), ERRORS, reason="invalid_document") == 2
+    assert f"exceeds {MAX_BODY_BYTES} bytes (decoded)" in exporter.logs()
+    assert rss_kb(exporter) < 96 * 1024, "within the DaemonSet's 96 MiB limit"
     assert exporter.stop() == 0

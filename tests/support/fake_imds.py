@@ -18,6 +18,7 @@ class Answer:
     delay: float = 0.0
     reset: bool = False  # close the connection without answering
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers
+    drip: float = 0.0  # seconds between body bytes: a peer that answers, but one byte at a time
 
 
 @dataclass
@@ -103,6 +104,15 @@ class FakeIMDS:
                 for name, header_value in answer.headers.items():
                     self.send_header(name, header_value)
                 self.end_headers()
-                self.wfile.write(answer.body)
+                if not answer.drip:
+                    self.wfile.write(answer.body)
+                    return
+                try:
+                    for index in range(len(answer.body)):
+                        self.wfile.write(answer.body[index:index + 1])
+                        self.wfile.flush()
+                        time.sleep(answer.drip)
+                except OSError:  # the client gave up on us: that is the point
+                    self.close_connection = True
 
         return Handler
