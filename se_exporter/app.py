@@ -100,7 +100,8 @@ class Exporter:
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(store=store, poller=self.poller, counters=self.counters, clock=clock,
-                                                 version=__version__, spool=self.telemetry.spool))
+                                                 version=__version__, spool=self.telemetry.spool,
+                                                 state=self.persistence if config.state_file else None))
         app = make_app(self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__)
         self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
 
@@ -127,7 +128,8 @@ class Exporter:
     def _approver(self, policy: Policy) -> Decider:
         from se_exporter.approval.approver import Approver
 
-        approver = Approver.from_state(self.persistence.section("approvals"), policy, self.client.approve)
+        approver = Approver.from_state(self.persistence.section("approvals"), policy, self.client.approve,
+                                       can_remember=lambda: self.persistence.ok)
         self.persistence.track("approvals", approver)
         mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
         log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules),

@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from dashboards.mixin.config import DISRUPTIVE, PAUSES, RUNBOOK_BASE, m
-from dashboards.mixin.recording import APPROVALS_FAILED, EXPORTER_UP, POLL_ERRORS_RATIO, SPOOL_DROPPED
+from dashboards.mixin.recording import (
+    APPROVALS_FAILED,
+    EXPORTER_UP,
+    PERSISTENCE_ERRORS,
+    POLL_ERRORS_RATIO,
+    SPOOL_DROPPED,
+)
 
 INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
 EVENT_MATCH = "on (job, instance, event_id)"
@@ -225,6 +231,17 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "{{ $value | humanize }} approval(s) of {{ $labels.event_type }} events on {{ $labels.instance }} "
             "ended with result {{ $labels.result }} in the last 15 minutes: the event was not approved and "
             "will start at its NotBefore.",
+        ),
+        alert(
+            "AzureScheduledEventsPersistenceFailing",
+            f"{PERSISTENCE_ERRORS} > 0",
+            "0m",
+            "warning",
+            "se-exporter cannot write its state file or its log spool.",
+            "{{ $value | humanize }} write(s) of the {{ $labels.file }} file failed on {{ $labels.instance }} in "
+            "the last 15 minutes (a full or read-only disk?). While the state file cannot be saved, approvals "
+            "wait; log records are kept in memory and written once the disk works again, but a restart "
+            "meanwhile loses them.",
         ),
         alert(
             "AzureScheduledEventsLogSpoolDropping",

@@ -373,13 +373,18 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay.add(
         timeseries(
             "Transition-log spool",
-            "OTLP transition-log spool: records waiting to be sent (depth) and records dropped per second "
-            "(lost: the audit trail has gaps).",
+            "OTLP transition-log spool: records waiting to be sent (depth), records dropped per second "
+            "(lost: the audit trail has gaps), and failed writes per second of the state file and the spool "
+            "(a full or read-only disk: approvals wait meanwhile).",
             [
                 target(f"sum by (instance) ({m('log_spool_depth')}{{{SEL}}})", "{{instance}} depth"),
                 target(
                     f"sum by (instance) (rate({m('log_spool_dropped_total')}{{{SEL}}}[$__rate_interval]))",
                     "{{instance}} dropped/s",
+                ),
+                target(
+                    f"sum by (instance, file) (rate({m('persistence_errors_total')}{{{SEL}}}[$__rate_interval]))",
+                    "{{instance}} {{file}} write errors/s",
                 ),
             ],
             "short",

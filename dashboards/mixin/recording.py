@@ -13,6 +13,7 @@ POLL_ERRORS_RATE = f"instance:{PREFIX}poll_errors:rate5m"
 POLL_ERRORS_RATIO = f"instance:{PREFIX}poll_errors:ratio_rate5m"
 APPROVALS_FAILED = f"instance_event_type:{PREFIX}approvals_failed:increase15m"
 SPOOL_DROPPED = f"instance:{PREFIX}log_spool_dropped:increase15m"
+PERSISTENCE_ERRORS = f"instance:{PREFIX}persistence_errors:increase15m"
 
 def robust_increase(metric: str, selector: str, by: str) -> str:
     """increase() over 15m that also counts a counter series born after its first increment.
@@ -67,5 +68,9 @@ def recording_rules(job_selector: str) -> list[dict[str, Any]]:
         {
             "record": SPOOL_DROPPED,
             "expr": robust_increase(m("log_spool_dropped_total"), "", "job, instance"),
+        },
+        {
+            "record": PERSISTENCE_ERRORS,
+            "expr": robust_increase(m("persistence_errors_total"), "", "job, instance, file"),
         },
     ]

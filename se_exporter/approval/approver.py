@@ -44,7 +44,7 @@ from se_exporter.approval.ledger import (
     event_revision,
     load_ledger,
 )
-from se_exporter.approval.policy import Policy
+from se_exporter.approval.policy import Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
 from se_exporter.imds.document import SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
@@ -55,6 +55,7 @@ log = logging.getLogger("se_exporter.approval")
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
 RETENTION_SECONDS = 7 * 24 * 3600.0  # how long decisions on events no longer listed are remembered
 NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook runs
+STATE_UNSAVED = "state_unsaved"  # skip reason while the state file cannot be saved (see ``can_remember``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class Approver:
         retry_delays: Sequence[float] = POST_RETRY_DELAYS_SECONDS,
         retention_seconds: float = RETENTION_SECONDS,
         post_retry: PostRetry | None = None,
+        can_remember: Callable[[], bool] = lambda: True,
     ) -> None:
         self._policy = policy
         if hook_runner is None and policy.hook is not None and not policy.dry_run:
@@ -91,6 +93,9 @@ class Approver:
         self._clock = clock
         self._retry_delays = tuple(retry_delays)
         self._retention = retention_seconds
+        # False while the state file cannot be saved: an approval made then would be forgotten by a
+        # restart, which would approve (and run the hook) again. Nothing is started until it can.
+        self._can_remember = can_remember
         self._ledger: dict[str, LedgerEntry] = {}
         self._hooks: dict[str, _Hooking] = {}
         self._poster: BackgroundPoster[_Item] = BackgroundPoster(post_start_requests, self._recheck, post_retry,
@@ -196,6 +201,9 @@ class Approver:
                 return
         classification = Classification(state.impact, state.cause)
         verdict = self._policy.decide(event, vm_name, now, classification)
+        if verdict.candidate and not self._can_remember():
+            verdict = Verdict(False, reason=STATE_UNSAVED, detail=f"{verdict.detail}, but the state file cannot be "
+                              "saved: approving now could approve twice after a restart")
         if not verdict.candidate:
             said = entry is not None and entry.status == Result.SKIPPED and entry.revision == revision
             if said and entry is not None and entry.reason == verdict.reason:
@@ -288,6 +296,8 @@ class Approver:
                     continue
                 classification = Classification(state.impact, state.cause)
                 verdict = self._policy.decide(state.event, self._vm_name, now, classification)
+                if verdict.candidate and not self._can_remember():
+                    verdict = Verdict(False, reason=STATE_UNSAVED, detail="the state file cannot be saved")
                 if not verdict.candidate:
                     dropped.append(Dropped(_Item(state.event, item.rule, item.why), Result.SKIPPED,
                                            f"{verdict.reason}: {verdict.detail}"))

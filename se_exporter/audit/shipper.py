@@ -66,8 +66,13 @@ class LogShipper:
         self._spool.close()
         left = self._spool.depth
         if left:
-            log.warning("stopping with %d log record(s) not yet accepted by the collector%s", left,
-                        "; they are sent after the next start" if self._spool.path else " (lost: no --state.file)")
+            if self._spool.path is None:
+                fate = " (lost: no --state.file)"
+            elif not self._spool.synced:  # the truth, not a promise the disk did not keep
+                fate = f"; the spool {self._spool.path} could not be written (disk full?): they are lost"
+            else:
+                fate = "; they are sent after the next start"
+            log.warning("stopping with %d log record(s) not yet accepted by the collector%s", left, fate)
         return left == 0
 
     def _run(self) -> None:

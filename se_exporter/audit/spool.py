@@ -16,10 +16,16 @@ Replaying it gives the pending records in order. A torn last line (crash mid-wri
 The journal is compacted (rewritten atomically) at start-up and when mostly garbage. ``uid``s of
 pending and recently finished records are remembered, so a record appended twice (a transition
 re-emitted after a crash between the append and the state save) is sent once.
+
+A write that fails (a full disk) loses nothing: memory changes first, and the journal, which may now
+end in a torn line, is not appended to again but rewritten whole, atomically, at the next write or at
+``close`` (so records appended while the disk was full reach the file once space is back).
+``write_errors`` counts the failures for ``persistence_errors_total{file="spool"}``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -54,6 +60,8 @@ class Spool:
         self._garbage = 0  # journal lines that no longer describe a pending record
         self._closed = False
         self._woken = False
+        self.write_errors = 0  # failed journal writes since start-up
+        self._unsynced = False  # a write failed: the journal on disk is behind memory (or torn)
         if path is not None:
             self._load(path)
             if (excess := len(self._pending) - capacity) > 0:  # the bound may have been lowered since
@@ -65,15 +73,22 @@ class Spool:
         with self._cond:
             return len(self._pending)
 
+    @property
+    def synced(self) -> bool:
+        """False while a failed write left the journal behind what is in memory."""
+        with self._cond:
+            return not self._unsynced
+
     def append(self, records: Iterable[AuditRecord]) -> int:
-        """Queue records not seen before; returns how many were new. Durable when it returns."""
+        """Queue records not seen before; returns how many were new. Durable when it returns, unless the
+        write failed (then at the next successful write or at ``close``)."""
         with self._cond:
             new = [r for r in records if r.uid not in self._pending and r.uid not in self._finished]
             if not new or self._closed:
                 return 0
-            self._write([{"add": r.to_json()} for r in new])
             for record in new:
                 self._pending[record.uid] = record
+            self._write([{"add": r.to_json()} for r in new])
             if (excess := len(self._pending) - self.capacity) > 0:
                 self._drop_oldest(excess)
             self._maybe_compact()
@@ -91,8 +106,8 @@ class Spool:
             done = [uid for uid in uids if uid in self._pending]
             if not done or self._closed:
                 return
-            self._write([{"ack": done}])
             self._finish(done)
+            self._write([{"ack": done}])
             self._maybe_compact()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -110,6 +125,8 @@ class Spool:
     def close(self) -> None:
         """Stop writing (later appends and acks are ignored); pending records stay on disk."""
         with self._cond:
+            if self._unsynced:  # the last chance to get what the full disk refused into the file
+                self._compact()
             self._closed = True
             if self._journal is not None:
                 self._journal.close()
@@ -118,8 +135,8 @@ class Spool:
 
     def _drop_oldest(self, excess: int) -> None:
         oldest = [uid for _, uid in zip(range(excess), self._pending, strict=False)]
-        self._write([{"drop": oldest}])
         self._finish(oldest)
+        self._write([{"drop": oldest}])
         self.dropped += excess
         log.warning("log spool full (%d records): dropped the %d oldest; is the OTLP collector reachable?",
                     self.capacity, excess)
@@ -137,7 +154,11 @@ class Spool:
             self._compact()
 
     def _write(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Persist ``entries``, which memory already reflects; after a failure, the whole state instead."""
         if self.path is None:
+            return
+        if self._unsynced:
+            self._compact()
             return
         try:
             if self._journal is None:  # private like the state file: nobody else's business
@@ -147,7 +168,18 @@ class Spool:
             self._journal.flush()
             os.fsync(self._journal.fileno())
         except OSError as error:  # keep going in memory: losing durability beats losing monitoring
-            log.error("cannot write log spool %s: %s", self.path, error)
+            self._failed("write", error)
+
+    def _failed(self, what: str, error: OSError) -> None:
+        self.write_errors += 1
+        if not self._unsynced:  # one line per outage, not one per record
+            log.error("cannot %s log spool %s: %s; records are kept in memory and written once it works again",
+                      what, self.path, error)
+        self._unsynced = True
+        if self._journal is not None:  # it may end in a torn line: never append behind it
+            with contextlib.suppress(OSError):
+                self._journal.close()
+            self._journal = None
 
     def _load(self, path: Path) -> None:
         try:
@@ -160,7 +192,8 @@ class Spool:
         for number, line in enumerate(lines, 1):
             try:
                 self._replay(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError) as error:
+            # OverflowError: a number out of range, such as "timestamp_ns": 1e999
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
                 if number < len(lines):  # the last line may be torn by a crash; anything else is damage
                     log.warning("log spool %s: skipping damaged line %d: %s", path, number, error)
         if self._pending:
@@ -182,14 +215,19 @@ class Spool:
         if self.path is None:
             return
         if self._journal is not None:
-            self._journal.close()
+            with contextlib.suppress(OSError):
+                self._journal.close()
             self._journal = None
         entries: list[dict[str, Any]] = [{"seen": list(self._finished)}] if self._finished else []
         entries += [{"add": record.to_json()} for record in self._pending.values()]
         try:
             write_atomically(self.path, b"".join(_line(entry) for entry in entries))
         except OSError as error:
-            log.error("cannot compact log spool %s: %s", self.path, error)
+            self._failed("rewrite", error)
+            return
+        if self._unsynced:
+            log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
+        self._unsynced = False
         self._garbage = 0
 
 

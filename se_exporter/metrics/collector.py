@@ -37,6 +37,16 @@ class SpoolGauge(Protocol):
     @property
     def dropped(self) -> int: ...
 
+    @property
+    def write_errors(self) -> int: ...
+
+
+class CountsErrors(Protocol):
+    """The state file, as far as /metrics is concerned."""
+
+    @property
+    def errors(self) -> int: ...
+
 
 class SnapshotCollector(Collector):
     def __init__(
@@ -48,6 +58,7 @@ class SnapshotCollector(Collector):
         clock: Callable[[], float],
         version: str,
         spool: SpoolGauge | None = None,
+        state: CountsErrors | None = None,
     ) -> None:
         self._store = store
         self._poller = poller
@@ -55,6 +66,7 @@ class SnapshotCollector(Collector):
         self._clock = clock
         self._version = version
         self._spool = spool
+        self._state = state
 
     def collect(self) -> Iterator[Metric]:
         yield from (family for family in self._families() if family.samples)  # no bare HELP/TYPE lines
@@ -72,6 +84,7 @@ class SnapshotCollector(Collector):
         for reason, count in sorted(status.errors.items()):
             errors.add_metric([reason], count)
         yield errors
+        yield self._persistence_errors()
         if self._spool is not None:
             yield GaugeMetricFamily(PREFIX + "log_spool_depth",
                                     "Log records (transitions, approvals) waiting for the OTLP collector.",
@@ -79,6 +92,16 @@ class SnapshotCollector(Collector):
             yield CounterMetricFamily(PREFIX + "log_spool_dropped",
                                       "Log records dropped, oldest first, because the spool was full.",
                                       value=self._spool.dropped)
+
+    def _persistence_errors(self) -> CounterMetricFamily:
+        errors = CounterMetricFamily(PREFIX + "persistence_errors",
+                                     "Failed writes of the state file and of the OTLP log spool (a full disk?).",
+                                     labels=["file"])
+        if self._state is not None:
+            errors.add_metric(["state"], self._state.errors)
+        if self._spool is not None:
+            errors.add_metric(["spool"], self._spool.write_errors)
+        return errors
 
     def _health_families(self, status: PollStatus) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(PREFIX + "imds_up", "1 if the last IMDS poll succeeded.", value=int(status.up))

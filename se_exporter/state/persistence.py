@@ -45,6 +45,8 @@ class Persistence:
         self._saved_versions: dict[str, int] = {}
         self._lock = threading.Lock()  # the poll loop and Exporter.close both save
         self._sections: dict[str, object] = _load(path) if path is not None else {}
+        self.errors = 0  # failed saves since start-up: persistence_errors_total{file="state"}
+        self.ok = True  # the last save succeeded (approvals wait while it did not)
 
     def section(self, name: str) -> object:
         """What was saved for ``name`` at the last run (None if nothing usable)."""
@@ -67,8 +69,14 @@ class Persistence:
         try:
             self.write()
         except OSError as exc:
-            log.error("could not save state file %s: %s", self.path, exc)
+            self.errors += 1
+            if self.ok:  # one line per outage
+                log.error("could not save state file %s: %s; retried at every change", self.path, exc)
+            self.ok = False
             return False
+        if not self.ok:
+            log.info("state file %s saved again", self.path)
+        self.ok = True
         return True
 
     def write(self) -> None:

@@ -583,3 +583,16 @@ def test_a_retry_that_still_qualifies_is_posted_and_approved(make: Callable[...,
     assert imds.start_ids() == [["A"]] * 3
     ((event_id, got, _),) = h.results()
     assert (event_id, got) == ("A", "approved") and "succeeded at attempt 3" in h.decisions[0].reason
+
+
+def test_nothing_is_approved_while_the_state_file_cannot_be_saved(
+    make: Callable[..., Harness], imds: RecordingIMDS
+) -> None:
+    """A POST whose record could not be saved would be made again after a restart (and the hook run twice)."""
+    saved = [False]
+    h = make(can_remember=lambda: saved[0])
+    h.poll([event("A")], times=3)
+    assert imds.requests == [] and h.results() == [("A", "skipped", "state_unsaved")]
+    saved[0] = True
+    h.poll([event("A")], times=3)
+    assert imds.start_ids() == [["A"]] and [d.result for d in h.decisions] == ["skipped", "approved"]

@@ -106,6 +106,7 @@ def panel_expectations(stack: Stack, approvals_seen: bool) -> dict[tuple[str, st
         (FLEET, "Targets up / down", "B"): EMPTY,  # no target is down
         (FLEET, "Transition-log spool", "A"): DATA,  # OTLP is configured: the spool exists
         (FLEET, "Transition-log spool", "B"): equals(0),  # the receiver is up: nothing dropped
+        (FLEET, "Transition-log spool", "C"): equals(0),  # --state.file on a healthy disk: no failed write
         (FLEET, "Unhealthy exporters", "A"): EMPTY,  # everything is healthy
         (FLEET, "Unhealthy exporters", "B"): EMPTY,
         (FLEET, "Unhealthy exporters", "C"): EMPTY,

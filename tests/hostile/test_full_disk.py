@@ -1,0 +1,75 @@
+"""The exporter with its state file and log spool on a real file system that fills up (a small tmpfs):
+every failed write is counted in /metrics, approvals wait until the state can be saved again, and no
+record is lost once space is back (issue 17, points 4 and 10)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.otlp import Failure, OTLPHttpReceiver
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
+from tests.support.fake_imds import Answer, FakeIMDS, document
+from tests.support.tmpfs import fill, small_tmpfs
+from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
+ERRORS = "azure_scheduled_events_persistence_errors_total"
+POLICY = "rules:\n  - name: user-initiated\n    causes: [user]\n"
+
+
+def reboot(event_id: str) -> dict[str, object]:
+    return {"EventId": event_id, "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
+            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "by the owner",
+            "EventSource": "User", "DurationInSeconds": -1}
+
+
+def freeze(event_id: str) -> dict[str, object]:
+    return {**reboot(event_id), "EventType": "Freeze", "EventSource": "Platform", "DurationInSeconds": 5}
+
+
+def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess],
+    otlp_http_receiver: OTLPHttpReceiver,
+) -> None:
+    (tmp_path / "approval.yaml").write_text(POLICY)
+    with small_tmpfs(tmp_path / "fs", size_kib=256) as fs:
+        answer = [document(1)]
+        fake_imds.respond = lambda seen: Answer() if seen.method == "POST" else answer[0]
+        otlp_http_receiver.set_failure(Failure(503))  # the collector is down: records wait in the spool
+        exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
+                                  f"--state.file={fs / 'state.json'}",
+                                  f"--approval.config={tmp_path / 'approval.yaml'}",
+                                  env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"})
+        exporter.wait_ready()
+        filler = fill(fs)
+        answer[0] = document(2, freeze("F1"))  # not for approval; its transition cannot be saved
+        for file in ("state", "spool"):
+            wait_for(lambda f=file: (value(exporter.metrics(), ERRORS, file=f) or 0) > 0, 20, f"a failed {file} write")
+        answer[0] = document(3, freeze("F1"), reboot("R1"))
+        wait_for(lambda: "state_unsaved" in exporter.logs(), 20, "the approval held back")
+        assert not [s for s in fake_imds.requests if s.method == "POST"], "no approval while it cannot be saved"
+
+        filler.unlink()
+        wait_for(lambda: [s for s in fake_imds.requests if s.method == "POST"], 20, "the approval once saving works")
+        (post,) = [s for s in fake_imds.requests if s.method == "POST"]
+        assert json.loads(post.body) == {"StartRequests": [{"EventId": "R1"}]}
+        assert exporter.stop() == 0
+        assert "they are sent after the next start" in exporter.logs()
+
+        otlp_http_receiver.set_failure(None)
+        again = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
+                               f"--state.file={fs / 'state.json'}", env={**otlp_http_receiver.env,
+                                                                         "OTEL_SDK_DISABLED": "false"})
+        # Every record of the outage arrives: two transitions, the Freeze's skip (no rule), the held-back
+        # approval, then the approval.
+        records = otlp_http_receiver.wait_for_logs(count=5, timeout=20)
+        kinds = sorted(str(r.attributes.get("scheduled_event.transition") or r["scheduled_event.approval.result"])
+                       for r in records)
+        assert kinds == ["approved", "scheduled", "scheduled", "skipped", "skipped"], kinds
+        again.wait_ready()
+        assert again.stop() == 0
