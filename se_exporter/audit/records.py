@@ -36,6 +36,14 @@ class AuditRecord:
     timestamp_ns: int  # when the exporter observed the change (or decided)
     uid: str
 
+    @property
+    def approximate_size(self) -> int:
+        """About what it weighs in an OTLP request (the strings dominate): for bounding batches."""
+        size = len(self.body) + len(self.event_name) + 64
+        for key, value in self.attributes.items():
+            size += len(key) + 16 + (sum(len(v) + 2 for v in value) if isinstance(value, tuple) else len(str(value)))
+        return size
+
     def to_json(self) -> dict[str, Any]:
         attributes = {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes.items()}
         return {"event_name": self.event_name, "severity": self.severity, "body": self.body,

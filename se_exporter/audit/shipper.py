@@ -5,6 +5,11 @@ A thread takes a batch from the spool, hands it to ``send`` (telemetry.py: an OT
 retries it with a backoff growing to two minutes on failure. Nothing leaves the spool unacknowledged, so an outage
 of any length (or a restart in the middle of one) costs latency, not records; only the spool's
 bound can drop, and it counts what it drops.
+
+A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
+for gRPC by default, and would refuse the same batch for ever). A failing batch is halved at each
+attempt; a single record that fails while the record after it goes through is undeliverable (too
+large for this collector, say): it is set aside, counted as dropped and logged, never a stuck queue.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
+MAX_BATCH_BYTES = 1 << 20  # well under the collectors' request limits, however long the descriptions
 RETRY_BASE_SECONDS = 1.0
 # A dead collector costs one attempt every two minutes at most, however long the outage; a collector
 # that comes back after a short outage is used within seconds.
@@ -46,6 +52,7 @@ class LogShipper:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
         self._failing_since: float | None = None
+        self._batch_size = BATCH_SIZE  # halved while batches fail, back to BATCH_SIZE after a success
 
     def start(self) -> None:
         self._thread.start()
@@ -77,17 +84,43 @@ class LogShipper:
 
     def _run(self) -> None:
         while True:
-            batch = self._spool.peek(BATCH_SIZE)
+            batch = self._next_batch()
             if not batch:
                 if self._stopping.is_set():
                     return
                 self._spool.wait()  # append() and stop() wake it: an idle shipper costs nothing
                 continue
             if self._ship(batch):
+                self._batch_size = BATCH_SIZE
                 continue
+            if len(batch) == 1 and self._set_aside_if_undeliverable(batch[0]):
+                continue
+            self._batch_size = max(1, len(batch) // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed
                 return
             self._stopping.wait(self._backoff.next_delay())
+
+    def _next_batch(self) -> list[AuditRecord]:
+        """The oldest records, at most ``_batch_size`` and ``MAX_BATCH_BYTES`` (at least one record)."""
+        batch: list[AuditRecord] = []
+        size = 0
+        for record in self._spool.peek(self._batch_size):
+            size += record.approximate_size
+            if batch and size > MAX_BATCH_BYTES:
+                break
+            batch.append(record)
+        return batch
+
+    def _set_aside_if_undeliverable(self, record: AuditRecord) -> bool:
+        """Send the record after ``record`` alone: if the collector takes it, ``record`` is the problem."""
+        following = self._spool.peek(2)[1:]
+        if not following or not self._ship(following):
+            return False  # nothing to compare with, or the collector refuses everything: an outage
+        self._spool.set_aside(record.uid)
+        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while later records "
+                  "are accepted: set aside as undeliverable (it is in this log: %s)", record.uid,
+                  record.event_name, record.approximate_size, record.body[:200])
+        return True
 
     def _ship(self, batch: Sequence[AuditRecord]) -> bool:
         try:

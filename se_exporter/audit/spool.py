@@ -110,6 +110,15 @@ class Spool:
             self._write([{"ack": done}])
             self._maybe_compact()
 
+    def set_aside(self, uid: str) -> None:
+        """Give up on one record the collector will never take (counted as dropped)."""
+        with self._cond:
+            if uid not in self._pending or self._closed:
+                return
+            self._finish([uid])
+            self._write([{"drop": [uid]}])
+            self.dropped += 1
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until something is pending (True), after ``wake`` or ``close``, or when ``timeout`` passes."""
         with self._cond:

@@ -90,7 +90,8 @@ class SnapshotCollector(Collector):
                                     "Log records (transitions, approvals) waiting for the OTLP collector.",
                                     value=self._spool.depth)
             yield CounterMetricFamily(PREFIX + "log_spool_dropped",
-                                      "Log records dropped, oldest first, because the spool was full.",
+                                      "Log records dropped: the oldest when the spool was full, "
+                                      "or one the collector never takes.",
                                       value=self._spool.dropped)
 
     def _persistence_errors(self) -> CounterMetricFamily:

@@ -1,0 +1,70 @@
+"""Batches bounded in bytes, and a record no collector takes set aside: never a stuck queue (issue 17,
+point 5). Against the real gRPC receiver, whose request limit is gRPC's default 4 MiB."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from se_exporter.audit.records import AuditRecord
+from se_exporter.otel.config import parse_otel_environment
+from se_exporter.otel.pipeline import build_telemetry
+from tests.otlp import Failure, OTLPGrpcReceiver
+from tests.support.exporter_process import ExporterProcess
+from tests.support.fake_imds import Answer, FakeIMDS
+from tests.support.wait import wait_for
+
+TRANSITION = "scheduled_event.transition"
+
+
+def freeze(event_id: str, description: str) -> dict[str, object]:
+    return {"EventId": event_id, "EventType": "Freeze", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
+            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": description,
+            "EventSource": "Platform", "DurationInSeconds": 5}
+
+
+def test_records_with_huge_descriptions_arrive_after_an_outage(
+    fake_imds: FakeIMDS, start_exporter: object, otlp_grpc_receiver: OTLPGrpcReceiver, tmp_path: Path
+) -> None:
+    """Six 1.9 MB records once made one 11 MB request, refused for ever; nothing arrived for minutes."""
+    big = "x" * 1_900_000
+    documents = [
+        {"DocumentIncarnation": 1, "Events": [freeze("A", big + "a"), freeze("B", big + "b")]},
+        {"DocumentIncarnation": 2, "Events": [freeze("C", big + "c"), freeze("D", big + "d")]},
+    ]
+    current = [Answer(body=json.dumps(documents[0]).encode())]
+    fake_imds.respond = lambda seen: current[0]
+    otlp_grpc_receiver.set_failure(Failure())  # the collector is down while six records pile up
+    exporter: ExporterProcess = start_exporter(  # type: ignore[operator]
+        f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
+        f"--state.file={tmp_path / 'state.json'}", env={**otlp_grpc_receiver.env, "OTEL_SDK_DISABLED": "false"})
+    wait_for(lambda: 'azure_scheduled_events_log_spool_depth 2.0' in exporter.metrics(), 20, "the first document")
+    current[0] = Answer(body=json.dumps(documents[1]).encode())
+    wait_for(lambda: 'azure_scheduled_events_log_spool_depth 6.0' in exporter.metrics(), 30, "six records waiting")
+    otlp_grpc_receiver.set_failure(None)
+    began = time.monotonic()
+    logs = otlp_grpc_receiver.wait_for_logs(event_name=TRANSITION, count=6, timeout=60)
+    assert {(log["scheduled_event.id"], log["scheduled_event.transition"]) for log in logs} == {
+        ("A", "scheduled"), ("B", "scheduled"), ("A", "cancelled"), ("B", "cancelled"),
+        ("C", "scheduled"), ("D", "scheduled")}
+    assert time.monotonic() - began < 60
+    assert exporter.stop() == 0
+
+
+def test_a_record_the_collector_never_takes_is_set_aside_and_the_rest_goes_on(
+    otlp_grpc_receiver: OTLPGrpcReceiver, tmp_path: Path
+) -> None:
+    config = parse_otel_environment({**otlp_grpc_receiver.env, "OTEL_TRACES_EXPORTER": "none"})
+    telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
+    assert telemetry.spool is not None
+    try:
+        huge = AuditRecord("scheduled_event.approval", "INFO", "y" * (5 << 20), {}, 1, "uid-huge")  # over 4 MiB
+        small = AuditRecord("scheduled_event.approval", "INFO", "after the huge one", {}, 2, "uid-small")
+        telemetry.spool.append([huge, small])
+        otlp_grpc_receiver.wait_for_logs(lambda r: r.body == "after the huge one", timeout=60)
+        wait_for(lambda: telemetry.spool is not None and telemetry.spool.depth == 0, 10, "an empty spool")
+        assert telemetry.spool.dropped == 1
+    finally:
+        telemetry.close(timeout=2)
+    assert not [log for log in otlp_grpc_receiver.logs if str(log.body).startswith("yyy")]
