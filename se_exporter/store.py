@@ -24,6 +24,10 @@ from se_exporter.imds.impact import Cause, Impact, classify
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
+# NotBefores remembered per event, newest kept: a NotBefore that changes every poll must not grow the
+# state (and the state file, rewritten at each change) without end. A NotBefore older than these that
+# comes back is reported as a reschedule again.
+MAX_NOT_BEFORE_HISTORY = 32
 # Fixed namespace so that a transition's uid is the same in every process, forever.
 _UID_NAMESPACE = uuid.UUID("6f1d3c52-5a57-4d0e-9a35-9b1f2b8c1e01")
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # keeps a damaged state file's times usable
@@ -195,7 +199,7 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
     elif event.event_status == SCHEDULED and event.not_before is not None and event.not_before not in history:
         if history:  # a first NotBefore for an event seen without one is not a reschedule
             emitted.append((TransitionKind.RESCHEDULED, previous))
-        history = (*history, event.not_before)
+        history = (*history, event.not_before)[-MAX_NOT_BEFORE_HISTORY:]
     state = msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history)
     return _classified(state), emitted
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.store import EventStore, Transition, TransitionKind
+from se_exporter.store import MAX_NOT_BEFORE_HISTORY, EventStore, Transition, TransitionKind
 
 T0 = 1_700_000_000.0
 NB1 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -169,3 +169,13 @@ def test_impact_and_cause_follow_the_event_and_a_first_sighting_in_started_stays
     assert (restored.events["hw"].impact, restored.events["hw"].cause) == ("reboot", "failure")
     (completed,) = restored.reconcile(Document(2, (ev("lm", event_type="Freeze"),)), T0 + 60)
     assert (completed.kind, completed.impact, completed.cause) == ("completed", "reboot", "failure")
+
+
+def test_an_event_rescheduled_at_every_poll_keeps_a_bounded_history() -> None:
+    """A NotBefore that changed every poll once grew the state by about 0.9 KiB per poll, for ever."""
+    store = EventStore()
+    for minute in range(500):
+        store.reconcile(Document(minute + 1, (ev(not_before=NB1 + timedelta(minutes=minute)),)), T0 + minute)
+    history = store.events["e1"].not_before_history
+    assert len(history) == MAX_NOT_BEFORE_HISTORY and history[-1] == NB1 + timedelta(minutes=499)
+    assert len(msgspec.json.encode(store.to_state())) < 4096

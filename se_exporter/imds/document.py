@@ -29,6 +29,10 @@ UNKNOWN_DURATION = -1
 # Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
+# EventIds are GUIDs (36 characters). One far longer is not an id but a broken or hostile peer, and
+# every remembered id (state file, de-duplication) would carry it: refused as an invalid document.
+MAX_EVENT_ID_CHARS = 1024
+_EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
 
 
 class ScheduledEvent(msgspec.Struct, frozen=True, gc=False):
@@ -53,7 +57,7 @@ class Document(msgspec.Struct, frozen=True, gc=False):
 class _WireEvent(msgspec.Struct, rename="pascal", gc=False):
     """An event as IMDS writes it; null is accepted where a field may be empty."""
 
-    event_id: _Text
+    event_id: _EventId
     event_type: _Text
     event_status: _Text
     resource_type: str | None = None

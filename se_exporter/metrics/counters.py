@@ -16,19 +16,22 @@ from prometheus_client.core import Metric
 
 from se_exporter.approval.decision import COUNTED_RESULTS
 from se_exporter.imds.document import EVENT_TYPES
-from se_exporter.metrics.names import PREFIX, label
+from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
 from se_exporter.store import TransitionKind
 
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 STARTED_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
 NOTICE_BUCKETS = (30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 259200, 604800, 1209600)
+# EventTypes beyond the five known kept as their own label value; Azure adds one rarely, never dozens.
+MAX_UNKNOWN_EVENT_TYPES = 5
 
 
 class Counters:
     """Safe from any thread (prometheus_client locks each value)."""
 
     def __init__(self, approval_enabled: bool = False) -> None:
+        self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
         self.transitions = Counter(PREFIX + "transitions", "Lifecycle transitions observed.",
                                    ["event_type", "transition"], registry=None)
         for event_type, kind in sorted(product(EVENT_TYPES, TransitionKind)):  # zero series for increase()
@@ -51,10 +54,10 @@ class Counters:
     def on_poll(self, result: PollResult) -> None:
         for decision in result.decisions:
             if decision.counted:
-                self.approvals.labels(label(decision.event.event_type), decision.result).inc()
+                self.approvals.labels(self._event_type(label(decision.event.event_type)), decision.result).inc()
         for transition in result.transitions:
             event = transition.event
-            event_type = label(event.event_type)  # an unknown type is kept, but bounded like every label
+            event_type = self._event_type(label(event.event_type))  # an unknown type: bounded, then "other"
             self.transitions.labels(event_type, transition.kind).inc()
             if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
                 self.started_duration.labels(event_type).observe(transition.started_seconds)

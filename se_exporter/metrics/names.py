@@ -20,3 +20,29 @@ def label(value: str) -> str:
 def affects_label(affects: bool | None) -> str:
     """``affects_this_vm``: "true", "false", or "unknown" while this VM's name is unknown."""
     return "unknown" if affects is None else "true" if affects else "false"
+
+
+OTHER = "other"
+
+
+class BoundedValues:
+    """Label values of series that live as long as the process (counters, histograms): the known ones,
+    plus at most ``limit`` others in the order first seen; any further value is folded into ``other``.
+
+    An IMDS listing thousands of invented EventTypes once left thousands of permanent series per type
+    behind; the events are still counted, under ``other``.
+    """
+
+    def __init__(self, known: tuple[str, ...], limit: int) -> None:
+        self._kept = dict.fromkeys(known)
+        self._limit = len(self._kept) + limit
+        self.folded = 0  # values seen beyond the limit
+
+    def __call__(self, value: str) -> str:
+        if value in self._kept:
+            return value
+        if len(self._kept) < self._limit:
+            self._kept[value] = None
+            return value
+        self.folded += 1
+        return OTHER

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"
 REMOVED = "removed"  # outcome of an event that vanished without a completed/cancelled transition
 MAX_OPEN = 1000  # events listed at once are a handful; this only bounds a pathological document
+# Span events kept per lifecycle: the first ones and the newest (an event rescheduled every poll would
+# otherwise grow the state file by a step per poll, each one rewritten at every change).
+MAX_STEPS = 64
 
 
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
@@ -92,6 +95,8 @@ class LifecycleSpans:
                 transition.document_incarnation, rfc3339(event.not_before) if event.not_before else None,
                 transition.uid,
             ))
+            if len(entry.steps) > MAX_STEPS:  # keep how it began and how it went lately
+                del entry.steps[MAX_STEPS // 2]
         if transition.kind in (TransitionKind.COMPLETED, TransitionKind.CANCELLED):
             del self._open[event.event_id]
             entry.first_seen = transition.first_seen  # the store's, which survived any restart

@@ -114,6 +114,12 @@ HOSTILE_BODIES = {
                               "http_5xx", "answered 503"),
     "date-overflow": (lambda: document(1, event(NotBefore="9999-12-31T23:59:59-01:00")), "invalid_document",
                       "NotBefore"),
+    # 10**400 once made every scrape answer 500 (OverflowError) until a normal document came.
+    "huge-incarnation": (lambda: Answer(body=b'{"DocumentIncarnation": 1' + b"0" * 400 + b', "Events": []}'),
+                         "invalid_document", "at `$.DocumentIncarnation`"),
+    "huge-duration": (lambda: Answer(body=json.dumps({"DocumentIncarnation": 1, "Events": [
+        event(DurationInSeconds=10**400)]}).encode()), "invalid_document", "at `$.Events[0].DurationInSeconds`"),
+    "huge-event-id": (lambda: document(1, event("E" * 100_000)), "invalid_document", "EventId"),
 }
 
 
