@@ -9,6 +9,9 @@ uses up one count. Kinds:
                ``not_json``, ``empty``
 ``reset``      close the connection without answering (TCP reset)
 ``delay``      wait ``delay_s`` real seconds, then answer normally (to cause client timeouts)
+``drip``       answer normally, but one byte every ``delay_s`` real seconds (a slow, never-ending answer)
+
+Malformed variants include ``gzip_bomb``: a 200 with ``Content-Encoding: gzip`` that inflates to 256 MiB.
 
 Besides rules: ``first_response_delay_s`` delays the very first scheduled-events request (IMDS
 may take up to two minutes to answer the first call), and ``rate_limit_per_s`` answers 429 beyond
@@ -25,8 +28,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("status", "malformed", "reset", "delay")
-MALFORMED = ("truncated", "wrong_types", "missing_event_id", "not_json", "empty")
+KINDS = ("status", "malformed", "reset", "delay", "drip")
+MALFORMED = ("truncated", "wrong_types", "missing_event_id", "not_json", "empty", "gzip_bomb")
 ENDPOINTS = ("scheduledevents", "compute", "any")
 METHODS = ("GET", "POST", "any")
 
@@ -112,6 +115,11 @@ class FaultPlan:
         self, seconds: float, count: int | None = 1, *, method: str = "any", endpoint: str = "scheduledevents"
     ) -> FaultRule:
         return self.add(FaultRule("delay", count, delay_s=seconds, method=method, endpoint=endpoint))
+
+    def drip_next(
+        self, seconds_per_byte: float, count: int | None = 1, *, method: str = "any", endpoint: str = "scheduledevents"
+    ) -> FaultRule:
+        return self.add(FaultRule("drip", count, delay_s=seconds_per_byte, method=method, endpoint=endpoint))
 
     def set_first_response_delay(self, seconds: float) -> None:
         with self._lock:

@@ -109,13 +109,15 @@ class ImdsHandler(BaseHTTPRequestHandler):
         if rule is not None:
             labels.append(rule.describe())
         fault = ",".join(labels) or None
-        if rule is not None and rule.kind != "delay":
+        if rule is not None and rule.kind not in ("delay", "drip"):
             self._inject(method, endpoint, api_version, rule, fault)
             return
-        if rule is not None:
+        if rule is not None and rule.kind == "delay":
             self.sim.stopping.wait(rule.delay_s)
         status, payload = self._imds_answer(method, endpoint, api_version, body)
-        self._answer(method, status, payload, fault)
+        self.sim.world.record_request(method, self.path, status, fault)
+        data = b"" if payload is None else json.dumps(payload).encode()
+        self._send(status, data, _JSON, drip=rule.delay_s if rule is not None and rule.kind == "drip" else 0.0)
 
     def _document(self, endpoint: str, api_version: str) -> dict[str, Any]:
         """What a GET of ``endpoint`` answers now (also the base of a malformed answer)."""
@@ -148,7 +150,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
         else:
             data, content_type = malformed_body(self._document(endpoint, api_version), rule.malformed)
             self.sim.world.record_request(method, self.path, 200, fault)
-            self._send(200, data, content_type)
+            gzipped = {"Content-Encoding": "gzip"} if rule.malformed == "gzip_bomb" else {}
+            self._send(200, data, content_type, headers=gzipped)
 
     def _answer(self, method: str, status: int, payload: Any, fault: str | None) -> None:
         """Record an IMDS answer in the ground truth, then send it.
@@ -162,12 +165,26 @@ class ImdsHandler(BaseHTTPRequestHandler):
         data = b"" if payload is None else json.dumps(payload).encode()
         self._send(status, data, _JSON)
 
-    def _send(self, status: int, data: bytes, content_type: str) -> None:
+    def _send(self, status: int, data: bytes, content_type: str, *, headers: dict[str, str] | None = None,
+              drip: float = 0.0) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if not drip:
+            self.wfile.write(data)
+            return
+        self.close_connection = True
+        try:
+            for index in range(len(data)):  # until the client gives up or the server stops
+                if self.sim.stopping.wait(drip):
+                    return
+                self.wfile.write(data[index:index + 1])
+                self.wfile.flush()
+        except OSError:  # the client gave up on the drip: that is what it is for
+            return
 
     def _read_body(self) -> bytes | None:
         try:

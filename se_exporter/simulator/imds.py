@@ -12,6 +12,8 @@ get every field); anything else is a 400 like IMDS's "api-version is invalid".
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import re
 from collections.abc import Mapping
@@ -113,8 +115,17 @@ def parse_start_requests(body: bytes) -> list[str]:
     return ids
 
 
+@functools.lru_cache(maxsize=1)
+def gzip_bomb() -> bytes:
+    """256 MiB of zeros, gzip-compressed to about 256 kB (made once, on first use)."""
+    return gzip.compress(b"\0" * (256 << 20), compresslevel=9)
+
+
 def malformed_body(document: dict[str, Any], variant: str) -> tuple[bytes, str]:
-    """A broken version of ``document`` for fault injection: (body, content type)."""
+    """A broken version of ``document`` for fault injection: (body, content type). The ``gzip_bomb``
+    body must be sent with ``Content-Encoding: gzip``."""
+    if variant == "gzip_bomb":
+        return gzip_bomb(), "application/json; charset=utf-8"
     if variant == "not_json":
         return b"<html><body>Proxy error</body></html>", "text/html"
     if variant == "empty":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 
@@ -160,3 +161,25 @@ def test_bad_fault_plan_over_http(client: httpx.Client, body: object, message: s
     assert response.status_code == 400
     assert message in response.json()["error"]
     assert client.get(EVENTS_PATH, params=API).status_code == 200, "a rejected plan changes nothing"
+
+
+def test_gzip_bomb(faults: FaultPlan, client: httpx.Client) -> None:
+    faults.malformed_next("gzip_bomb")
+    with client.stream("GET", EVENTS_PATH, params=API) as response:
+        raw = b"".join(response.iter_raw())
+    assert response.status_code == 200 and response.headers["Content-Encoding"] == "gzip"
+    assert len(raw) < 1 << 20 and len(gzip.decompress(raw)) == 256 << 20
+    assert get_document(client)["Events"] == []  # one-off
+
+
+def test_drip_sends_the_real_answer_one_byte_at_a_time(faults: FaultPlan, world: SimWorld,
+                                                       client: httpx.Client) -> None:
+    world.add_event(REBOOT)
+    faults.drip_next(0.001)
+    arrivals = []
+    with client.stream("GET", EVENTS_PATH, params=API) as response:
+        for chunk in response.iter_raw():
+            arrivals.append(chunk)
+    body = b"".join(arrivals)
+    assert json.loads(body)["Events"][0]["EventType"] == "Reboot"
+    assert len(arrivals) > len(body) // 4  # many small pieces, not one write

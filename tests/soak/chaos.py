@@ -269,7 +269,8 @@ def _restart(fleet: Fleet, sig: int, otlp_up: threading.Lock, errors: list[str])
 
 def _imds_fault(rng: random.Random, faults: FaultPlan) -> None:
     """One fault from the catalogue; waits (bounded) until the exporter has met all of it."""
-    kind = rng.choice(["status", "status", "malformed", "reset", "timeout", "slow"])
+    # "malformed" includes a gzip bomb; "drip" answers one byte every 0.3 s (abandoned after 5 s).
+    kind = rng.choice(["status", "status", "malformed", "reset", "timeout", "slow", "drip"])
     if kind == "status":
         rule = faults.fail_next(rng.choice([500, 502, 503, 504, 429, 410]), rng.choice([1, 2]), method="any")
     elif kind == "malformed":  # GET only: a POST answered 200 with a body would look like a success
@@ -278,6 +279,8 @@ def _imds_fault(rng: random.Random, faults: FaultPlan) -> None:
         rule = faults.reset_next(rng.choice([1, 2]), method="any")
     elif kind == "timeout":
         rule = faults.delay_next(IMDS_TIMEOUT + 0.5, 1, method="GET")
+    elif kind == "drip":
+        rule = faults.drip_next(0.3, 1, method="GET")
     else:
         rule = faults.delay_next(SLOW_ANSWER, 2, method="GET")
     deadline = time.monotonic() + 10
