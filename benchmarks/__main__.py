@@ -19,6 +19,7 @@ BENCHMARKS = {
     "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
     "startup": "benchmarks.bench_startup",  # spawn → ready, import time
     "series": "benchmarks.bench_series",  # series per VM, fleet cost
+    "fleet": "benchmarks.bench_fleet",  # the dashboards and rules over a simulated fleet in Prometheus
 }
 
 
