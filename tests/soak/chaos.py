@@ -32,11 +32,14 @@ from tests.approval.helpers import DESIGN_POLICY
 from tests.otlp import OTLPHttpReceiver, ReceivedLog
 from tests.soak.history import HistoryPlan, plan_history
 from tests.support.exporter_process import ExporterProcess
+from tests.support.tmpfs import fill, mount_tmpfs, unmount
 from tests.support.wait import wait_for
 
 VM_NAME = "sim-vm-0"
 IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client timeout
 SLOW_ANSWER = 0.4  # a delay the client waits out
+DISK_KIB = 64 * 1024  # the tmpfs for the state file and the spool, filled now and then
+DISK_FULL_SHARE = 0.15  # of the chaos episodes (when a tmpfs can be mounted)
 FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
 POLICY = DESIGN_POLICY.format(dry_run="false", leader="first_resource")
 StartExporter = Callable[..., ExporterProcess]
@@ -165,6 +168,20 @@ def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> So
     policy = tmp / "policy.yaml"
     policy.write_text(POLICY)
     errors: list[str] = []
+    # The state file and the spool on a small tmpfs when one can be mounted: the chaos then fills it now
+    # and then (a full disk for a few seconds, space back before any restart).
+    disk = None if mount_tmpfs(tmp / "state", DISK_KIB) else tmp / "state"
+    try:
+        return _run(config, tmp, start_exporter, rng, plan, world, faults, policy, errors, disk)
+    finally:
+        if disk is not None:
+            unmount(disk)
+
+
+def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
+    config: SoakConfig, tmp: Path, start_exporter: StartExporter, rng: random.Random, plan: HistoryPlan,
+    world: SimWorld, faults: ArrivalRecordingFaultPlan, policy: Path, errors: list[str], disk: Path | None,
+) -> SoakResult:
     with SimulatorServer(world, faults=faults) as sim, OTLPHttpReceiver() as receiver:
         args = (f"--imds.url={sim.url}", "--poll.interval=1s", f"--imds.timeout={IMDS_TIMEOUT}s",
                 f"--state.file={tmp / 'state' / 'se-exporter.json'}", f"--approval.config={policy}",
@@ -181,7 +198,8 @@ def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> So
         rss: list[tuple[int, float, int]] = []
         threads = [
             threading.Thread(target=_chaos, name="soak-chaos", args=(config, rng), kwargs={
-                "faults": faults, "fleet": fleet, "otlp_up": otlp_up, "began": began, "stop": stop, "errors": errors}),
+                "faults": faults, "fleet": fleet, "otlp_up": otlp_up, "began": began, "stop": stop, "errors": errors,
+                "disk": disk}),
             threading.Thread(target=_otlp_chaos, name="soak-otlp", args=(config, random.Random(config.seed + 2)),
                              kwargs={"receiver": receiver, "otlp_up": otlp_up, "stop": stop, "outages": outages}),
             threading.Thread(target=_director, name="soak-director", args=(world, plan, began, stop)),
@@ -236,7 +254,7 @@ def _all_delivered(changes: tuple[Change, ...], receiver: OTLPHttpReceiver) -> b
 
 
 def _chaos(config: SoakConfig, rng: random.Random, *, faults: FaultPlan, fleet: Fleet, otlp_up: threading.Lock,
-           began: float, stop: threading.Event, errors: list[str]) -> None:
+           began: float, stop: threading.Event, errors: list[str], disk: Path | None) -> None:
     kill_until = began + config.active * config.kill_until
     next_kill = began + config.kill_every * 0.8
     signals = [signal.SIGKILL, signal.SIGTERM]
@@ -248,9 +266,20 @@ def _chaos(config: SoakConfig, rng: random.Random, *, faults: FaultPlan, fleet: 
             kills += 1
             next_kill = now + config.kill_every
             _restart(fleet, sig, otlp_up, errors)
+        elif disk is not None and (now + 6 < next_kill or now >= kill_until) and rng.random() < DISK_FULL_SHARE:
+            _disk_full(fleet, disk, rng)
         else:
             _imds_fault(rng, faults)
         stop.wait(rng.uniform(*config.quiet))
+
+
+def _disk_full(fleet: Fleet, disk: Path, rng: random.Random) -> None:
+    """Fill the state file's file system for a few seconds; no restart meanwhile (records written while
+    the disk is full are promised only if space comes back before the process ends)."""
+    with fleet.restart_lock:
+        filler = fill(disk)
+        time.sleep(rng.uniform(1.5, 4.0))  # the fault lasts this long: polls, transitions, failed writes
+        filler.unlink()
 
 
 def _restart(fleet: Fleet, sig: int, otlp_up: threading.Lock, errors: list[str]) -> None:

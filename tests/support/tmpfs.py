@@ -14,15 +14,28 @@ import pytest
 @contextlib.contextmanager
 def small_tmpfs(where: Path, size_kib: int = 512) -> Iterator[Path]:
     """Mount a ``size_kib`` tmpfs at ``where`` (needs root, or CAP_SYS_ADMIN in a container)."""
-    where.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k,mode=0700", "tmpfs", str(where)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to make a full disk (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    problem = mount_tmpfs(where, size_kib)
+    if problem:
+        pytest.skip(f"cannot mount a tmpfs to make a full disk (needs root or CAP_SYS_ADMIN): {problem}")
     try:
         yield where
     finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
+        unmount(where)
+
+
+def mount_tmpfs(where: Path, size_kib: int) -> str:
+    """Mount a tmpfs at ``where``; returns "" or why it could not."""
+    where.mkdir(parents=True, exist_ok=True)
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k,mode=0700", "tmpfs", str(where)],
+                                 capture_output=True, text=True, check=False)
+    except OSError as error:
+        return str(error)
+    return "" if mounted.returncode == 0 else mounted.stderr.strip() or f"mount exited {mounted.returncode}"
+
+
+def unmount(where: Path) -> None:
+    subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def fill(folder: Path) -> Path:
