@@ -14,9 +14,13 @@ The change instant is the simulator's ground truth
 - ``OTLP log``: arrival of the ``scheduled_event.transition`` record at the OTLP receiver (only
   when OTel is wired; includes the SDK's batch delay).
 
-Theory: the next poll comes uniformly 0..interval after the change, so p50 = interval / 2.
-``poll request → visible`` isolates the exporter's own part: from the poll request that fetched
-the change (as the simulator recorded it) to the change visible on /metrics.
+Theory: the changes' phases spread the wait for the next poll evenly over 0..interval, so its mean
+is interval / 2 and its p99 is 0.99 x interval; what the table shows above that (mean - theory) is the
+exporter's own delay plus the scraper's resolution (~10 ms). (The p50 of evenly spread phases is
+not a good estimator here: with 60 changes it is 491.7 ms, not 500.) ``poll request → visible``
+isolates the exporter's own part: from the poll request that fetched the change (as the simulator
+recorded it) to the change visible on /metrics. Measured with 1 event listed (the one that changes)
+and with 100 (99 more listed all along).
 """
 
 from __future__ import annotations
@@ -111,9 +115,16 @@ class _OTLPWatcher(threading.Thread):
 
 
 def run(mode: Mode, interval: float = 1.0) -> Report:
+    report = Report(NAME)
+    report.data = {}
+    for listed in (1, 100) if mode.name != "tiny" else (1,):
+        _run_listed(report, mode, interval, listed)
+    return report
+
+
+def _run_listed(report: Report, mode: Mode, interval: float, listed: int) -> None:
     from se_exporter.simulator import EventPlan
 
-    report = Report(NAME)
     changes = mode.pick(60, 16, 2)
     rng = random.Random(42)
     metrics_lat: list[float] = []
@@ -122,7 +133,7 @@ def run(mode: Mode, interval: float = 1.0) -> Report:
     pickup: list[float] = []  # the exporter's own delay: the poll that fetched the change → visible
     with contextlib.ExitStack() as stack:
         receiver = stack.enter_context(otlp_receiver())
-        sim = stack.enter_context(simulator(0))
+        sim = stack.enter_context(simulator(listed - 1))
         world = sim.world
         env = otel_env(receiver) if receiver is not None else None
         exporter = ExporterProc(sim.url, otel_env=env, interval=f"{interval}s",
@@ -164,24 +175,25 @@ def run(mode: Mode, interval: float = 1.0) -> Report:
                 event_id = None
         ready_code = http_get(exporter.url + "/-/ready")[0]
     theory = interval / 2 * 1000
-    _table(report, interval, theory, {"visible on /metrics": metrics_lat, "transition line on stderr": log_lat,
-                                      "OTLP log record at receiver": otlp_lat,
-                                      "poll request → visible on /metrics": pickup})
+    _table(report, interval, theory, listed, {
+        "visible on /metrics": metrics_lat, "transition line on stderr": log_lat,
+        "OTLP log record at receiver": otlp_lat, "poll request → visible on /metrics": pickup})
     if not otlp_lat:
         report.note("no OTLP transition records arrived: OTel is not wired yet (or disabled); OTLP row is n/a")
-    report.data = {"interval_s": interval, "theory_p50_ms": theory, "metrics_ms": metrics_lat, "log_ms": log_lat,
-                   "otlp_ms": otlp_lat, "pickup_ms": pickup, "ready_after": ready_code}
-    return report
+    report.data[f"{listed}_listed"] = {
+        "interval_s": interval, "theory_mean_ms": theory, "metrics_ms": metrics_lat, "log_ms": log_lat,
+        "otlp_ms": otlp_lat, "pickup_ms": pickup, "ready_after": ready_code}
 
 
-def _table(report: Report, interval: float, theory: float, series: dict[str, list[float]]) -> None:
+def _table(report: Report, interval: float, theory: float, listed: int, series: dict[str, list[float]]) -> None:
     rows: list[list[Any]] = []
     for what, values in series.items():
         if not values:
             rows.append([what, 0, "n/a", "n/a", "n/a", "n/a"])
             continue
-        p50 = percentile(values, 50)
-        rows.append([what, len(values), *(round(v, 1) for v in (p50, percentile(values, 99), max(values),
-                                                                 p50 - theory))])
-    report.table(f"Detection latency at {interval:g} s polling (ms; theory p50 = {theory:.0f} ms)",
-                 ["signal", "changes", "p50 ms", "p99 ms", "max ms", "p50 - theory ms"], rows)
+        mean = sum(values) / len(values)
+        rows.append([what, len(values), *(round(v, 1) for v in (mean, percentile(values, 99), max(values),
+                                                                 mean - theory))])
+    report.table(f"Detection latency at {interval:g} s polling, {listed} event(s) listed (ms; theory: mean "
+                 f"{theory:.0f} ms, p99 {interval * 990:.0f} ms)",
+                 ["signal", "changes", "mean ms", "p99 ms", "max ms", "mean - theory ms"], rows)

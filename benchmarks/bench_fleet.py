@@ -37,8 +37,6 @@ RULES = Path(__file__).resolve().parents[1] / "alerts" / "se-exporter.rules.yml"
 
 
 def run(mode: Mode, vms: int | None = None) -> Report:
-    from tests.rules.dashboard_queries import dashboard_queries
-
     count, hours = SIZES[mode.name]
     count = vms or count
     report = Report(NAME)
@@ -47,45 +45,78 @@ def run(mode: Mode, vms: int | None = None) -> Report:
         raise RuntimeError("needs prometheus and promtool on PATH (Debian's prometheus package)")
     end = math.floor(time.time() / STEP) * STEP - STEP
     start = end - hours * 3600
+    figures: dict[str, Any] = {"vms": count, "hours": hours}
     with tempfile.TemporaryDirectory(prefix="se-fleet-") as folder:
         tmp = Path(folder)
         began = time.monotonic()
         with (tmp / "fleet.om").open("w") as out:
-            samples = write_openmetrics(out, fleet(count, start, hours), start, end, STEP)
-        generated = time.monotonic() - began
-        text_bytes = (tmp / "fleet.om").stat().st_size
+            figures["samples"] = write_openmetrics(out, fleet(count, start, hours), start, end, STEP)
+        figures["generated"] = time.monotonic() - began
+        figures["text_bytes"] = (tmp / "fleet.om").stat().st_size
         began = time.monotonic()
         subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"),
                         str(tmp / "data")], check=True, capture_output=True)
-        backfilled = time.monotonic() - began
+        figures["backfilled"] = time.monotonic() - began
         (tmp / "fleet.om").unlink()
-        blocks = _blocks(tmp / "data")
+        figures["blocks"] = _blocks(tmp / "data")
         (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 60s\n  evaluation_interval: 60s\n")
         port = free_port()
-        server = subprocess.Popen(
-            [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        figures["rules_backfilled"] = _backfill_rules(promtool, prometheus, tmp, port, start=start, end=end)
+        server = _serve(prometheus, tmp, port)
         try:
-            base = f"http://127.0.0.1:{port}"
-            _wait_ready(base)
-            window = {"rate_interval": "4m", "interval": f"{STEP:.0f}s", "range_": f"{hours:g}h"}
-            # The fleet overview with every VM selected; the VM detail, as its name says, for one VM.
-            queries = [q for q in dashboard_queries(**window, include_variables=False) if "fleet" in q.dashboard_file]
-            queries += [q for q in dashboard_queries(instance=ONE_VM, **window, include_variables=False)
-                        if "fleet" not in q.dashboard_file]
-            panels = [(q.dashboard_file, q.panel_title, q.ref_id, q.instant,
-                       _timed(base, q.expr, start, end, q.instant)) for q in queries]
-            rules = [(name, kind, _timed(base, expr, start, end, True)) for name, kind, expr in _rules()]
-            series = _instant(base, 'count({__name__=~".+"})', end)
-            rss_mib = proc_status_kib(server.pid, "VmHWM") / 1024
+            panels, rules = _measure(f"http://127.0.0.1:{port}", hours, start, end)
+            figures["series_end"] = _instant(f"http://127.0.0.1:{port}", 'count({__name__=~".+"})', end)
+            figures["prometheus_peak_rss_mib"] = proc_status_kib(server.pid, "VmHWM") / 1024
         finally:
             server.terminate()
             server.wait(30)
-    figures = {"vms": count, "hours": hours, "samples": samples, "text_bytes": text_bytes, "generated": generated,
-               "backfilled": backfilled, "blocks": blocks, "series_end": series, "prometheus_peak_rss_mib": rss_mib}
     _print(report, figures, panels, rules)
     return report
+
+
+def _backfill_rules(promtool: str, prometheus: str, tmp: Path, port: int, *, start: float, end: float) -> float:
+    """The recording rules the fleet overview reads, backfilled over the window as Prometheus would have
+    recorded them: promtool evaluates them against a server on the raw blocks, then writes blocks."""
+    server = _serve(prometheus, tmp, port)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}")
+        began = time.monotonic()
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}", f"--end={end:.0f}",
+                        f"--url=http://127.0.0.1:{port}", "--eval-interval=60s", f"--output-dir={tmp / 'recorded'}",
+                        str(RULES)], check=True, capture_output=True)
+        took = time.monotonic() - began
+    finally:
+        server.terminate()
+        server.wait(30)
+    for block in (tmp / "recorded").iterdir():
+        block.rename(tmp / "data" / block.name)
+    return took
+
+
+Panel = tuple[str, str, str, bool, tuple[float, int]]
+Rule = tuple[str, str, tuple[float, int]]
+
+
+def _measure(base: str, hours: float, start: float, end: float) -> tuple[list[Panel], list[Rule]]:
+    from tests.rules.dashboard_queries import dashboard_queries
+
+    _wait_ready(base)
+    window = {"rate_interval": "4m", "interval": f"{STEP:.0f}s", "range_": f"{hours:g}h"}
+    # The fleet overview with every VM selected; the VM detail, as its name says, for one VM.
+    queries = [q for q in dashboard_queries(**window, include_variables=False) if "fleet" in q.dashboard_file]
+    queries += [q for q in dashboard_queries(instance=ONE_VM, **window, include_variables=False)
+                if "fleet" not in q.dashboard_file]
+    panels = [(q.dashboard_file, q.panel_title, q.ref_id, q.instant, _timed(base, q.expr, start, end, q.instant))
+              for q in queries]
+    rules = [(name, kind, _timed(base, expr, start, end, True)) for name, kind, expr in _rules()]
+    return panels, rules
+
+
+def _serve(prometheus: str, tmp: Path, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _blocks(data: Path) -> dict[str, float]:
@@ -143,8 +174,7 @@ def _rules() -> list[tuple[str, str, str]]:
             for group in groups for rule in group["rules"]]
 
 
-def _print(report: Report, figures: dict[str, Any], panels: list[tuple[str, str, str, bool, tuple[float, int]]],
-           rules: list[tuple[str, str, tuple[float, int]]]) -> None:
+def _print(report: Report, figures: dict[str, Any], panels: list[Panel], rules: list[Rule]) -> None:
     slowest = max((seconds for *_, (seconds, _) in panels), default=0.0)
     count, hours, blocks = figures["vms"], figures["hours"], figures["blocks"]
     report.table(
@@ -153,6 +183,7 @@ def _print(report: Report, figures: dict[str, Any], panels: list[tuple[str, str,
         [["samples backfilled", f"{figures['samples']:,}"],
          ["OpenMetrics text", f"{figures['text_bytes'] / 2**20:,.0f} MiB"],
          ["generated in / backfilled in (promtool)", f"{figures['generated']:.0f} s / {figures['backfilled']:.0f} s"],
+         ["recording rules backfilled in (promtool)", f"{figures['rules_backfilled']:.0f} s"],
          ["series in the blocks", f"{blocks['series']:,.0f}"],
          ["series at the end of the window", f"{figures['series_end']:,}"],
          ["blocks on disk", f"{blocks['bytes'] / 2**20:,.1f} MiB in {blocks['blocks']:.0f} block(s)"],

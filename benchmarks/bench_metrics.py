@@ -1,7 +1,10 @@
 """/metrics latency p50/p99 with 0, 10, 100 and 1000 events listed.
 
 - ``render``: in-process, ``generate_latest`` on the ``Exporter``'s registry (the collector and
-  the text encoder; no HTTP), the store filled by one poll through an ``httpx.MockTransport``.
+  the text encoder; no HTTP), the store filled by one poll through an ``httpx.MockTransport``;
+  side by side (alternating) with ``generate_latest`` on a **plain prometheus_client registry holding
+  the same series** (Gauge and Counter objects with the same names, labels and values: what an
+  exporter written the usual way would serve), and the ratio of the two medians.
 - ``HTTP``: a real exporter process polling a simulator process (1 s), scraped over loopback by the
   driver with a fresh connection per scrape, with Prometheus's headers (OpenMetrics offered first,
   gzip; the exporter answers the text format, as node_exporter does) and with curl's (``*/*``: text
@@ -29,7 +32,30 @@ PROMETHEUS_HEADERS = {
 CURL_HEADERS = {"Accept": "*/*"}
 
 
-def _render_samples(size: int, repeats: int) -> tuple[list[float], int, int]:
+def plain_registry(text: str) -> Any:
+    """A prometheus_client registry of plain Gauges and Counters holding the series of ``text``."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    for family in text_string_to_metric_families(text):
+        by_name: dict[str, list[Any]] = {}
+        for sample in family.samples:
+            by_name.setdefault(sample.name, []).append(sample)
+        for name, samples in by_name.items():
+            labelnames = sorted(samples[0].labels)
+            if family.type == "counter" and name.endswith("_total"):
+                metric: Any = Counter(name.removesuffix("_total"), family.documentation, labelnames, registry=registry)
+                for sample in samples:
+                    (metric.labels(**sample.labels) if labelnames else metric).inc(sample.value)
+            else:
+                metric = Gauge(name, family.documentation, labelnames, registry=registry)
+                for sample in samples:
+                    (metric.labels(**sample.labels) if labelnames else metric).set(sample.value)
+    return registry
+
+
+def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], int, int]:
     import httpx
     from prometheus_client import generate_latest
 
@@ -52,12 +78,16 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], int, int]:
         if exporter.poller.poll_once() is not None:
             raise RuntimeError("the in-process poll failed")
         text = generate_latest(exporter.registry)
-        samples = []
-        for _ in range(repeats):
+        plain = plain_registry(text.decode())
+        samples, reference = [], []
+        for _ in range(repeats):  # A B A B: the same moments of a noisy machine for both
             began = time.perf_counter()
             generate_latest(exporter.registry)
             samples.append((time.perf_counter() - began) * 1000)
-        return samples, count_samples(text.decode()), len(text)
+            began = time.perf_counter()
+            generate_latest(plain)
+            reference.append((time.perf_counter() - began) * 1000)
+        return samples, reference, count_samples(text.decode()), len(text)
     finally:
         exporter.close()
 
@@ -108,11 +138,17 @@ def run(mode: Mode) -> Report:
     sizes = SIZES if mode.name != "tiny" else (0, 10)
     rows: list[list[Any]] = []
     data: dict[str, Any] = {"unit": "milliseconds", "cells": []}
+    plain_rows: list[list[Any]] = []
     for size in sizes:
-        samples, series, length = _render_samples(size, render_repeats)
+        samples, reference, series, length = _render_samples(size, render_repeats)
         rows.append(["render (in-process)", size, percentile(samples, 50), percentile(samples, 99), series, length])
         data["cells"].append({"how": "render", "events": size, "p50_ms": percentile(samples, 50),
-                              "p99_ms": percentile(samples, 99), "series": series, "bytes": length})
+                              "p99_ms": percentile(samples, 99), "series": series, "bytes": length,
+                              "plain_p50_ms": percentile(reference, 50), "plain_p99_ms": percentile(reference, 99)})
+        plain_rows.append([size, series, percentile(samples, 50), percentile(reference, 50),
+                           f"{percentile(samples, 50) / percentile(reference, 50):.2f}x"])
+    report.table("/metrics render vs a plain prometheus_client registry with the same series (ms, p50)",
+                 ["events", "series", "se-exporter", "plain prometheus_client", "ratio"], plain_rows)
     for size in sizes:
         for label, cell in _http_samples(size, http_repeats).items():
             p50, p99 = percentile(cell["samples"], 50), percentile(cell["samples"], 99)

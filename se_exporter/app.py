@@ -31,7 +31,7 @@ from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
 from se_exporter.otel.lifecycle_spans import LifecycleSpans
-from se_exporter.otel.pipeline import Telemetry, build_telemetry, disabled
+from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Decider, Poller, PollSink
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
@@ -72,11 +72,13 @@ class Exporter:
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
-        self.telemetry: Telemetry = disabled()
+        self.telemetry: Telemetry = NoTelemetry()
         otel = parse_otel_environment(environ) if environ is not None else None
         if otel is not None and not otel.enabled:
             log.info("OpenTelemetry is disabled (OTEL_SDK_DISABLED=true)" if otel.disabled else HOW_TO_ENABLE)
         if otel is not None and otel.enabled:  # the resource needs the identity: learn it first
+            from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
+
             identity = self._startup_identity(settings, limiter, transport, identity)
             self.telemetry = build_telemetry(otel, resource_attributes(otel, identity, __version__),
                                              _spool_path(config.state_file), __version__)

@@ -23,6 +23,7 @@ EXPECTED = {
     "detection": "### Detection latency at 1 s polling",
     "startup": "### Start-up: spawn → ready",
     "series": "### Series per VM and for a 10,000-VM fleet",
+    "fleet": "### Fleet of 20 VMs",
 }
 
 

@@ -20,6 +20,7 @@ TAGS = ["se-exporter", "azure", "scheduled-events"]
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'job=~"$job", instance=~"$instance"'
+JOB = 'job=~"$job"'  # for job-level recording rules: they have no instance label
 
 
 def m(name: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import DISRUPTIVE, FLEET_UID, SEL, m
+from dashboards.mixin.config import DISRUPTIVE, FLEET_UID, JOB, SEL, m
 from dashboards.mixin.grafana import (
     DURATION_MAPPINGS,
     IMPACT_COLOURS,
@@ -21,6 +21,7 @@ from dashboards.mixin.grafana import (
     vm_link,
 )
 from dashboards.mixin.panels import approvals_by_result, event_timeline, poll_errors_by_reason, soonest_not_before
+from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, JOB_VMS_PENDING, PERSISTENCE_ERRORS
 
 
 def fleet_overview(job_selector: str) -> dict[str, Any]:
@@ -215,10 +216,10 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
             "VMs with pending events by type and status",
             "Number of VMs that list at least one event of each type and status "
             "(azure_scheduled_events_pending > 0). Events of an availability set or scale set are listed on "
-            "every member VM.",
+            "every member VM. From the recording rule " + JOB_VMS_PENDING + ": the selected jobs, every instance.",
             [
                 target(
-                    f"count by (event_type, event_status) ({m('pending')}{{{SEL}}} > 0)",
+                    f"sum by (event_type, event_status) ({JOB_VMS_PENDING}{{{JOB}}})",
                     "{{event_type}} {{event_status}}",
                 )
             ],
@@ -261,10 +262,11 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         timeseries(
             "Transitions",
             "Event lifecycle transitions (scheduled, started, completed, cancelled, rescheduled) counted over "
-            "$__rate_interval windows. Each VM that lists an event counts its transitions.",
+            "5-minute windows. Each VM that lists an event counts its transitions. From the recording rule "
+            + JOB_TRANSITIONS + ": the selected jobs, every instance (VM detail shows one VM's).",
             [
                 target(
-                    f"sum by (event_type, transition) (increase({m('transitions_total')}{{{SEL}}}[$__rate_interval]))",
+                    f"sum by (event_type, transition) ({JOB_TRANSITIONS}{{{JOB}}})",
                     "{{event_type}} {{transition}}",
                 )
             ],
@@ -318,7 +320,9 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay.add(
         poll_errors_by_reason(
             "Failed IMDS polls per second by reason (timeout, connection, http_4xx, http_5xx, throttled, "
-            "invalid_document), summed over the selected exporters.",
+            "invalid_document), summed over every exporter of the selected jobs (recording rule, 5-minute "
+            "rate).",
+            fleet=True,
         ),
         8,
         8,
@@ -342,12 +346,13 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay.add(
         timeseries(
             "Time since last successful poll",
-            "Per exporter: time() - azure_scheduled_events_last_successful_poll_timestamp_seconds. A line "
-            "stops when the exporter is no longer scraped; see 'Targets down'. Dashed line: alert threshold.",
+            "The oldest of the selected jobs' exporters: max of time() - "
+            "azure_scheduled_events_last_successful_poll_timestamp_seconds (recording rule " + JOB_POLL_AGE +
+            "). An exporter no longer scraped drops out; see 'Targets up / down'. Red: the alert threshold.",
             [
                 target(
-                    f"time() - {m('last_successful_poll_timestamp_seconds')}{{{SEL}}}",
-                    "{{instance}}",
+                    f"max by (job) ({JOB_POLL_AGE}{{{JOB}}})",
+                    "{{job}}",
                 )
             ],
             "s",
@@ -374,17 +379,17 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
         timeseries(
             "Transition-log spool",
             "OTLP transition-log spool: records waiting to be sent (depth), records dropped per second "
-            "(lost: the audit trail has gaps), and failed writes per second of the state file and the spool "
-            "(a full or read-only disk: approvals wait meanwhile).",
+            "(lost: the audit trail has gaps), and the exporters whose state file or spool failed to be "
+            "written in the last 15 minutes (a full or read-only disk: approvals wait meanwhile).",
             [
                 target(f"sum by (instance) ({m('log_spool_depth')}{{{SEL}}})", "{{instance}} depth"),
                 target(
                     f"sum by (instance) (rate({m('log_spool_dropped_total')}{{{SEL}}}[$__rate_interval]))",
                     "{{instance}} dropped/s",
                 ),
-                target(
-                    f"sum by (instance, file) (rate({m('persistence_errors_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{instance}} {{file}} write errors/s",
+                target(  # only the exporters with failed writes: the recorded 15-minute increase, above 0
+                    f"sum by (instance, file) ({PERSISTENCE_ERRORS}{{{SEL}}}) > 0",
+                    "{{instance}} {{file}} failed writes (15 min)",
                 ),
             ],
             "short",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import SEL, m
+from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.grafana import (
     EVENT_STATE_EXPR,
     GREEN,
@@ -17,6 +17,7 @@ from dashboards.mixin.grafana import (
     thresholds,
     timeseries,
 )
+from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 
 def event_timeline(description: str) -> dict[str, Any]:
@@ -95,11 +96,15 @@ def approvals_by_result(description: str) -> dict[str, Any]:
     )
 
 
-def poll_errors_by_reason(description: str) -> dict[str, Any]:
+def poll_errors_by_reason(description: str, *, fleet: bool = False) -> dict[str, Any]:
+    """``fleet``: from the job-level recording rule (every instance of the selected jobs), which stays fast
+    at thousands of VMs; otherwise from the raw counters of the selected instances."""
+    expr = (f"sum by (reason) ({JOB_POLL_ERRORS}{{{JOB}}})" if fleet
+            else f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))")
     return timeseries(
         "Poll errors by reason",
         description,
-        [target(f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        [target(expr, "{{reason}}")],
         "ops",
         stacked=True,
     )

@@ -14,6 +14,12 @@ POLL_ERRORS_RATIO = f"instance:{PREFIX}poll_errors:ratio_rate5m"
 APPROVALS_FAILED = f"instance_event_type:{PREFIX}approvals_failed:increase15m"
 SPOOL_DROPPED = f"instance:{PREFIX}log_spool_dropped:increase15m"
 PERSISTENCE_ERRORS = f"instance:{PREFIX}persistence_errors:increase15m"
+# Fleet panels read these job-level aggregates instead of every VM's raw series: at 2,000 VMs the raw
+# queries took up to 3.5 s over 6 h (BENCHMARKS.md, "Fleet scale"); the recorded ones take milliseconds.
+JOB_TRANSITIONS = f"job:{PREFIX}transitions:increase5m"
+JOB_POLL_ERRORS = f"job:{PREFIX}poll_errors_by_reason:rate5m"
+JOB_VMS_PENDING = f"job:{PREFIX}vms_with_pending_events:count"
+JOB_POLL_AGE = f"job:{PREFIX}last_successful_poll_age_seconds:max"
 
 def robust_increase(metric: str, selector: str, by: str) -> str:
     """increase() over 15m that also counts a counter series born after its first increment.
@@ -68,6 +74,22 @@ def recording_rules(job_selector: str) -> list[dict[str, Any]]:
         {
             "record": SPOOL_DROPPED,
             "expr": robust_increase(m("log_spool_dropped_total"), "", "job, instance"),
+        },
+        {
+            "record": JOB_TRANSITIONS,
+            "expr": f"sum by (job, event_type, transition) (increase({m('transitions_total')}[5m]))",
+        },
+        {
+            "record": JOB_POLL_ERRORS,
+            "expr": f"sum by (job, reason) (rate({m('poll_errors_total')}[5m]))",
+        },
+        {
+            "record": JOB_VMS_PENDING,
+            "expr": f"count by (job, event_type, event_status) ({m('pending')} > 0)",
+        },
+        {
+            "record": JOB_POLL_AGE,
+            "expr": f"max by (job) (time() - {m('last_successful_poll_timestamp_seconds')})",
         },
         {
             "record": PERSISTENCE_ERRORS,

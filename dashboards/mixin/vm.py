@@ -88,6 +88,19 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         4,
         4,
     )
+    lay.add(
+        stat(
+            "Failed writes (time range)",
+            "Failed writes of the state file and the log spool in the dashboard's time range (a full or "
+            "read-only disk): approvals wait while the state file cannot be saved. Empty without --state.file.",
+            f"sum(increase({m('persistence_errors_total')}{{{SEL}}}[$__range]))",
+            "short",
+            steps=thresholds((None, "green"), (0.5, "red")),
+            no_value="no state file",
+        ),
+        4,
+        4,
+    )
 
     lay.row("Events")
     lay.add(

@@ -9,7 +9,7 @@ registers the collector in a registry of its own.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -67,6 +67,7 @@ class SnapshotCollector(Collector):
         self._version = version
         self._spool = spool
         self._state = state
+        self._cached: _Cached | None = None
 
     def collect(self) -> Iterator[Metric]:
         yield from (family for family in self._families() if family.samples)  # no bare HELP/TYPE lines
@@ -77,7 +78,7 @@ class SnapshotCollector(Collector):
 
     def _families(self) -> Iterator[Metric]:
         status = self._poller.status
-        yield from _event_families(list(self._store.events.values()), status.identity, self._clock())
+        yield from self._event_families(status.identity)
         yield from self._health_families(status)
         yield from self._counters.families()
         errors = CounterMetricFamily(PREFIX + "poll_errors", "Failed polls by reason.", labels=["reason"])
@@ -104,6 +105,22 @@ class SnapshotCollector(Collector):
             errors.add_metric(["spool"], self._spool.write_errors)
         return errors
 
+    def _event_families(self, identity: VMIdentity) -> Iterator[GaugeMetricFamily]:
+        """The per-event families. Only two depend on the time of the scrape; the others change only
+        when the store does (a new ``events`` mapping) or this VM's name is learned, so they are built
+        once per change, not once per scrape."""
+        events = self._store.events
+        cached = self._cached
+        if cached is None or cached[0] is not events or cached[1] != identity:
+            states = sorted(events.values(), key=lambda state: state.event.event_id)
+            timed = [([label(s.event.event_id), label(s.event.event_type)],
+                      s.event.not_before.timestamp() if s.event.not_before is not None else None, s.started_at)
+                     for s in states]
+            cached = self._cached = (events, identity, timed, _static_families(states, identity))
+        pending, info, not_before, duration = cached[3]
+        until, started = _timed_families(cached[2], self._clock())
+        yield from (pending, info, not_before, until, duration, started)
+
     def _health_families(self, status: PollStatus) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(PREFIX + "imds_up", "1 if the last IMDS poll succeeded.", value=int(status.up))
         last_success = GaugeMetricFamily(
@@ -123,17 +140,21 @@ class SnapshotCollector(Collector):
         yield info
 
 
-def _event_families(events: list[EventState], identity: VMIdentity, now: float) -> Iterator[GaugeMetricFamily]:
+_Static = tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]
+_Timed = list[tuple[list[str], float | None, float | None]]  # labels, NotBefore, Started at (Unix times)
+_Cached = tuple[Mapping[str, EventState], VMIdentity, _Timed, _Static]
+PER_EVENT = ["event_id", "event_type"]
+
+
+def _static_families(states: list[EventState], identity: VMIdentity) -> _Static:
+    """pending, event_info, NotBefore and DurationInSeconds: functions of the listed events alone."""
     pending = GaugeMetricFamily(PREFIX + "pending", "Events now listed.", labels=["event_type", "event_status"])
     counts = {(event_type, status): 0 for event_type in EVENT_TYPES for status in EVENT_STATUSES}
-    for state in events:
+    for state in states:
         key = (label(state.event.event_type), label(state.event.event_status))
         counts[key] = counts.get(key, 0) + 1
     for (event_type, status), count in sorted(counts.items()):
         pending.add_metric([event_type, status], count)
-    yield pending
-
-    per_event = ["event_id", "event_type"]
     info = GaugeMetricFamily(
         PREFIX + "event_info",
         "One series per listed event.",
@@ -141,18 +162,12 @@ def _event_families(events: list[EventState], identity: VMIdentity, now: float) 
                 "impact", "cause"],
     )
     not_before = GaugeMetricFamily(
-        PREFIX + "event_not_before_timestamp_seconds", "NotBefore as Unix time.", labels=per_event
-    )
-    until = GaugeMetricFamily(
-        PREFIX + "event_seconds_until_not_before", "NotBefore minus now (negative once passed).", labels=per_event
+        PREFIX + "event_not_before_timestamp_seconds", "NotBefore as Unix time.", labels=PER_EVENT
     )
     duration = GaugeMetricFamily(
-        PREFIX + "event_duration_seconds", "DurationInSeconds as given (-1 unknown).", labels=per_event
+        PREFIX + "event_duration_seconds", "DurationInSeconds as given (-1 unknown).", labels=PER_EVENT
     )
-    started = GaugeMetricFamily(
-        PREFIX + "event_started_seconds", "Time spent in Started so far.", labels=per_event
-    )
-    for state in sorted(events, key=lambda s: s.event.event_id):
+    for state in states:
         event = state.event
         labels = [label(event.event_id), label(event.event_type)]
         info.add_metric(
@@ -162,9 +177,21 @@ def _event_families(events: list[EventState], identity: VMIdentity, now: float) 
         )
         duration.add_metric(labels, event.duration_seconds)
         if event.not_before is not None:
-            moment = event.not_before.timestamp()
-            not_before.add_metric(labels, moment)
-            until.add_metric(labels, moment - now)
-        if (seconds := state.started_seconds(now)) is not None:
-            started.add_metric(labels, seconds)
-    yield from (info, not_before, until, duration, started)
+            not_before.add_metric(labels, event.not_before.timestamp())
+    return pending, info, not_before, duration
+
+
+def _timed_families(rows: _Timed, now: float) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """The two families that depend on the time of the scrape."""
+    until = GaugeMetricFamily(
+        PREFIX + "event_seconds_until_not_before", "NotBefore minus now (negative once passed).", labels=PER_EVENT
+    )
+    started = GaugeMetricFamily(
+        PREFIX + "event_started_seconds", "Time spent in Started so far.", labels=PER_EVENT
+    )
+    for labels, not_before, started_at in rows:
+        if not_before is not None:
+            until.add_metric(labels, not_before - now)
+        if started_at is not None:
+            started.add_metric(labels, max(0.0, now - started_at))
+    return until, started

@@ -46,10 +46,10 @@ from se_exporter.audit.spool import Spool
 from se_exporter.errors import ConfigError
 from se_exporter.imds.pacing import Backoff
 from se_exporter.otel.config import OTelConfig, SignalConfig
+from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 log = logging.getLogger(__name__)
 SCOPE = "se_exporter"
-SHUTDOWN_SECONDS = 5.0  # SIGTERM: logs may use all of it; spans get what is left, at least 1 s
 SPAN_RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
 HELD_SPANS = 2048  # spans kept while the collector is away (about 17 minutes of polls at 1 Hz with their GETs)
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
@@ -57,8 +57,8 @@ _HTTP_COMPRESSION = {"gzip": HttpCompression.Gzip, "deflate": HttpCompression.De
 
 
 @dataclass
-class Telemetry:
-    """What the exporter uses: a tracer provider (API type) and the spool the event log fills."""
+class Pipeline:
+    """The SDK's side of ``Telemetry``: a tracer provider and the log spool with its shipper."""
 
     tracer_provider: trace.TracerProvider
     spool: Spool | None = None
@@ -77,21 +77,17 @@ class Telemetry:
             stopper.join(max(1.0, timeout - (time.monotonic() - started)))
 
 
-def disabled() -> Telemetry:
-    return Telemetry(trace.NoOpTracerProvider())
-
-
 def build_telemetry(
     config: OTelConfig, attributes: Mapping[str, str], spool_path: Path | None, version: str
 ) -> Telemetry:
-    """Build (and start) the pipeline ``config`` describes; ``disabled()`` when it describes none."""
+    """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none."""
     if not config.enabled:
-        return disabled()
+        return NoTelemetry()
     resource = Resource({
         "telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
         "telemetry.sdk.version": sdk_version, **attributes,
     })
-    telemetry = disabled()
+    telemetry = Pipeline(trace.NoOpTracerProvider())
     span_exporter = _span_exporter(config.traces)
     if span_exporter is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
@@ -100,7 +96,7 @@ def build_telemetry(
                                        max_export_batch_size=512, schedule_delay_millis=config.span_schedule_delay_ms,
                                        export_timeout_millis=30_000)
         provider.add_span_processor(processor)
-        telemetry = Telemetry(provider, _provider=provider)
+        telemetry = Pipeline(provider, _provider=provider)
     log_exporter = _log_exporter(config.logs)
     if log_exporter is not None:
         telemetry.spool = Spool(spool_path)

@@ -130,13 +130,17 @@ def test_recording_rule_names() -> None:
     assert RECORDING_RULES
     for rule in RECORDING_RULES:
         level, metric, operation = rule["record"].split(":")
-        assert level.startswith("instance"), rule["record"]
+        assert level.startswith(("instance", "job")), rule["record"]
         assert metric.startswith("azure_scheduled_events_"), rule["record"]
         assert operation, rule["record"]
 
 
 def test_recording_rules_are_used() -> None:
+    """By an alert, another rule or a dashboard panel (the fleet overview reads job-level aggregates)."""
+    from tests.rules.dashboard_queries import dashboard_queries
+
     exprs = [r["expr"] for r in ALERT_RULES] + [r["expr"] for r in RECORDING_RULES]
+    exprs += [q.raw_expr for q in dashboard_queries()]
     for rule in RECORDING_RULES:
         uses = sum(rule["record"] in metric_names(e) for e in exprs)
         assert uses >= 1, f"{rule['record']} is recorded but never used"

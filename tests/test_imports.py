@@ -1,0 +1,53 @@
+"""A running exporter imports only what its configuration uses (memory and start-up are per VM, times
+a fleet): no OpenTelemetry SDK without an OTLP endpoint, no approval package without a policy, never
+the simulator. Observed with ``python -X importtime`` on the real process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.fake_imds import FakeIMDS
+from tests.support.wait import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules a started exporter imported (until its first successful poll)."""
+    log = tmp_path / "importtime.log"
+    command = [sys.executable, "-X", "importtime", "-m", "se_exporter", "run", "--web.listen-address=127.0.0.1:0",
+               f"--imds.url={fake_imds.url}", "--vm.name=vm-a", *flags]
+    base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    with log.open("wb") as err:
+        proc = subprocess.Popen(command, cwd=REPO, stderr=err, env={**base, **(env or {})})
+        try:
+            wait_for(lambda: len(fake_imds.event_requests()) >= 2, 20, "two polls")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    return {line.split("|")[-1].strip() for line in log.read_text().splitlines() if line.startswith("import time:")}
+
+
+def test_without_otlp_or_policy_no_sdk_no_approval_no_simulator(fake_imds: FakeIMDS, tmp_path: Path) -> None:
+    modules = imported_by_run(fake_imds, tmp_path)
+    assert "se_exporter.poller" in modules  # it did run
+    for heavy in ("opentelemetry.sdk", "opentelemetry.exporter", "google.protobuf", "grpc",
+                  "se_exporter.approval.approver", "se_exporter.simulator"):
+        assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")], heavy
+
+
+@pytest.mark.parametrize("what", ["otlp", "policy"])
+def test_what_is_configured_is_imported(fake_imds: FakeIMDS, tmp_path: Path, what: str) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules:\n  - name: users\n    causes: [user]\n")
+    if what == "otlp":
+        modules = imported_by_run(fake_imds, tmp_path, env={"OTEL_TRACES_EXPORTER": "console",
+                                                            "OTEL_LOGS_EXPORTER": "none"})
+        assert "opentelemetry.sdk.trace" in modules
+    else:
+        modules = imported_by_run(fake_imds, tmp_path, f"--approval.config={policy}")
+        assert "se_exporter.approval.approver" in modules and "opentelemetry.sdk" not in modules
