@@ -1,8 +1,8 @@
 """HTTP client for the Instance Metadata Service: Scheduled Events and compute metadata.
 
-One long-lived httpx transport (connection pool), called directly: IMDS needs none of
-``httpx.Client``'s cookies, auth or redirects, which cost more CPU than the rest of an idle poll.
-Proxies are bypassed on purpose (no proxy, ``trust_env=False``): IMDS is link-local and rejects
+One long-lived transport (``imds.transport``: kept-alive connections), called directly: IMDS needs
+none of ``httpx.Client``'s cookies, auth or redirects, which cost more CPU than the rest of an idle
+poll. Proxies are bypassed on purpose (the transport never uses one): IMDS is link-local and rejects
 proxied requests. Every request passes the shared rate limiter, is timed into ``on_response``
 (the metrics) and traced as an HTTP client span.
 """
@@ -25,6 +25,7 @@ from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 from se_exporter.imds.pacing import RateLimiter
+from se_exporter.imds.transport import IMDSTransport
 
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
@@ -62,7 +63,7 @@ class IMDSClient:
         self._last_document: Document | None = None
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._base_url = httpx.URL(settings.base_url)
-        self._transport = transport or httpx.HTTPTransport(trust_env=False)
+        self._transport = transport or IMDSTransport()
         self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
     def close(self) -> None:
