@@ -37,6 +37,9 @@ def plain_registry(text: str) -> Any:
     from prometheus_client import CollectorRegistry, Counter, Gauge
     from prometheus_client.parser import text_string_to_metric_families
 
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()  # the same series exactly: the exporter renders no _created either
     registry = CollectorRegistry()
     for family in text_string_to_metric_families(text):
         by_name: dict[str, list[Any]] = {}

@@ -68,12 +68,18 @@ def nested_imports(module: str, limit: int = 12) -> list[tuple[str, float]]:
 def run(mode: Mode) -> Report:
     report = Report(NAME)
     repeats = mode.pick(10, 4, 1)
-    ready: dict[str, list[float]] = {"exporter, OTel off": [], "exporter, OTel on": [], "reference loop": []}
+    ready: dict[str, list[float]] = {"exporter, OTel off": [], "exporter, OTel off, --vm.name": [],
+                                     "exporter, OTel on": [], "reference loop": []}
     with otlp_receiver() as receiver, simulator(0) as sim:
         for _ in range(repeats):
             proc = ExporterProc(sim.url, name="exporter")
             try:
                 ready["exporter, OTel off"].append(proc.wait_ready() * 1000)
+            finally:
+                proc.stop()
+            proc = ExporterProc(sim.url, extra_args=["--vm.name=sim-vm-0"], name="exporter-named")
+            try:  # the name given: no compute-metadata request before the first poll
+                ready["exporter, OTel off, --vm.name"].append(proc.wait_ready() * 1000)
             finally:
                 proc.stop()
             if receiver is not None:
