@@ -34,10 +34,8 @@ CURL_HEADERS = {"Accept": "*/*"}
 
 def plain_registry(text: str) -> Any:
     """A prometheus_client registry of plain Gauges and Counters holding the series of ``text``."""
-    from prometheus_client import CollectorRegistry, Counter, Gauge
+    from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
     from prometheus_client.parser import text_string_to_metric_families
-
-    from prometheus_client import disable_created_metrics
 
     disable_created_metrics()  # the same series exactly: the exporter renders no _created either
     registry = CollectorRegistry()

@@ -16,7 +16,7 @@ the dashboards and the rules see the same data a real fleet would give them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -206,16 +206,20 @@ def _request_durations(vm: VM, t: float) -> list[tuple[str, str, float]]:
 
 
 def _notice(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    rows = []
-    for kind in sorted({e.event_type for e in vm.events if e.scheduled <= t}):
-        observed = [e.started - e.scheduled for e in vm.events if e.event_type == kind and e.scheduled <= t]
-        rows += _histogram(P + "notice_seconds", f'event_type="{kind}"', NOTICE_BUCKETS, observed)
-    return rows
+    return _per_type(vm, "notice_seconds", NOTICE_BUCKETS, lambda e: e.scheduled <= t,
+                     lambda e: e.started - e.scheduled)
 
 
 def _started_duration(vm: VM, t: float) -> list[tuple[str, str, float]]:
+    return _per_type(vm, "started_duration_seconds", STARTED_BUCKETS, lambda e: e.ended <= t,
+                     lambda e: e.ended - e.started)
+
+
+def _per_type(vm: VM, name: str, buckets: tuple[float, ...], seen: Callable[[Event], bool],
+              value: Callable[[Event], float]) -> list[tuple[str, str, float]]:
+    """A histogram per EventType of what ``value`` gives for the events ``seen`` so far."""
     rows = []
-    for kind in sorted({e.event_type for e in vm.events if e.ended <= t}):
-        observed = [e.ended - e.started for e in vm.events if e.event_type == kind and e.ended <= t]
-        rows += _histogram(P + "started_duration_seconds", f'event_type="{kind}"', STARTED_BUCKETS, observed)
+    for kind in sorted({e.event_type for e in vm.events if seen(e)}):
+        observed = [value(e) for e in vm.events if e.event_type == kind and seen(e)]
+        rows += _histogram(P + name, f'event_type="{kind}"', buckets, observed)
     return rows

@@ -21,41 +21,29 @@ from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 
 def event_timeline(description: str) -> dict[str, Any]:
-    return panel(
-        "state-timeline",
-        "Event timeline",
-        description,
-        [target(EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}")],
-        "none",
-        defaults={
-            "color": {"mode": "thresholds"},
-            "thresholds": GREEN,
-            "mappings": STATUS_MAPPINGS,
-            "custom": {"fillOpacity": 80, "lineWidth": 0},
-        },
-        options={
-            "alignValue": "left",
-            "mergeValues": True,
-            "rowHeight": 0.8,
-            "showValue": "auto",
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
-            "tooltip": {"mode": "single", "sort": "none"},
-        },
-    )
+    """Each event per VM over time, coloured by its status."""
+    return _state_timeline("Event timeline", description, EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}",
+                           STATUS_MAPPINGS)
 
 
 def impact_timeline(description: str) -> dict[str, Any]:
     """Each event over time, coloured by what it does to the VM."""
+    return _state_timeline("Event impact", description, IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}",
+                           IMPACT_MAPPINGS)
+
+
+def _state_timeline(title: str, description: str, expr: str, legend: str,
+                    mappings: list[dict[str, Any]]) -> dict[str, Any]:
     return panel(
         "state-timeline",
-        "Event impact",
+        title,
         description,
-        [target(IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}")],
+        [target(expr, legend)],
         "none",
         defaults={
             "color": {"mode": "thresholds"},
             "thresholds": GREEN,
-            "mappings": IMPACT_MAPPINGS,
+            "mappings": mappings,
             "custom": {"fillOpacity": 80, "lineWidth": 0},
         },
         options={
