@@ -8,8 +8,10 @@ bound can drop, and it counts what it drops.
 
 A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
 for gRPC by default, and would refuse the same batch for ever). A failing batch is halved at each
-attempt; a single record that fails while the record after it goes through is undeliverable (too
-large for this collector, say): it is set aside, counted as dropped and logged, never a stuck queue.
+attempt; a single record that fails, while the record after it goes through and it fails again right
+after, is undeliverable (too large for this collector, say): it is set aside, counted as dropped and
+logged, never a stuck queue. (Failing again right after matters: a collector that comes back between
+two attempts must not make a record look undeliverable; the soak caught that once.)
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ class LogShipper:
         following = self._spool.peek(2)[1:]
         if not following or not self._ship(following):
             return False  # nothing to compare with, or the collector refuses everything: an outage
+        if self._ship([record]):  # the collector just came back (an outage ending): not the record's fault
+            return True
         self._spool.set_aside(record.uid)
         log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while later records "
                   "are accepted: set aside as undeliverable (it is in this log: %s)", record.uid,

@@ -10,7 +10,7 @@ from pathlib import Path
 from se_exporter.audit.records import AuditRecord
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
-from tests.otlp import Failure, OTLPGrpcReceiver
+from tests.otlp import Failure, OTLPGrpcReceiver, OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
@@ -68,3 +68,23 @@ def test_a_record_the_collector_never_takes_is_set_aside_and_the_rest_goes_on(
     finally:
         telemetry.close(timeout=2)
     assert not [log for log in otlp_grpc_receiver.logs if str(log.body).startswith("yyy")]
+
+
+def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_undeliverable(
+    otlp_http_receiver: OTLPHttpReceiver, tmp_path: Path
+) -> None:
+    """The soak once lost a record this way: it failed alone, the collector came back, the next record
+    went through, and the first was set aside although nothing was wrong with it."""
+    otlp_http_receiver.set_failure(Failure(http_status=400, remaining=2))  # the batch, then the first alone
+    config = parse_otel_environment({**otlp_http_receiver.env, "OTEL_TRACES_EXPORTER": "none"})
+    telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
+    assert telemetry.spool is not None
+    try:
+        telemetry.spool.append([AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}")
+                                for n in (1, 2)])
+        otlp_http_receiver.wait_for_logs(count=2, timeout=30)
+        wait_for(lambda: telemetry.spool is not None and telemetry.spool.depth == 0, 10, "an empty spool")
+        assert telemetry.spool.dropped == 0
+    finally:
+        telemetry.close(timeout=2)
+    assert sorted(str(log.body) for log in otlp_http_receiver.logs) == ["record 1", "record 2"]
