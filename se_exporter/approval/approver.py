@@ -199,11 +199,7 @@ class Approver:
                 return
             if same and entry.status == Result.FAILED and (entry.retry_at is None or now < entry.retry_at):
                 return
-        classification = Classification(state.impact, state.cause)
-        verdict = self._policy.decide(event, vm_name, now, classification)
-        if verdict.candidate and not self._can_remember():
-            verdict = Verdict(False, reason=STATE_UNSAVED, detail=f"{verdict.detail}, but the state file cannot be "
-                              "saved: approving now could approve twice after a restart")
+        verdict = self._decide(state, vm_name, now)
         if not verdict.candidate:
             said = entry is not None and entry.status == Result.SKIPPED and entry.revision == revision
             if said and entry is not None and entry.reason == verdict.reason:
@@ -229,7 +225,8 @@ class Approver:
             assert vm_name is not None  # a candidate implies a known VM name
             new.status = HOOK_RUNNING
             left = None if event.not_before is None else event.not_before.timestamp() - now
-            future = self._hook_runner.submit(event, vm_name, verdict.rule, classification=classification,
+            future = self._hook_runner.submit(event, vm_name, verdict.rule,
+                                              classification=Classification(state.impact, state.cause),
                                               seconds_left=left)
             self._hooks[event.event_id] = _Hooking(future, event, verdict.rule)
         else:
@@ -264,9 +261,7 @@ class Approver:
             # Re-decide on the event as it is now: it may have started, moved or gone while the hook ran.
             state = listed.get(event_id)
             current = state.event if state is not None else None
-            verdict = None
-            if state is not None:
-                verdict = self._policy.decide(state.event, vm_name, now, Classification(state.impact, state.cause))
+            verdict = self._decide(state, vm_name, now) if state is not None else None
             if current is None or verdict is None or not verdict.candidate:
                 code, detail = (verdict.reason, verdict.detail) if verdict else (NOT_LISTED, "the event is gone")
                 entry.status, entry.reason = Result.SKIPPED, code
@@ -283,6 +278,15 @@ class Approver:
             entry.status = POSTING
             batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}"))
 
+    def _decide(self, state: EventState, vm_name: str | None, now: float) -> Verdict:
+        """The policy's verdict on a listed event, with its impact and cause; no candidate while the state
+        file cannot be saved. Every decision (first, after a hook, before each POST attempt) is this one."""
+        verdict = self._policy.decide(state.event, vm_name, now, Classification(state.impact, state.cause))
+        if verdict.candidate and not self._can_remember():
+            return Verdict(False, reason=STATE_UNSAVED, detail=f"{verdict.detail}, but the state file cannot be "
+                           "saved: approving now could approve twice after a restart")
+        return verdict
+
     def _recheck(self, items: tuple[_Item, ...]) -> tuple[list[tuple[str, _Item]], list[Dropped[_Item]]]:
         """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
         keep: list[tuple[str, _Item]] = []
@@ -294,10 +298,7 @@ class Approver:
                 if state is None:
                     dropped.append(Dropped(item, Result.SKIPPED, f"{NOT_LISTED}: the event is gone"))
                     continue
-                classification = Classification(state.impact, state.cause)
-                verdict = self._policy.decide(state.event, self._vm_name, now, classification)
-                if verdict.candidate and not self._can_remember():
-                    verdict = Verdict(False, reason=STATE_UNSAVED, detail="the state file cannot be saved")
+                verdict = self._decide(state, self._vm_name, now)
                 if not verdict.candidate:
                     dropped.append(Dropped(_Item(state.event, item.rule, item.why), Result.SKIPPED,
                                            f"{verdict.reason}: {verdict.detail}"))

@@ -115,9 +115,7 @@ class Spool:
         with self._cond:
             if uid not in self._pending or self._closed:
                 return
-            self._finish([uid])
-            self._write([{"drop": [uid]}])
-            self.dropped += 1
+            self._drop([uid])
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until something is pending (True), after ``wake`` or ``close``, or when ``timeout`` passes."""
@@ -143,12 +141,15 @@ class Spool:
             self._cond.notify_all()
 
     def _drop_oldest(self, excess: int) -> None:
-        oldest = [uid for _, uid in zip(range(excess), self._pending, strict=False)]
-        self._finish(oldest)
-        self._write([{"drop": oldest}])
-        self.dropped += excess
+        self._drop([uid for _, uid in zip(range(excess), self._pending, strict=False)])
         log.warning("log spool full (%d records): dropped the %d oldest; is the OTLP collector reachable?",
                     self.capacity, excess)
+
+    def _drop(self, uids: Sequence[str]) -> None:
+        """Give up on these pending records: never sent, counted."""
+        self._finish(uids)
+        self._write([{"drop": list(uids)}])
+        self.dropped += len(uids)
 
     def _finish(self, uids: Sequence[str]) -> None:
         for uid in uids:

@@ -67,18 +67,12 @@ class _Decoder:
     """Identity, gzip or deflate, never producing more than it is allowed to at once."""
 
     def __init__(self, encoding: str) -> None:
-        self._zlib = None
-        if encoding in _WBITS:
-            self._zlib = zlib.decompressobj(_WBITS[encoding])
-        elif encoding not in ("", "identity"):
-            self._encoding = encoding
-            self._refuse = True
-            return
-        self._refuse = False
+        self._zlib = zlib.decompressobj(_WBITS[encoding]) if encoding in _WBITS else None
+        self._unsupported = None if encoding in _WBITS or encoding in ("", "identity") else encoding
 
     def feed(self, data: bytes, room: int) -> list[bytes]:
-        if self._refuse:
-            raise ValueError(f"IMDS body cannot be decoded (Content-Encoding: {self._encoding} is not supported)")
+        if self._unsupported is not None:
+            raise ValueError(f"IMDS body cannot be decoded (Content-Encoding: {self._unsupported} is not supported)")
         if self._zlib is None:
             if len(data) > room:
                 raise BodyTooLarge([data[:room]])

@@ -113,10 +113,7 @@ class SnapshotCollector(Collector):
         cached = self._cached
         if cached is None or cached[0] is not events or cached[1] != identity:
             states = sorted(events.values(), key=lambda state: state.event.event_id)
-            timed = [([label(s.event.event_id), label(s.event.event_type)],
-                      s.event.not_before.timestamp() if s.event.not_before is not None else None, s.started_at)
-                     for s in states]
-            cached = self._cached = (events, identity, timed, _static_families(states, identity))
+            cached = self._cached = (events, identity, *_static_families(states, identity))
         pending, info, not_before, duration = cached[3]
         until, started = _timed_families(cached[2], self._clock())
         yield from (pending, info, not_before, until, duration, started)
@@ -146,8 +143,9 @@ _Cached = tuple[Mapping[str, EventState], VMIdentity, _Timed, _Static]
 PER_EVENT = ["event_id", "event_type"]
 
 
-def _static_families(states: list[EventState], identity: VMIdentity) -> _Static:
-    """pending, event_info, NotBefore and DurationInSeconds: functions of the listed events alone."""
+def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_Timed, _Static]:
+    """pending, event_info, NotBefore and DurationInSeconds (functions of the listed events alone), and
+    what the two time-dependent families need of each event, its labels computed once."""
     pending = GaugeMetricFamily(PREFIX + "pending", "Events now listed.", labels=["event_type", "event_status"])
     counts = {(event_type, status): 0 for event_type in EVENT_TYPES for status in EVENT_STATUSES}
     for state in states:
@@ -167,18 +165,21 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> _Static:
     duration = GaugeMetricFamily(
         PREFIX + "event_duration_seconds", "DurationInSeconds as given (-1 unknown).", labels=PER_EVENT
     )
+    timed: _Timed = []
     for state in states:
         event = state.event
         labels = [label(event.event_id), label(event.event_type)]
+        moment = event.not_before.timestamp() if event.not_before is not None else None
+        timed.append((labels, moment, state.started_at))
         info.add_metric(
             [*labels, label(event.event_status), label(event.event_source), label(event.resource_type),
              affects_label(identity.affects(event.resources)), state.impact, state.cause],
             1,
         )
         duration.add_metric(labels, event.duration_seconds)
-        if event.not_before is not None:
-            not_before.add_metric(labels, event.not_before.timestamp())
-    return pending, info, not_before, duration
+        if moment is not None:
+            not_before.add_metric(labels, moment)
+    return timed, (pending, info, not_before, duration)
 
 
 def _timed_families(rows: _Timed, now: float) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
