@@ -14,6 +14,7 @@ from benchmarks.common import Mode, machine_info, write_results
 
 BENCHMARKS = {
     "footprint": "benchmarks.bench_footprint",  # CPU % and peak RSS vs the reference loop
+    "outage": "benchmarks.bench_outage",  # idle CPU with a dead collector and 1,000 records waiting
     "poll": "benchmarks.bench_poll",  # cost per poll, fetch excluded
     "metrics": "benchmarks.bench_metrics",  # /metrics latency
     "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
                         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
     parser.add_argument("--duration", type=float, default=None,
-                        help="footprint measuring window in seconds (default 60, --quick 10)")
+                        help="measuring window in seconds of footprint (default 120, --quick 15) and outage "
+                             "(default 600, --quick 60)")
     parser.add_argument("--no-save", action="store_true", help="do not write JSON results")
     args = parser.parse_args(argv)
     mode = Mode("quick" if args.quick else "tiny" if args.tiny else "full")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {name}\n", flush=True)
         began = time.monotonic()
         try:
-            report = module.run(mode, duration=args.duration) if name == "footprint" else module.run(mode)
+            report = module.run(mode, duration=args.duration) if name in ("footprint", "outage") else module.run(mode)
         except Exception as error:  # one broken benchmark must not hide the others
             print(f"error: benchmark {name} failed: {type(error).__name__}: {error}\n", flush=True)
             failed.append(name)

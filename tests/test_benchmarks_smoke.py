@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # benchmark → the title of a table it must print
 EXPECTED = {
     "footprint": "### CPU and memory at 1 s polling",
+    "outage": "### Idle CPU with the collector dead",
     "poll": "### Cost per poll, fetch excluded",
     "metrics": "### /metrics latency",
     "detection": "### Detection latency at 1 s polling",

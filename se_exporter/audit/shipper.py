@@ -8,10 +8,12 @@ bound can drop, and it counts what it drops.
 
 A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
 for gRPC by default, and would refuse the same batch for ever). A failing batch is halved at each
-attempt; a single record that fails, while the record after it goes through and it fails again right
+attempt; a single record that fails while the collector takes an empty request, and fails again right
 after, is undeliverable (too large for this collector, say): it is set aside, counted as dropped and
-logged, never a stuck queue. (Failing again right after matters: a collector that comes back between
-two attempts must not make a record look undeliverable; the soak caught that once.)
+logged, never a stuck queue. Two details matter, both caught by tests: the probe carries no record, so
+no record ever overtakes an older one (probing with the next record delivered it first when the
+collector came back in between); and the record is tried again after the probe, so a collector that
+comes back between two attempts does not make a record look undeliverable (the soak lost one so).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ RETRY_BASE_SECONDS = 1.0
 # that comes back after a short outage is used within seconds.
 RETRY_CAP_SECONDS = 120.0
 
-Send = Callable[[Sequence[AuditRecord]], bool]  # True once the collector accepted the whole batch
+# True once the collector accepted the whole batch; an empty batch asks only whether it answers at all.
+Send = Callable[[Sequence[AuditRecord]], bool]
 
 
 class LogShipper:
@@ -114,25 +117,27 @@ class LogShipper:
         return batch
 
     def _set_aside_if_undeliverable(self, record: AuditRecord) -> bool:
-        """Send the record after ``record`` alone: if the collector takes it, ``record`` is the problem."""
-        following = self._spool.peek(2)[1:]
-        if not following or not self._ship(following):
-            return False  # nothing to compare with, or the collector refuses everything: an outage
+        """Probe with an empty request: if the collector takes it but refuses ``record`` again right
+        after, ``record`` is the problem. False while the collector refuses everything (an outage)."""
+        if not self._send_safely([]):
+            return False
         if self._ship([record]):  # the collector just came back (an outage ending): not the record's fault
             return True
         self._spool.set_aside(record.uid)
-        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while later records "
-                  "are accepted: set aside as undeliverable (it is in this log: %s)", record.uid,
+        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "
+                  "other requests: set aside as undeliverable (it is in this log: %s)", record.uid,
                   record.event_name, record.approximate_size, record.body[:200])
         return True
 
-    def _ship(self, batch: Sequence[AuditRecord]) -> bool:
+    def _send_safely(self, batch: Sequence[AuditRecord]) -> bool:
         try:
-            accepted = self._send(batch)
+            return self._send(batch)
         except Exception:  # a bug in the conversion must not kill the thread: keep the records
             log.exception("exporting %d log record(s) failed unexpectedly", len(batch))
-            accepted = False
-        if not accepted:
+            return False
+
+    def _ship(self, batch: Sequence[AuditRecord]) -> bool:
+        if not self._send_safely(batch):
             if self._failing_since is None:
                 self._failing_since = self._monotonic()
                 log.warning("OTLP log export failing: %d record(s) kept in the spool and retried",

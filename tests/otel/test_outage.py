@@ -30,6 +30,9 @@ def test_outage_and_restart_lose_nothing_and_duplicate_nothing(
 
     otlp_receiver.set_unavailable()  # 503 / UNAVAILABLE
     world.start_event(reboot)
+    # One poll at a time: two changes seen by the same poll are emitted in the document's order,
+    # which is the simulator's, not the order this test made them in.
+    wait_for(lambda: spool_depth(first) == 1, 15, "the start spooled during the outage")
     freeze = world.add_event(EventPlan("Freeze", notice=600))
     wait_for(lambda: spool_depth(first) == 2, 15, "two records spooled during the outage")
     # Rejected more than once: the SDK exporter's own retry window (1 s here) has run out and retried.

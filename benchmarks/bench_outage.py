@@ -1,0 +1,142 @@
+"""Idle CPU while the OTLP collector is dead and 1,000 audit records wait in the spool, over 10 minutes.
+
+The case that matters most for OTel: a collector is down exactly when the exporter must not start
+costing more. Four processes poll one idle simulator at 1 s, side by side in the same window: the
+reference loop, the exporter with OTel off, the exporter shipping to a live OTLP/HTTP receiver, and
+the exporter whose OTLP endpoint is a closed loopback port, started with 1,000 transition records
+already in its spool (``--state.file``: the spool file next to it, written by the real ``Spool``).
+
+CPU is read from /proc every ``window / SLICES`` seconds, so a cost that grows with the outage
+(retries that do not back off, work redone per attempt) shows as rising slices; the whole-window
+figure is wait4()'s exact rusage after a SIGKILL, as in bench_footprint. Slices are in clock ticks
+(10 ms), so a slice is only meaningful when it is long (the full run's slices are 2 minutes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    ExporterProc,
+    Mode,
+    Proc,
+    ReferenceProc,
+    Report,
+    cpu_seconds,
+    free_port,
+    metric_value,
+    otel_env,
+    otlp_receiver,
+    proc_status_kib,
+    simulator,
+)
+
+NAME = "outage"
+WAITING = 1000
+SLICES = 5
+DEAD = "exporter, OTel on, dead collector, 1,000 waiting"
+KINDS = ("reference loop", "exporter, OTel off", "exporter, OTel on, live collector", DEAD)
+
+
+def fill_spool(state_file: Path, count: int) -> None:
+    """``count`` transition records in the spool the exporter will load (as an earlier outage left them)."""
+    from se_exporter.audit.records import AuditRecord
+    from se_exporter.audit.spool import Spool
+
+    spool = Spool(state_file.with_name(state_file.name + ".spool"))
+    spool.append(AuditRecord("scheduled_event.transition", "INFO", f"Freeze scheduled (benchmark record {n})",
+                             {"scheduled_event.id": f"bench-{n}", "scheduled_event.type": "Freeze",
+                              "scheduled_event.transition": "scheduled",
+                              "scheduled_event.description": "Host server is undergoing maintenance."},
+                             1_700_000_000_000_000_000 + n, f"bench-uid-{n}") for n in range(count))
+    spool.close()
+
+
+def _dead_endpoint() -> dict[str, str]:
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "se-exporter-bench"}
+
+
+def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
+    state_file = state_dir / "state.json"
+    fill_spool(state_file, WAITING)
+    processes: dict[str, Proc] = {
+        "reference loop": ReferenceProc(url, name="reference"),
+        "exporter, OTel off": ExporterProc(url, name="exporter-off"),
+        DEAD: ExporterProc(url, otel_env=_dead_endpoint(), extra_args=[f"--state.file={state_file}"],
+                           name="exporter-dead-collector"),
+    }
+    if receiver is not None:
+        processes["exporter, OTel on, live collector"] = ExporterProc(url, otel_env=otel_env(receiver),
+                                                                      name="exporter-live-collector")
+    for proc in processes.values():
+        if isinstance(proc, ExporterProc):
+            proc.wait_ready()
+        elif isinstance(proc, ReferenceProc):
+            proc.wait_first_document()
+    return processes
+
+
+def _measure(processes: dict[str, Proc], window: float) -> tuple[float, dict[str, Any]]:
+    start = {kind: cpu_seconds(p.pid) for kind, p in processes.items()}
+    slices: dict[str, list[float]] = {kind: [] for kind in processes}
+    last = dict(start)
+    began = time.monotonic()
+    for index in range(1, SLICES + 1):
+        time.sleep(max(0.0, began + window * index / SLICES - time.monotonic()))
+        for kind, proc in processes.items():
+            now = cpu_seconds(proc.pid)
+            slices[kind].append(now - last[kind])
+            last[kind] = now
+    dead = processes[DEAD]
+    assert isinstance(dead, ExporterProc)
+    depth = metric_value(dead.metrics(), "azure_scheduled_events_log_spool_depth")
+    peak = {kind: proc_status_kib(p.pid, "VmHWM") for kind, p in processes.items()}
+    wall = time.monotonic() - began
+    measured = {}
+    for kind, proc in processes.items():
+        total, _ = proc.kill_for_rusage()
+        measured[kind] = {"cpu_s": total - start[kind], "slices_s": slices[kind], "peak_rss_kib": peak[kind]}
+    measured[DEAD]["spool_depth_at_end"] = depth
+    return wall, measured
+
+
+def run(mode: Mode, duration: float | None = None) -> Report:
+    report = Report(NAME)
+    window = duration if duration is not None else mode.pick(600.0, 60.0, 2.0)
+    warmup = mode.pick(10.0, 3.0, 0.5)
+    with contextlib.ExitStack() as stack:
+        receiver = stack.enter_context(otlp_receiver())
+        sim = stack.enter_context(simulator(0))
+        state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="se-bench-outage-")))
+        processes: dict[str, Proc] = {}
+        try:
+            processes = _spawn(sim.url, receiver, state_dir)
+            time.sleep(warmup)
+            wall, measured = _measure(processes, window)
+        finally:
+            for proc in processes.values():
+                proc.stop()
+
+    reference = measured["reference loop"]["cpu_s"]
+    rows = []
+    for kind in KINDS:
+        if kind not in measured:
+            continue
+        figures = measured[kind]
+        ratio = figures["cpu_s"] / reference if reference > 0 else float("nan")
+        per_slice = " / ".join(f"{1000 * s:.0f}" for s in figures["slices_s"])
+        rows.append([kind, round(100 * figures["cpu_s"] / wall, 3), round(ratio, 2), per_slice,
+                     round(figures["peak_rss_kib"] / 1024, 1)])
+    report.table(
+        f"Idle CPU with the collector dead and {WAITING} records waiting ({wall:.0f} s window, "
+        f"{SLICES} slices of {wall / SLICES:.0f} s)",
+        ["process", "CPU % of one core", "CPU x reference", "CPU ms per slice", "peak RSS MiB"], rows)
+    report.note(f"records still waiting at the end (dead collector): {measured[DEAD]['spool_depth_at_end']}")
+    report.data = {"window_s": wall, "warmup_s": warmup, "slices": SLICES, "waiting": WAITING,
+                   "results": measured}
+    return report
