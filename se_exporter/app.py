@@ -82,9 +82,13 @@ class Exporter:
             identity = self._startup_identity(settings, limiter, transport, identity)
             self.telemetry = build_telemetry(otel, resource_attributes(otel, identity, __version__),
                                              _spool_path(config.state_file), __version__)
-        tracer = (tracer_provider or self.telemetry.tracer_provider).get_tracer("se_exporter", __version__)
-        lifecycle = LifecycleSpans.from_state(tracer, self.persistence.section("lifecycle"))
-        self.persistence.track("lifecycle", lifecycle)
+        tracer_provider = tracer_provider or self.telemetry.tracer_provider
+        tracer = tracer_provider.get_tracer("se_exporter", __version__)
+        sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
+        if not isinstance(tracer_provider, trace.NoOpTracerProvider):  # else no lifecycle span is ever sent
+            lifecycle = LifecycleSpans.from_state(tracer, self.persistence.section("lifecycle"))
+            self.persistence.track("lifecycle", lifecycle)
+            sinks.append(lifecycle)
         self.client = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response,
                                  tracer=tracer)
         approver = self._approver(policy) if policy is not None else None
@@ -92,7 +96,7 @@ class Exporter:
         self.poller = Poller(
             client=self.client,
             store=store,
-            sinks=[self.counters, AuditTrail(self.telemetry.spool), lifecycle, *extra_sinks],
+            sinks=[*sinks, *extra_sinks],
             persistence=self.persistence,
             interval=config.poll_interval,
             identity=identity,

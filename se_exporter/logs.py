@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -12,26 +13,54 @@ from typing import Any, TextIO
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("logfmt", "json")
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
+_BARE_ASCII = re.compile(r'[!#-<>-\[\]-~]+')  # printable ASCII but for those: bare, no further check
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+# ``extra={FIELDS: {...}}`` hands a line's fields over as one mapping, in order: for lines with many
+# fields (the audit trail's), cheaper than one record attribute each. Other extras are then not shown.
+FIELDS = "se_fields"
+_MEMO_TEXTS, _MEMO_TEXT_CHARS = 4096, 200
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, Any]:
     """The record as ordered key/values: ts, level, logger, msg, then structured extras."""
     fields: dict[str, Any] = {
-        "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "level": record.levelname.lower().replace("warning", "warn"),
+        "ts": _timestamp(record.created),
+        "level": _LEVEL_NAMES.get(record.levelno) or record.levelname.lower().replace("warning", "warn"),
         "logger": record.name,
         "msg": record.getMessage(),
     }
-    fields.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
+    structured = getattr(record, FIELDS, None)
+    if structured is not None:
+        fields.update(structured)
+    else:
+        fields.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
     if record.exc_info:
         fields["exc"] = logging.Formatter().formatException(record.exc_info)
     return fields
 
 
 class LogfmtFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        # Most key=value pairs recur line after line (types, statuses, descriptions, the logger): each
+        # is written once. Bounded; a clear now and then costs a few pairs written again.
+        self._pairs: dict[tuple[str, str], str] = {}
+
     def format(self, record: logging.LogRecord) -> str:
-        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields_of(record).items())
+        pairs, written = self._pairs, []
+        for pair in fields_of(record).items():
+            key, value = pair
+            if type(value) is not str or len(value) > _MEMO_TEXT_CHARS:
+                written.append(f"{key}={_logfmt_value(value)}")
+                continue
+            text = pairs.get(pair)
+            if text is None:
+                if len(pairs) >= _MEMO_TEXTS:
+                    pairs.clear()
+                text = pairs[pair] = f"{key}={_logfmt_value(value)}"
+            written.append(text)
+        return " ".join(written)
 
 
 class JSONFormatter(logging.Formatter):
@@ -40,15 +69,43 @@ class JSONFormatter(logging.Formatter):
 
 
 def _logfmt_value(value: Any) -> str:
-    if isinstance(value, bool):
+    # The audit trail writes a line of about 20 values per transition (1,000 at once when a scale set's
+    # document first lists them): plain text and numbers take the short paths.
+    kind = type(value)
+    text: str
+    if kind is str:
+        text = value
+    elif kind is int or kind is float:
+        return str(value)
+    elif kind is bool:
         return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        value = ",".join(map(str, value))
-    text = str(value)
-    # isprintable() already rules out newlines, tabs and other control characters.
-    if text and text.isprintable() and _NEEDS_QUOTES.search(text) is None:
+    elif isinstance(value, list | tuple):
+        text = ",".join(map(str, value))
+    else:
+        text = str(value)
+    if _BARE_ASCII.fullmatch(text):
         return text
+    # isprintable() rules out newlines, tabs and other control characters.
+    if text.isprintable():
+        if text and _NEEDS_QUOTES.search(text) is None:
+            return text
+        if '"' not in text and "\\" not in text:
+            return f'"{text}"'  # what JSON would write: nothing in it needs an escape
     return json.dumps(text, ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=4)  # the lines of one poll share their second
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _timestamp(created: float) -> str:
+    """As ``isoformat(timespec="milliseconds")`` of the UTC time, with a Z: microseconds rounded, then cut."""
+    seconds = int(created)
+    micros = round((created - seconds) * 1_000_000)
+    if micros >= 1_000_000:
+        seconds, micros = seconds + 1, micros - 1_000_000
+    return f"{_second(seconds)}.{micros // 1000:03d}Z"
 
 
 def configure(level: str, fmt: str, stream: TextIO | None = None) -> logging.Handler:

@@ -21,6 +21,7 @@ import msgspec
 
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact, classify
+from se_exporter.uids import uuid5_text
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -93,7 +94,7 @@ def _transition_uid(event_id: str, life: int, kind: str, not_before: datetime | 
     key += f"/{kind}"
     if not_before is not None:
         key += "/" + not_before.isoformat()
-    return str(uuid.uuid5(_UID_NAMESPACE, key))
+    return uuid5_text(_UID_NAMESPACE, key)
 
 
 class EventStore:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -56,3 +57,24 @@ def test_any_text_reads_back_unchanged(text: str) -> None:
     assert "\n" not in line
     assert value_of(line, "field") == text
     assert line.endswith(" after=end")
+
+
+def general_rule(text: str) -> str:
+    """The rule the formatter's short paths must agree with: bare when a reader takes it back as it is."""
+    if text and text.isprintable() and not any(c in text for c in ' ="\\'):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+@given(st.text() | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126)))
+def test_the_short_paths_write_what_the_general_rule_writes(text: str) -> None:
+    assert value_of(logfmt_line(field=text, after="end"), "field") == text
+    assert f" field={general_rule(text)} after=end" in logfmt_line(field=text, after="end")
+
+
+@given(st.floats(min_value=0, max_value=4e9))
+def test_timestamps_are_utc_milliseconds_as_isoformat_writes_them(created: float) -> None:
+    record = logging.LogRecord("se_exporter.test", logging.INFO, __file__, 1, "m", None, None)
+    record.created = created
+    expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert LogfmtFormatter().format(record).startswith(f"ts={expected} ")

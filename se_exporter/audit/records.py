@@ -17,6 +17,7 @@ from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.store import Transition, TransitionKind
 from se_exporter.times import rfc3339, unix_nanos
+from se_exporter.uids import uuid5_text
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
@@ -80,24 +81,25 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         "scheduled_event.impact": transition.impact,
         "scheduled_event.cause": transition.cause,
     }
-    if event.not_before is not None:
-        attributes["scheduled_event.not_before"] = rfc3339(event.not_before)
+    not_before = rfc3339(event.not_before) if event.not_before is not None else None
+    if not_before is not None:
+        attributes["scheduled_event.not_before"] = not_before
     affects = identity.affects(event.resources)
     if affects is not None:  # a bool cannot say "unknown": left out while this VM's name is unknown
         attributes["scheduled_event.affects_this_vm"] = affects
     if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
         attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
-    attributes["log.record.uid"] = transition.uid
+    attributes["log.record.uid"] = uid = transition.uid
     coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED)
     severity = WARN if coming and event.event_type in DISRUPTIVE_TYPES else INFO
-    return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects), attributes,
-                       unix_nanos(transition.observed_at), transition.uid)
+    return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects, not_before), attributes,
+                       unix_nanos(transition.observed_at), uid)
 
 
 def approval_record(decision: ApprovalDecision) -> AuditRecord:
     event = decision.event
     # Every decision is a distinct audit fact (a re-decision after a crash is a real second one).
-    uid = str(uuid.uuid5(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}"))
+    uid = uuid5_text(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}")
     attributes: dict[str, AttributeValue] = {
         "scheduled_event.id": event.event_id,
         "scheduled_event.type": event.event_type,
@@ -115,16 +117,14 @@ def approval_record(decision: ApprovalDecision) -> AuditRecord:
     return AuditRecord(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
 
 
-def _transition_body(transition: Transition, affects: bool | None) -> str:
-    event = transition.event
-    when = f", not before {rfc3339(event.not_before)}" if event.not_before else ""
-    what = {
-        TransitionKind.SCHEDULED: f"scheduled{when}",
-        TransitionKind.RESCHEDULED: f"rescheduled{when}",
-        TransitionKind.STARTED: "started",
-        TransitionKind.COMPLETED: "completed" + (f" after {transition.started_seconds:.0f} s in Started"
-                                  if transition.started_seconds is not None else ""),
-    }.get(transition.kind, transition.kind)
+def _transition_body(transition: Transition, affects: bool | None, not_before: str | None) -> str:
+    event, kind = transition.event, transition.kind
+    if kind is TransitionKind.SCHEDULED or kind is TransitionKind.RESCHEDULED:
+        what = f"{kind}, not before {not_before}" if not_before else str(kind)
+    elif kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
+        what = f"completed after {transition.started_seconds:.0f} s in Started"
+    else:
+        what = str(kind)
     whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"
     source = f", source {event.event_source}" if event.event_source else ""
     what_it_does = f"impact {transition.impact}, cause {transition.cause}"

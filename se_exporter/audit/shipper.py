@@ -8,12 +8,13 @@ bound can drop, and it counts what it drops.
 
 A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
 for gRPC by default, and would refuse the same batch for ever). A failing batch is halved at each
-attempt; a single record that fails while the collector takes an empty request, and fails again right
-after, is undeliverable (too large for this collector, say): it is set aside, counted as dropped and
-logged, never a stuck queue. Two details matter, both caught by tests: the probe carries no record, so
-no record ever overtakes an older one (probing with the next record delivered it first when the
-collector came back in between); and the record is tried again after the probe, so a collector that
-comes back between two attempts does not make a record look undeliverable (the soak lost one so).
+attempt. A record refused alone is tried next time after an empty request: if the collector takes that
+and still refuses the record right after, the record is undeliverable (too large for this collector,
+say): it is set aside, counted as dropped and logged, never a stuck queue. Three details matter, each
+caught by a test: the probe carries no record, so no record ever overtakes an older one (probing with
+the next record delivered it first when the collector came back in between); the record is tried
+again after the probe, so a collector that comes back between two attempts does not make it look
+undeliverable (the soak lost one so); and during an outage an attempt is still one request.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class LogShipper:
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
         self._failing_since: float | None = None
         self._batch_size = BATCH_SIZE  # halved while batches fail, back to BATCH_SIZE after a success
+        self._refused_alone = ""  # the uid of the record last refused in a batch of its own
 
     def start(self) -> None:
         self._thread.start()
@@ -95,10 +97,8 @@ class LogShipper:
                     return
                 self._spool.wait()  # append() and stop() wake it: an idle shipper costs nothing
                 continue
-            if self._ship(batch):
+            if self._attempt(batch):
                 self._batch_size = BATCH_SIZE
-                continue
-            if len(batch) == 1 and self._set_aside_if_undeliverable(batch[0]):
                 continue
             self._batch_size = max(1, len(batch) // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed
@@ -116,12 +116,20 @@ class LogShipper:
             batch.append(record)
         return batch
 
-    def _set_aside_if_undeliverable(self, record: AuditRecord) -> bool:
-        """Probe with an empty request: if the collector takes it but refuses ``record`` again right
-        after, ``record`` is the problem. False while the collector refuses everything (an outage)."""
+    def _attempt(self, batch: list[AuditRecord]) -> bool:
+        """True when the batch is done with: accepted, or one record set aside as undeliverable."""
+        record = batch[0]
+        if len(batch) > 1 or record.uid != self._refused_alone:
+            if self._ship(batch):
+                return True
+            if len(batch) == 1:
+                self._refused_alone = record.uid
+            return False
+        # It was refused alone last time. An empty request tells an outage (refused too: one request
+        # per attempt, as before) from a record this collector will never take (the request is taken).
         if not self._send_safely([]):
             return False
-        if self._ship([record]):  # the collector just came back (an outage ending): not the record's fault
+        if self._ship(batch):  # the collector just came back (an outage ending): not the record's fault
             return True
         self._spool.set_aside(record.uid)
         log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "

@@ -14,6 +14,7 @@ import logging
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord, approval_record, transition_record
 from se_exporter.audit.spool import Spool
+from se_exporter.logs import FIELDS
 from se_exporter.poller import PollResult
 
 log = logging.getLogger("se_exporter.events")
@@ -35,8 +36,10 @@ class AuditTrail:
 
     def _write(self, records: list[AuditRecord]) -> None:
         for record in records:
-            # Dotted attribute names never collide with logging's own LogRecord fields.
-            fields = {"event": record.event_name, **record.attributes}
-            log.log(_LEVELS.get(record.severity, logging.INFO), record.body, extra=fields)
+            level = _LEVELS.get(record.severity, logging.INFO)
+            if log.isEnabledFor(level):
+                # Made and handled directly: the caller's file and line (findCaller) mean nothing here.
+                fields = {FIELDS: {"event": record.event_name, **record.attributes}}
+                log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra=fields))
         if self._spool is not None:
             self._spool.append(records)

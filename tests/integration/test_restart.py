@@ -45,6 +45,8 @@ def test_restart_emits_no_transition_twice(stop_signal: int, tmp_path: Path, fak
     started_at = time.time()
     wait_for(lambda: json.loads(state.read_text())["sections"]["store"]["events"][0]["started_at"], 10,
              "state saved")
+    # No OTLP configured: no lifecycle span is ever sent, so none is kept (in memory or in the file).
+    assert set(json.loads(state.read_text())["sections"]) == {"store"}
     code = first.stop(stop_signal)
     assert code == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
     assert state.stat().st_mode & 0o077 == 0, "the state file must not be readable by others"
