@@ -43,6 +43,7 @@ class SignalConfig:
     certificate: str | None = None
     client_key: str | None = None
     client_certificate: str | None = None
+    proxy: str | None = None  # OTLP/HTTP: HTTPS_PROXY or HTTP_PROXY for the endpoint, unless NO_PROXY names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,29 @@ def _signal(environ: Mapping[str, str], signal: str, path: str) -> SignalConfig:
         certificate=_value(environ, var("CERTIFICATE")),
         client_key=_value(environ, var("CLIENT_KEY")),
         client_certificate=_value(environ, var("CLIENT_CERTIFICATE")),
+        proxy=_proxy(environ, endpoint) if protocol == "http/protobuf" else None,
     )
+
+
+def _proxy(environ: Mapping[str, str], endpoint: str) -> str | None:
+    """The proxy for ``endpoint`` (``https_proxy``/``HTTPS_PROXY`` for https, ``http_proxy``/``HTTP_PROXY`` for
+    http), as the SDK's OTLP/HTTP exporter (``requests``) would use it, but read from ``environ``."""
+    url = urllib.parse.urlsplit(endpoint)
+    scheme = url.scheme.lower()
+    proxy = (environ.get(f"{scheme}_proxy") or environ.get(f"{scheme.upper()}_PROXY") or "").strip()
+    no_proxy = (environ.get("no_proxy") or environ.get("NO_PROXY") or "").strip()
+    if not proxy or _bypassed(url.hostname or "", no_proxy):
+        return None
+    return proxy
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    """Whether NO_PROXY names ``host``: ``*``, the host itself, or a domain it is in (``.example.com``)."""
+    for entry in (item.strip().lower() for item in no_proxy.split(",")):
+        domain = entry.lstrip(".")
+        if entry == "*" or (domain and (host == domain or host.endswith("." + domain))):
+            return True
+    return False
 
 
 def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:

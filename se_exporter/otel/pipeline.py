@@ -28,9 +28,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
 from opentelemetry.sdk.resources import Resource
@@ -41,11 +40,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord
-from se_exporter.audit.shipper import LogShipper
+from se_exporter.audit.shipper import LogShipper, Send
 from se_exporter.audit.spool import Spool
 from se_exporter.errors import ConfigError
 from se_exporter.imds.pacing import Backoff
 from se_exporter.otel.config import OTelConfig, SignalConfig
+from se_exporter.otel.otlp_http import OTLPHttpClient
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ SCOPE = "se_exporter"
 SPAN_RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
 HELD_SPANS = 2048  # spans kept while the collector is away (about 17 minutes of polls at 1 Hz with their GETs)
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
-_HTTP_COMPRESSION = {"gzip": HttpCompression.Gzip, "deflate": HttpCompression.Deflate}
 
 
 @dataclass
@@ -88,7 +87,7 @@ def build_telemetry(
         "telemetry.sdk.version": sdk_version, **attributes,
     })
     telemetry = Pipeline(trace.NoOpTracerProvider())
-    span_exporter = _span_exporter(config.traces)
+    span_exporter = _span_exporter(config.traces, version)
     if span_exporter is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
@@ -97,23 +96,58 @@ def build_telemetry(
                                        export_timeout_millis=30_000)
         provider.add_span_processor(processor)
         telemetry = Pipeline(provider, _provider=provider)
-    log_exporter = _log_exporter(config.logs)
-    if log_exporter is not None:
+    sender = _log_sender(config.logs, resource, InstrumentationScope(SCOPE, version), version)
+    if sender is not None:
         telemetry.spool = Spool(spool_path)
-        scope = InstrumentationScope(SCOPE, version)
-        telemetry._shipper = LogShipper(telemetry.spool, _sender(log_exporter, resource, scope),
-                                        abort=log_exporter.shutdown)
+        send, abort = sender
+        telemetry._shipper = LogShipper(telemetry.spool, send, abort=abort)
         telemetry._shipper.start()
     return telemetry
 
 
-def _sender(exporter: LogRecordExporter, resource: Resource, scope: InstrumentationScope) -> Callable[
-        [Sequence[AuditRecord]], bool]:
-    def send(batch: Sequence[AuditRecord]) -> bool:
-        records = [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
-        return exporter.export(records) is LogRecordExportResult.SUCCESS
+def _log_sender(signal: SignalConfig, resource: Resource, scope: InstrumentationScope,
+                version: str) -> tuple[Send, Callable[[], None]] | None:
+    """What the log shipper calls with a batch (True: accepted), and what makes a send in progress give up."""
+    def readable(batch: Sequence[AuditRecord]) -> list[ReadableLogRecord]:
+        return [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
 
-    return send
+    if signal.exporter == "otlp" and signal.protocol == "http/protobuf":
+        client = OTLPHttpClient(signal, _user_agent(version))
+        encoded: dict[tuple[str, ...], bytes] = {}  # the last batch: retried during an outage, encoded once
+
+        def post(batch: Sequence[AuditRecord]) -> bool:
+            uids = tuple(record.uid for record in batch)
+            if uids not in encoded:
+                encoded.clear()
+                encoded[uids] = encode_logs(readable(batch)).SerializeToString()
+            return client.post(encoded[uids])
+
+        return post, client.close
+    exporter = _log_exporter(signal)
+    if exporter is None:
+        return None
+    return (lambda batch: exporter.export(readable(batch)) is LogRecordExportResult.SUCCESS), exporter.shutdown
+
+
+def _user_agent(version: str) -> str:
+    return f"se-exporter/{version} (OTLP/HTTP; OpenTelemetry SDK {sdk_version})"
+
+
+class HttpSpanExporter(SpanExporter):
+    """Span batches as OTLP/HTTP requests, encoded by the SDK's encoder (``otel/otlp_http.py`` sends them)."""
+
+    def __init__(self, client: OTLPHttpClient) -> None:
+        self._client = client
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        accepted = self._client.post(encode_spans(spans).SerializeToString())
+        return SpanExportResult.SUCCESS if accepted else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._client.close()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True  # nothing is held here
 
 
 def _log_record(record: AuditRecord) -> LogRecord:
@@ -177,7 +211,7 @@ class PatientSpanExporter(SpanExporter):
         return result
 
 
-def _span_exporter(signal: SignalConfig) -> SpanExporter | None:
+def _span_exporter(signal: SignalConfig, version: str) -> SpanExporter | None:
     if signal.exporter == "console":
         return ConsoleSpanExporter(out=sys.stdout)
     if signal.exporter != "otlp":
@@ -186,31 +220,18 @@ def _span_exporter(signal: SignalConfig) -> SpanExporter | None:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 
         return GrpcSpanExporter(**_grpc_arguments(signal))
-    return HttpSpanExporter(**_http_arguments(signal))
+    return HttpSpanExporter(OTLPHttpClient(signal, _user_agent(version)))
 
 
 def _log_exporter(signal: SignalConfig) -> LogRecordExporter | None:
+    """The SDK's exporter for the console and for OTLP/gRPC (OTLP/HTTP: ``_log_sender``)."""
     if signal.exporter == "console":
         return ConsoleLogRecordExporter(out=sys.stdout)
     if signal.exporter != "otlp":
         return None
-    if signal.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 
-        return GrpcLogExporter(**_grpc_arguments(signal))
-    return HttpLogExporter(**_http_arguments(signal))
-
-
-def _http_arguments(signal: SignalConfig) -> dict[str, Any]:
-    return {
-        "endpoint": signal.endpoint,
-        "headers": dict(signal.headers),
-        "timeout": signal.timeout,
-        "compression": _HTTP_COMPRESSION.get(signal.compression, HttpCompression.NoCompression),
-        "certificate_file": signal.certificate,
-        "client_key_file": signal.client_key,
-        "client_certificate_file": signal.client_certificate,
-    }
+    return GrpcLogExporter(**_grpc_arguments(signal))
 
 
 def _grpc_arguments(signal: SignalConfig) -> dict[str, Any]:
