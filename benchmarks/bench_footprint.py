@@ -28,6 +28,7 @@ from benchmarks.common import (
     proc_status_kib,
     simulator,
     telemetry_module_present,
+    wait_all_started,
 )
 
 NAME = "footprint"
@@ -44,11 +45,7 @@ def _spawn(sims: dict[str, Any], receiver: Any) -> dict[Key, Proc]:
         if receiver is not None:
             processes[("exporter, OTel on", load)] = ExporterProc(
                 sim.url, otel_env=otel_env(receiver), name=f"exporter-on-{load}")
-    for proc in processes.values():
-        if isinstance(proc, ExporterProc):
-            proc.wait_ready()
-        elif isinstance(proc, ReferenceProc):
-            proc.wait_first_document()
+    wait_all_started(processes.values())
     return processes
 
 

@@ -33,6 +33,7 @@ from benchmarks.common import (
     otlp_receiver,
     proc_status_kib,
     simulator,
+    wait_all_started,
 )
 
 NAME = "outage"
@@ -73,11 +74,7 @@ def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
     if receiver is not None:
         processes["exporter, OTel on, live collector"] = ExporterProc(url, otel_env=otel_env(receiver),
                                                                       name="exporter-live-collector")
-    for proc in processes.values():
-        if isinstance(proc, ExporterProc):
-            proc.wait_ready()
-        elif isinstance(proc, ReferenceProc):
-            proc.wait_first_document()
+    wait_all_started(processes.values())
     return processes
 
 

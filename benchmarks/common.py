@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,6 +276,15 @@ class ReferenceProc(Proc):
         wait_until(lambda: self.alive() and any("DocumentIncarnation" in line for line in self.output),
                    timeout, f"{self.name} first document", interval=0.005)
         return time.monotonic() - self.spawned_mono
+
+
+def wait_all_started(processes: Iterable[Proc]) -> None:
+    """Block until every exporter is ready and every reference loop printed its first document."""
+    for proc in processes:
+        if isinstance(proc, ExporterProc):
+            proc.wait_ready()
+        elif isinstance(proc, ReferenceProc):
+            proc.wait_first_document()
 
 
 # ----- simulator -------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ class LogfmtFormatter(logging.Formatter):
         pairs, written = self._pairs, []
         for pair in fields_of(record).items():
             key, value = pair
-            if type(value) is not str or len(value) > _MEMO_TEXT_CHARS:
+            if not isinstance(value, str) or len(value) > _MEMO_TEXT_CHARS:  # str enums too
                 written.append(f"{key}={_logfmt_value(value)}")
                 continue
             text = pairs.get(pair)

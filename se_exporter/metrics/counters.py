@@ -8,6 +8,7 @@ label set that every VM of a fleet would pay for and no dashboard or rule reads)
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from itertools import product
 
@@ -56,23 +57,22 @@ class Counters:
             if decision.counted:
                 self.approvals.labels(self._event_type(label(decision.event.event_type)), decision.result).inc()
         # One label lookup per label set and poll: a scale set's first document may bring 1,000 at once.
-        counted: dict[tuple[str, str], int] = {}
-        notices: dict[str, list[float]] = {}
+        counted: collections.Counter[tuple[str, str]] = collections.Counter()
+        notices: collections.defaultdict[str, list[float]] = collections.defaultdict(list)
         for transition in result.transitions:
             event = transition.event
             event_type = self._event_type(label(event.event_type))  # an unknown type: bounded, then "other"
-            counted[event_type, transition.kind] = counted.get((event_type, transition.kind), 0) + 1
+            counted[event_type, transition.kind] += 1
             if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
                 self.started_duration.labels(event_type).observe(transition.started_seconds)
             if transition.kind is TransitionKind.SCHEDULED and event.not_before is not None:
-                notice = event.not_before.timestamp() - transition.first_seen
-                notices.setdefault(event_type, []).append(max(0.0, notice))
+                notices[event_type].append(max(0.0, event.not_before.timestamp() - transition.first_seen))
+        for (event_type, kind), count in counted.items():
+            self.transitions.labels(event_type, kind).inc(count)
         for event_type, seconds in notices.items():
             histogram = self.notice.labels(event_type)
             for notice in seconds:
                 histogram.observe(notice)
-        for (event_type, kind), count in counted.items():
-            self.transitions.labels(event_type, kind).inc(count)
 
     def observe_response(self, method: str, code: str, seconds: float) -> None:
         self.imds_requests.labels(method, code).inc()

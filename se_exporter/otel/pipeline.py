@@ -8,7 +8,9 @@ Everything is built from an ``OTelConfig`` (parsed from the injected environment
   sent after a growing pause (``PatientSpanExporter``); the outage is logged once, not every batch.
 - Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or
   the exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` converts each batch
-  to SDK log records here and calls the exporter's ``export()`` directly, acknowledging on success.
+  to SDK log records here and sends it, acknowledging on success.
+- OTLP/HTTP (both signals): the SDK's encoders make the request and ``otel/otlp_http.py`` sends it
+  (the SDK's HTTP exporters bring ``requests``); OTLP/gRPC and the console: the SDK's exporters.
 
 The Python logs API and SDK are still experimental: every use of them is in this module.
 """
@@ -113,20 +115,28 @@ def _log_sender(signal: SignalConfig, resource: Resource, scope: Instrumentation
 
     if signal.exporter == "otlp" and signal.protocol == "http/protobuf":
         client = OTLPHttpClient(signal, _user_agent(version))
-        encoded: dict[tuple[str, ...], bytes] = {}  # the last batch: retried during an outage, encoded once
-
-        def post(batch: Sequence[AuditRecord]) -> bool:
-            uids = tuple(record.uid for record in batch)
-            if uids not in encoded:
-                encoded.clear()
-                encoded[uids] = encode_logs(readable(batch)).SerializeToString()
-            return client.post(encoded[uids])
-
-        return post, client.close
+        return HttpLogSender(client, readable), client.close
     exporter = _log_exporter(signal)
     if exporter is None:
         return None
     return (lambda batch: exporter.export(readable(batch)) is LogRecordExportResult.SUCCESS), exporter.shutdown
+
+
+class HttpLogSender:
+    """Log-record batches as OTLP/HTTP requests. The batch the shipper retries during an outage is
+    encoded once: an attempt costs one request, whatever the backlog."""
+
+    def __init__(self, client: OTLPHttpClient,
+                 readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]]) -> None:
+        self._client = client
+        self._readable = readable
+        self._last: tuple[tuple[str, ...], bytes] = ((), b"")  # uids of the last batch, and its request
+
+    def __call__(self, batch: Sequence[AuditRecord]) -> bool:
+        uids = tuple(record.uid for record in batch)
+        if uids != self._last[0] or not uids:
+            self._last = (uids, encode_logs(self._readable(batch)).SerializeToString())
+        return self._client.post(self._last[1])
 
 
 def _user_agent(version: str) -> str:
