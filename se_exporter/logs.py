@@ -15,8 +15,8 @@ FORMATS = ("logfmt", "json")
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
 _BARE_ASCII = re.compile(r'[!#-<>-\[\]-~]+')  # printable ASCII but for those: bare, no further check
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
-# ``extra={FIELDS: {...}}`` hands a line's fields over as one mapping, in order: for lines with many
-# fields (the audit trail's), cheaper than one record attribute each. Other extras are then not shown.
+# ``extra={FIELDS: (mapping, ...)}`` hands a line's fields over as mappings, in order: for lines with
+# many fields (the audit trail's), cheaper than one record attribute each. Other extras are not shown.
 FIELDS = "se_fields"
 _MEMO_TEXTS, _MEMO_TEXT_CHARS = 4096, 200
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -32,7 +32,8 @@ def fields_of(record: logging.LogRecord) -> dict[str, Any]:
     }
     structured = getattr(record, FIELDS, None)
     if structured is not None:
-        fields.update(structured)
+        for part in structured:
+            fields.update(part)
     else:
         fields.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
     if record.exc_info:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
@@ -28,8 +29,7 @@ _APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
 AttributeValue = str | bool | int | float | tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
+class AuditRecord(msgspec.Struct, frozen=True, gc=False):  # a Struct: ten times cheaper to make than a dataclass
     event_name: str
     severity: str  # INFO | WARN | ERROR
     body: str

@@ -39,7 +39,7 @@ class AuditTrail:
             level = _LEVELS.get(record.severity, logging.INFO)
             if log.isEnabledFor(level):
                 # Made and handled directly: the caller's file and line (findCaller) mean nothing here.
-                fields = {FIELDS: {"event": record.event_name, **record.attributes}}
-                log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra=fields))
+                fields = ({"event": record.event_name}, record.attributes)
+                log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra={FIELDS: fields}))
         if self._spool is not None:
             self._spool.append(records)
