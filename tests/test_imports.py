@@ -1,6 +1,6 @@
 """A running exporter imports only what its configuration uses (memory and start-up are per VM, times
-a fleet): no OpenTelemetry SDK without an OTLP endpoint, no approval package without a policy, never
-the simulator. Observed with ``python -X importtime`` on the real process."""
+a fleet): no OpenTelemetry SDK without an OTLP endpoint, no approval package without a policy, no
+YAML parser without a file to read, never the simulator. Observed with ``python -X importtime`` on the real process."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[
 def test_without_otlp_or_policy_no_sdk_no_approval_no_simulator(fake_imds: FakeIMDS, tmp_path: Path) -> None:
     modules = imported_by_run(fake_imds, tmp_path)
     assert "se_exporter.poller" in modules  # it did run
-    for heavy in ("opentelemetry.sdk", "opentelemetry.exporter", "google.protobuf", "grpc",
+    for heavy in ("opentelemetry.sdk", "opentelemetry.exporter", "google.protobuf", "grpc", "yaml",
                   "se_exporter.approval.approver", "se_exporter.simulator"):
         assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")], heavy
 

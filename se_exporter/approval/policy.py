@@ -17,8 +17,9 @@ from typing import Annotated, Literal, get_args
 
 import msgspec
 
-from se_exporter.config.files import load_yaml, read_text, show
+from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import decode, field_problem
+from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import SCHEDULED, EventSourceName, EventTypeName, ScheduledEvent
 from se_exporter.imds.impact import Cause, Classification, Impact, classify

@@ -1,7 +1,7 @@
 """Typed, strict decoding of the files an operator writes (approval policy, web config, scenarios).
 
 Each file kind declares its shape once, as ``msgspec.Struct`` types with ``forbid_unknown_fields``;
-``decode`` converts the strictly loaded YAML (see ``files.load_yaml``) into those types without
+``decode`` converts the strictly loaded YAML (see ``strict_yaml.load_yaml``) into those types without
 coercion (``"5"`` is not 5, ``true`` is not 1). A problem becomes one line naming the key path and
 what was expected, phrased from the schema itself::
 

@@ -33,8 +33,9 @@ from typing import Annotated
 
 import msgspec
 
-from se_exporter.config.files import load_yaml, read_text
+from se_exporter.config.files import read_text
 from se_exporter.config.schema import decode, field_problem
+from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.simulator.model import EVENT_TYPES, SELF, EventPlan, EventSourceName
 from se_exporter.simulator.scenario import Reschedule, Scenario, ScenarioError, ScenarioEvent
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import msgspec
 
-from se_exporter.config.files import load_yaml, read_text, show
+from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
 from se_exporter.web.tls_config import TLSServerConfig, TLSServerSpec, tls_config
@@ -143,6 +143,8 @@ def parse_web_config(text: str, *, source: str = "<web config>", base_dir: Path 
 
     Files are not opened here (``load_web_config`` does that, through ``TLSServerConfig.ssl_context``).
     """
+    from se_exporter.config.strict_yaml import load_yaml  # PyYAML only when there is a web config
+
     prefix = f"{KIND} {source}"
     data = load_yaml(prefix, text)
     spec = decode({} if data is None else data, WebConfigFile, prefix=prefix, secret_keys=("basic_auth_users",))

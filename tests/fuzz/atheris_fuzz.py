@@ -23,7 +23,7 @@ import atheris
 with atheris.instrument_imports():
     from se_exporter.approval.policy import parse_policy
     from se_exporter.audit.records import transition_record
-    from se_exporter.config.files import load_yaml
+    from se_exporter.config.strict_yaml import load_yaml
     from se_exporter.errors import ConfigError, InvalidDocument
     from se_exporter.imds.document import parse_document
     from se_exporter.imds.identity import VMIdentity
