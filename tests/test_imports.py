@@ -1,6 +1,7 @@
 """A running exporter imports only what its configuration uses (memory and start-up are per VM, times
 a fleet): no OpenTelemetry SDK without an OTLP endpoint, no approval package without a policy, no
-YAML parser without a file to read, never the simulator. Observed with ``python -X importtime`` on the real process."""
+YAML parser without a file to read, never the simulator. Observed with ``python -X importtime`` on the
+real process."""
 
 from __future__ import annotations
 

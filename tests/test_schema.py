@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from se_exporter.approval.policy import load_policy
-from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.config.schema import decode, field_problem
+from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.simulator.scenario import ScenarioError
 from se_exporter.simulator.scenario_file import load_scenario_file
