@@ -27,6 +27,8 @@ from se_exporter.otel.config import SignalConfig
 
 log = logging.getLogger(__name__)
 MAX_ANSWER_BYTES = 1 << 16  # a collector's answer is a small protobuf (a partial-success count)
+# What a write to, or a read from, a connection the peer closed while it was idle raises.
+_GONE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress, "deflate": zlib.compress}
 
 
@@ -50,13 +52,14 @@ class OTLPHttpClient:
         self._timeout = signal.timeout
         self._lock = threading.Lock()
         self._connection: http.client.HTTPConnection | None = None
+        self._closed = False
 
     def post(self, body: bytes) -> bool:
         """True when the collector answered 2xx; a failure is logged at debug (the callers report outages)."""
         data = self._compress(body) if self._compress is not None else body
         with self._lock:
             reused = self._connection is not None
-            while True:
+            while not self._closed:
                 connection = self._connection or self._connect()
                 try:
                     connection.request("POST", self._path, body=data, headers=self._headers)
@@ -64,7 +67,9 @@ class OTLPHttpClient:
                     answer.read(MAX_ANSWER_BYTES)
                 except (OSError, http.client.HTTPException) as error:
                     self._drop()
-                    if reused:  # a kept-alive connection the collector closed while idle: once more, anew
+                    # A kept-alive connection the collector closed while idle: once more, on a new one. Not
+                    # after a timeout (the collector may have the request) nor after close().
+                    if reused and isinstance(error, _GONE) and not self._closed:
                         reused = False
                         continue
                     log.debug("OTLP/HTTP POST to %s failed: %s", self._path, error)
@@ -74,10 +79,12 @@ class OTLPHttpClient:
                 if not 200 <= answer.status < 300:
                     log.debug("OTLP/HTTP POST to %s answered %d %s", self._path, answer.status, answer.reason)
                 return 200 <= answer.status < 300
+            return False
 
     def close(self) -> None:
         """End the connection now, also under a send in progress, which then fails at once (a close()
-        alone would leave a thread blocked in recv() waiting for its timeout)."""
+        alone would leave a thread blocked in recv() waiting for its timeout); nothing is sent after."""
+        self._closed = True
         connection = self._connection
         if connection is not None and connection.sock is not None:
             with contextlib.suppress(OSError):

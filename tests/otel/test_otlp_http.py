@@ -143,6 +143,21 @@ def test_a_connection_the_collector_closed_while_idle_is_replaced_without_a_fail
     assert len(collector.seen) == 3 and collector.connections == 3
 
 
+def test_a_collector_too_slow_on_a_kept_connection_gets_the_request_once(
+        serve: Callable[..., tuple[Collector, int]]) -> None:
+    """Only a connection found closed is tried again: a timeout is a failure, not a reason to send twice."""
+    collector, port = serve()
+    client = OTLPHttpClient(SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=0.5),
+                            "t")
+    assert client.post(BODY)
+    collector.hold = hold = threading.Event()
+    try:
+        assert client.post(BODY) is False
+    finally:
+        hold.set()
+    assert len(collector.seen) == 2
+
+
 def test_close_makes_a_send_in_progress_give_up(serve: Callable[..., tuple[Collector, int]]) -> None:
     hold = threading.Event()
     collector, port = serve(Collector(hold=hold))
@@ -156,6 +171,23 @@ def test_close_makes_a_send_in_progress_give_up(serve: Callable[..., tuple[Colle
     sender.join(5)
     hold.set()
     assert results == [False] and time.monotonic() - began < 1.5
+    assert client.post(BODY) is False and len(collector.seen) == 1, "closed for good: nothing sent after close()"
+
+
+def test_close_during_a_send_on_a_kept_connection_does_not_send_again(
+        serve: Callable[..., tuple[Collector, int]]) -> None:
+    collector, port = serve()
+    client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
+    assert client.post(BODY)
+    collector.hold = hold = threading.Event()
+    results: list[bool] = []
+    sender = threading.Thread(target=lambda: results.append(client.post(BODY)))
+    sender.start()
+    wait_for(lambda: len(collector.seen) == 2, 5, "the second request arrived")
+    client.close()
+    sender.join(5)
+    hold.set()
+    assert results == [False] and len(collector.seen) == 2
 
 
 @pytest.fixture(scope="module")
