@@ -66,7 +66,7 @@ class IMDSTransport(httpx.BaseTransport):
             connection.close()
             raise (httpx.ReadTimeout if connected else httpx.ConnectTimeout)(str(error)) from None
         except (OSError, http.client.HTTPException) as error:
-            if reused and isinstance(error, ConnectionError | http.client.RemoteDisconnected):
+            if reused and closed_while_idle(error):
                 connection.close()
                 raise _Stale from None
             connection.close()
@@ -97,6 +97,12 @@ class IMDSTransport(httpx.BaseTransport):
 
 class _Stale(Exception):
     pass
+
+
+def closed_while_idle(error: BaseException) -> bool:
+    """Whether ``error`` is what writing to, or reading from, a kept-alive connection that the peer closed
+    while it was idle raises: worth one more try on a new connection (a timeout is not)."""
+    return isinstance(error, ConnectionError | http.client.RemoteDisconnected)
 
 
 class _Body(httpx.SyncByteStream):

@@ -23,12 +23,11 @@ import zlib
 from collections.abc import Callable
 
 from se_exporter.errors import ConfigError
+from se_exporter.imds.transport import closed_while_idle
 from se_exporter.otel.config import SignalConfig
 
 log = logging.getLogger(__name__)
 MAX_ANSWER_BYTES = 1 << 16  # a collector's answer is a small protobuf (a partial-success count)
-# What a write to, or a read from, a connection the peer closed while it was idle raises.
-_GONE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress, "deflate": zlib.compress}
 
 
@@ -69,16 +68,17 @@ class OTLPHttpClient:
                     self._drop()
                     # A kept-alive connection the collector closed while idle: once more, on a new one. Not
                     # after a timeout (the collector may have the request) nor after close().
-                    if reused and isinstance(error, _GONE) and not self._closed:
+                    if reused and closed_while_idle(error) and not self._closed:
                         reused = False
                         continue
                     log.debug("OTLP/HTTP POST to %s failed: %s", self._path, error)
                     return False
                 if answer.will_close or not answer.isclosed():
                     self._drop()  # asked to close, or more answer than we read: not reusable
-                if not 200 <= answer.status < 300:
+                accepted = 200 <= answer.status < 300
+                if not accepted:
                     log.debug("OTLP/HTTP POST to %s answered %d %s", self._path, answer.status, answer.reason)
-                return 200 <= answer.status < 300
+                return accepted
             return False
 
     def close(self) -> None:
