@@ -7,6 +7,7 @@
         ├── IMDSConnectionError     refused, reset, DNS, protocol error      reason "connection"
         ├── IMDSHTTPError           a non-2xx answer                         reason "http_4xx",
         │                                                                    "http_5xx", "throttled"
+        │                           (1xx and 3xx, which IMDS never sends:    "invalid_document")
         └── InvalidDocument         2xx, but not a Scheduled Events document reason "invalid_document"
 
 The poll loop catches ``IMDSError`` only: anything else is a bug and is allowed to surface.
@@ -52,13 +53,17 @@ class IMDSHTTPError(IMDSError):
     def reason(self) -> str:  # type: ignore[override]
         if self.status_code == 429:
             return "throttled"
-        return "http_5xx" if self.status_code >= 500 else "http_4xx"
+        if self.status_code >= 500:
+            return "http_5xx"
+        # A redirect or an informational answer is not IMDS speaking (redirects are never followed).
+        return "http_4xx" if 400 <= self.status_code < 500 else "invalid_document"
 
     @property
     def retryable(self) -> bool:
-        # IMDS documents 410 (retry up to 70 s), 429 and 5xx as transient; any other 4xx
-        # (400: missing Metadata header or api-version) will fail the same way again.
-        return self.status_code in (410, 429) or self.status_code >= 500
+        # IMDS documents 410 (retry up to 70 s), 429 and 5xx as transient; any other 4xx (400: missing
+        # Metadata header or api-version) will fail the same way again. 1xx and 3xx: something in between
+        # misbehaved; worth another try at the usual pace.
+        return self.status_code in (410, 429) or not 400 <= self.status_code < 500
 
 
 class InvalidDocument(IMDSError):

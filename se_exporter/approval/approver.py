@@ -40,6 +40,7 @@ from se_exporter.approval.ledger import (
     POST_DUE,
     POSTING,
     LedgerEntry,
+    describe_change,
     dump_ledger,
     event_revision,
     load_ledger,
@@ -55,14 +56,18 @@ log = logging.getLogger("se_exporter.approval")
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
 RETENTION_SECONDS = 7 * 24 * 3600.0  # how long decisions on events no longer listed are remembered
 NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook runs
+# Skip reason when the event changed (another revision: Resources, type, NotBefore…) after the policy matched
+# it and its hook ran, before the POST: an approval is for exactly what was decided, so it is decided again.
+CHANGED = "changed"
 STATE_UNSAVED = "state_unsaved"  # skip reason while the state file cannot be saved (see ``can_remember``)
 
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    event: ScheduledEvent
+    event: ScheduledEvent  # the revision the policy matched (and the hook ran on): only this one is POSTed
     rule: str
     why: str
+    revision: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,7 @@ class _Hooking:
     future: Future[HookResult]
     event: ScheduledEvent
     rule: str
+    revision: str  # the event as the hook saw it
 
 
 class Approver:
@@ -228,10 +234,10 @@ class Approver:
             future = self._hook_runner.submit(event, vm_name, verdict.rule,
                                               classification=Classification(state.impact, state.cause),
                                               seconds_left=left)
-            self._hooks[event.event_id] = _Hooking(future, event, verdict.rule)
+            self._hooks[event.event_id] = _Hooking(future, event, verdict.rule, revision)
         else:
             why = f"{verdict.detail}; POST retry after {attempts} failure(s)" if hook_passed else verdict.detail
-            batch.append(_Item(event, verdict.rule, why))
+            batch.append(_Item(event, verdict.rule, why, revision))
 
     def _finish_hooks(
         self,
@@ -258,25 +264,34 @@ class Approver:
                 reason = f"hook {result.summary}{last}; not retried until the event changes"
                 out.append(ApprovalDecision(job.event, Result.HOOK_FAILED, job.rule, reason, None, now))
                 continue
-            # Re-decide on the event as it is now: it may have started, moved or gone while the hook ran.
+            # Re-decide on the event as it is now: it may have started, moved, changed or gone while the hook ran.
             state = listed.get(event_id)
-            current = state.event if state is not None else None
-            verdict = self._decide(state, vm_name, now) if state is not None else None
-            if current is None or verdict is None or not verdict.candidate:
-                code, detail = (verdict.reason, verdict.detail) if verdict else (NOT_LISTED, "the event is gone")
-                entry.status, entry.reason = Result.SKIPPED, code
-                entry.revision = event_revision(current) if current is not None else entry.revision
-                reason = f"{code}: {detail} (after the hook {result.summary})"
-                out.append(ApprovalDecision(current or job.event, Result.SKIPPED, job.rule, reason, None, now))
+            if state is None:
+                entry.status, entry.reason = Result.SKIPPED, NOT_LISTED
+                reason = f"{NOT_LISTED}: the event is gone (after the hook {result.summary})"
+                out.append(ApprovalDecision(job.event, Result.SKIPPED, job.rule, reason, None, now))
                 continue
-            entry.rule, entry.revision = verdict.rule, event_revision(current)
+            current, verdict = state.event, self._decide(state, vm_name, now)
+            if not verdict.candidate:
+                entry.status, entry.reason, entry.revision = Result.SKIPPED, verdict.reason, event_revision(current)
+                reason = f"{verdict.reason}: {verdict.detail} (after the hook {result.summary})"
+                out.append(ApprovalDecision(current, Result.SKIPPED, job.rule, reason, None, now))
+                continue
+            if (revision := event_revision(current)) != job.revision:
+                # The hook prepared for another version of the event (fewer Resources, another type…): the
+                # entry keeps the old revision, so this poll's _consider decides on the new one afresh.
+                entry.status, entry.reason = Result.SKIPPED, CHANGED
+                reason = f"{CHANGED}: {describe_change(job.event, current)} while its hook ran; deciding again"
+                out.append(ApprovalDecision(current, Result.SKIPPED, job.rule, reason, None, now))
+                continue
+            entry.rule = verdict.rule
             if (late := _past_not_before(current, now)) is not None:
                 entry.status = Result.EXPIRED
                 reason = f"hook {result.summary}, but NotBefore passed {late:.0f} s ago; nothing POSTed"
                 out.append(ApprovalDecision(current, Result.EXPIRED, verdict.rule, reason, None, now))
                 continue
             entry.status = POSTING
-            batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}"))
+            batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}", revision))
 
     def _decide(self, state: EventState, vm_name: str | None, now: float) -> Verdict:
         """The policy's verdict on a listed event, with its impact and cause; no candidate while the state
@@ -288,7 +303,8 @@ class Approver:
         return verdict
 
     def _recheck(self, items: tuple[_Item, ...]) -> tuple[list[tuple[str, _Item]], list[Dropped[_Item]]]:
-        """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
+        """A fresh decision on the latest document before a POST attempt (called on the poster's thread):
+        only the revision that was decided (and that the hook ran on) may be POSTed."""
         keep: list[tuple[str, _Item]] = []
         dropped: list[Dropped[_Item]] = []
         with self._lock:
@@ -298,15 +314,18 @@ class Approver:
                 if state is None:
                     dropped.append(Dropped(item, Result.SKIPPED, f"{NOT_LISTED}: the event is gone"))
                     continue
-                verdict = self._decide(state, self._vm_name, now)
+                verdict, revision = self._decide(state, self._vm_name, now), event_revision(state.event)
+                as_now = _Item(state.event, item.rule, item.why, revision)  # the skip is about this revision
                 if not verdict.candidate:
-                    dropped.append(Dropped(_Item(state.event, item.rule, item.why), Result.SKIPPED,
-                                           f"{verdict.reason}: {verdict.detail}"))
+                    dropped.append(Dropped(as_now, Result.SKIPPED, f"{verdict.reason}: {verdict.detail}"))
+                elif revision != item.revision:  # kept with the decided revision: the next poll decides afresh
+                    change = describe_change(item.event, state.event)
+                    dropped.append(Dropped(item, Result.SKIPPED, f"{CHANGED}: {change}; deciding again"))
                 elif (late := _past_not_before(state.event, now)) is not None:
                     dropped.append(Dropped(item, Result.EXPIRED, f"NotBefore passed {late:.0f} s ago: Azure starts "
                                                                  "it anyway; nothing POSTed"))
                 else:
-                    keep.append((state.event.event_id, _Item(state.event, verdict.rule, item.why)))
+                    keep.append((state.event.event_id, _Item(state.event, verdict.rule, item.why, item.revision)))
         return keep, dropped
 
     def _finish_posts(self, now: float, out: list[ApprovalDecision]) -> None:
@@ -343,11 +362,13 @@ class Approver:
             item = gone.item
             entry = self._ledger[item.event.event_id]
             entry.decided_at = now
-            entry.revision = event_revision(item.event)
+            entry.revision = item.revision  # after a change, the decided one: the next poll decides afresh
             result = Result(gone.result)
             entry.status, entry.reason = result, gone.reason.split(":", 1)[0]
             reason = f"{gone.reason} (decided again before POST attempt {outcome.attempts + 1})"
-            out.append(ApprovalDecision(item.event, result, item.rule, reason, None, now))
+            current = self._latest.get(item.event.event_id)
+            shown = current.event if current is not None else item.event
+            out.append(ApprovalDecision(shown, result, item.rule, reason, None, now))
 
     def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
         """Forget decisions on events gone (skips at once, the rest after the retention); True if any."""

@@ -122,8 +122,9 @@ class IMDSClient:
     def _send(self, method: str, url: httpx.URL, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
         headers = REQUEST_HEADERS if content is None else {**REQUEST_HEADERS, "Content-Type": "application/json"}
         limit = self.settings.timeout if timeout is None else timeout
-        request = httpx.Request(method, url, headers=headers, content=content, extensions={"timeout": _timeout(limit)})
         deadline = time.monotonic() + limit  # for the whole answer: httpx bounds each read, not their sum
+        request = httpx.Request(method, url, headers=headers, content=content,
+                                extensions={"timeout": _timeout(limit), "deadline": deadline})
         self._waiting.add(threading.get_ident())
         try:
             answer = self._transport.handle_request(request)

@@ -6,19 +6,28 @@ its models are built for the general case and were most of an idle poll's CPU (B
 ``httpx.BaseTransport``, so the client is unchanged and tests inject ``httpx.MockTransport`` as before.
 No proxy is ever used (IMDS rejects proxied requests), nothing is decompressed here (``imds.body``
 decodes, bounded), and a connection is reused only after an answer read to its end that the server
-did not ask to close.
+did not ask to close. The whole answer, status line and headers included, is bounded by the request's
+``deadline`` extension (``httpio.get_response``: a peer dripping its headers is a timeout, not a hang).
+
+A POST always goes on a new connection: a POST on a kept-alive connection that turns out to be closed
+would have to be sent again, and approving again is the approver's decision (after a fresh look at
+the event), never the transport's.
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
 
+from se_exporter.httpio import closed_while_idle, get_response
+
 CHUNK_BYTES = 65536
 _Key = tuple[str, int]
+_Connection = http.client.HTTPConnection
 
 
 class IMDSTransport(httpx.BaseTransport):
@@ -34,15 +43,17 @@ class IMDSTransport(httpx.BaseTransport):
         if request.url.scheme != "http":
             raise httpx.UnsupportedProtocol(f"IMDS is plain HTTP, not {request.url.scheme}")
         timeouts = request.extensions.get("timeout", {})
+        read = timeouts.get("read")
+        deadline = request.extensions.get("deadline", time.monotonic() + (read if read is not None else 60.0))
         key = (request.url.host, request.url.port or 80)
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers.raw
                    if name.lower() not in (b"host", b"content-length")}
-        connection, reused = self._take(key, timeouts.get("connect"))
+        connection, reused = self._take(key, timeouts.get("connect"), fresh=request.method != "GET")
         try:
-            answer = self._send(connection, request, headers, timeouts.get("read"), reused=reused)
+            answer = self._send(connection, request, headers, deadline, reused=reused)
         except _Stale:  # a kept-alive connection the server closed while it was idle: once more, on a new one
             connection = http.client.HTTPConnection(*key, timeout=timeouts.get("connect"))
-            answer = self._send(connection, request, headers, timeouts.get("read"), reused=False)
+            answer = self._send(connection, request, headers, deadline, reused=False)
         return httpx.Response(
             answer.status,
             headers=[(name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.getheaders()],
@@ -51,17 +62,17 @@ class IMDSTransport(httpx.BaseTransport):
 
     @staticmethod
     def _send(connection: http.client.HTTPConnection, request: httpx.Request, headers: dict[str, str],
-              read_timeout: float | None, *, reused: bool) -> http.client.HTTPResponse:
+              deadline: float, *, reused: bool) -> http.client.HTTPResponse:
         """One request; raises httpx's exception types, or ``_Stale`` when a reused connection was gone."""
         connected = connection.sock is not None
         try:
             if not connected:
                 connection.connect()
                 connected = True
-            connection.sock.settimeout(read_timeout)
+            connection.sock.settimeout(max(0.001, deadline - time.monotonic()))  # sendall: a total bound
             connection.request(request.method, request.url.raw_path.decode("ascii"), body=request.read() or None,
                                headers=headers)
-            return connection.getresponse()
+            return get_response(connection, deadline)
         except TimeoutError as error:
             connection.close()
             raise (httpx.ReadTimeout if connected else httpx.ConnectTimeout)(str(error)) from None
@@ -81,9 +92,9 @@ class IMDSTransport(httpx.BaseTransport):
         for connection in idle:
             connection.close()
 
-    def _take(self, key: _Key, connect_timeout: float | None) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self, key: _Key, connect_timeout: float | None, *, fresh: bool) -> tuple[_Connection, bool]:
         with self._lock:
-            if self._idle.get(key):
+            if self._idle.get(key) and not fresh:
                 return self._idle[key].pop(), True
         return http.client.HTTPConnection(*key, timeout=connect_timeout), False
 
@@ -97,12 +108,6 @@ class IMDSTransport(httpx.BaseTransport):
 
 class _Stale(Exception):
     pass
-
-
-def closed_while_idle(error: BaseException) -> bool:
-    """Whether ``error`` is what writing to, or reading from, a kept-alive connection that the peer closed
-    while it was idle raises: worth one more try on a new connection (a timeout is not)."""
-    return isinstance(error, ConnectionError | http.client.RemoteDisconnected)
 
 
 class _Body(httpx.SyncByteStream):

@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable
 
 from se_exporter.errors import ConfigError
-from se_exporter.imds.transport import closed_while_idle
+from se_exporter.httpio import closed_while_idle
 from se_exporter.otel.config import SignalConfig
 
 log = logging.getLogger(__name__)

@@ -596,3 +596,70 @@ def test_nothing_is_approved_while_the_state_file_cannot_be_saved(
     saved[0] = True
     h.poll([event("A")], times=3)
     assert imds.start_ids() == [["A"]] and [d.result for d in h.decisions] == ["skipped", "approved"]
+
+
+# ----- an approval is for exactly the revision that was decided and that the hook ran on -------------
+
+def recording_hook(tmp_path: Path) -> HookRunner:
+    """A real hook that appends "<EventType> <Resources JSON>" to seen.txt, holding while hold.flag exists."""
+    code = (
+        "import os, sys, time\n"
+        "d = sys.argv[1]\n"
+        "open(os.path.join(d, 'seen.txt'), 'a').write(os.environ['SE_EVENT_TYPE'] + ' '"
+        " + os.environ['SE_EVENT_RESOURCES'] + '\\n')\n"
+        "while os.path.exists(os.path.join(d, 'hold.flag')): time.sleep(0.01)\n"
+    )
+    return HookRunner(Hook(command=(sys.executable, "-c", code, str(tmp_path)), timeout_seconds=30))
+
+
+def seen(tmp_path: Path) -> list[str]:
+    path = tmp_path / "seen.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+ANY_REBOOT_OR_FREEZE = Policy(rules=(Rule("maintenance", event_types=("Reboot", "Freeze")),),
+                              hook=Hook(command=("/bin/true",)))
+REVISIONS = {
+    # name: (the event the hook starts on, the same EventId when the hook ends, what the change says)
+    "Resources grew": (event("A", resources=(VM,)), event("A", resources=(VM, "vm-b")),
+                       'Resources [vm-a] -> [vm-a, vm-b]'),
+    "a Freeze became a Reboot": (event("A", event_type="Freeze", resources=(VM,)), event("A", resources=(VM,)),
+                                 "EventType Freeze -> Reboot"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REVISIONS))
+def test_an_event_that_changed_while_its_hook_ran_is_decided_again_and_its_hook_run_again(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path, name: str
+) -> None:
+    before, after, change = REVISIONS[name]
+    (tmp_path / "hold.flag").touch()
+    h = make(ANY_REBOOT_OR_FREEZE, hook_runner=recording_hook(tmp_path))
+    h.decisions += h.approver.on_poll(h.listing([before], h.clock()), VM)
+    wait_until(lambda: seen(tmp_path), what="the hook to start on the first revision")
+    h.decisions += h.approver.on_poll(h.listing([after], h.clock()), VM)  # IMDS changed the event meanwhile
+    (tmp_path / "hold.flag").unlink()
+    h.poll_until([after], lambda: h.count("approved"))
+    assert seen(tmp_path) == [f"{before.event_type} {json.dumps(list(before.resources))}",
+                              f"{after.event_type} {json.dumps(list(after.resources))}"]
+    assert imds.start_ids() == [["A"]]  # one POST, after the hook ran on what was approved
+    assert [d.result for d in h.decisions] == ["skipped", "approved"]
+    assert h.decisions[0].reason == f"changed: the event changed ({change}) while its hook ran; deciding again"
+    assert h.decisions[0].event == after and h.decisions[1].event == after
+
+
+def test_a_post_retry_after_the_event_changed_runs_the_hook_again_first(
+    make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
+) -> None:
+    imds.statuses[:] = [503]  # the first attempt fails; the poster would retry in 1-2 s
+    h = make(ANY_REBOOT_OR_FREEZE, hook_runner=recording_hook(tmp_path),
+             post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0))
+    first, grown = event("A", resources=(VM,)), event("A", resources=(VM, "vm-b"))
+    h.poll_until([first], lambda: len(imds.requests) == 1)
+    h.decisions += h.approver.on_poll(h.listing([grown], h.clock()), VM)  # before the retry
+    h.poll_until([grown], lambda: h.count("approved"))
+    assert seen(tmp_path) == ['Reboot ["vm-a"]', 'Reboot ["vm-a", "vm-b"]']
+    assert imds.start_ids() == [["A"], ["A"]]
+    assert [d.result for d in h.decisions] == ["skipped", "approved"]
+    assert h.decisions[0].reason == ("changed: the event changed (Resources [vm-a] -> [vm-a, vm-b]); deciding again "
+                                     "(decided again before POST attempt 2)")

@@ -1,0 +1,35 @@
+"""Every IMDS request has a total deadline: a peer that drips its status line, its headers, endless
+``100 Continue`` answers, a chunk-size line or trailers is a timeout within the deadline, never a
+poll (or an approval POST) held for good. The real client and transport against a raw loopback peer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from se_exporter.errors import IMDSTimeout
+from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.pacing import RateLimiter
+from tests.support.raw_peer import SLOW_ANSWERS, RawPeer
+
+DEADLINE = 0.5
+
+
+def client(url: str) -> IMDSClient:
+    settings = ClientSettings(base_url=url, timeout=DEADLINE, first_call_timeout=DEADLINE)
+    return IMDSClient(settings, RateLimiter(min_interval=0))
+
+
+@pytest.mark.parametrize("answer", sorted(SLOW_ANSWERS))
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_slow_answer_is_a_timeout_within_the_deadline(answer: str, method: str) -> None:
+    with RawPeer(SLOW_ANSWERS[answer]) as peer:
+        imds = client(peer.url)
+        started = time.monotonic()
+        with pytest.raises(IMDSTimeout, match=r"timed out|in time"):
+            imds.get_document() if method == "GET" else imds.approve(["E1"])
+        took = time.monotonic() - started
+        imds.close()
+    assert DEADLINE * 0.9 <= took < DEADLINE + 1.0, f"{answer}: {took:.2f} s"
+    assert peer.received.startswith(method.encode() + b" /metadata/scheduledevents?api-version=")
