@@ -33,6 +33,7 @@ from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resou
 from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Decider, Poller, PollSink
+from se_exporter.process import StopRequest
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.config import load_web_config
@@ -57,8 +58,10 @@ class Exporter:
         tracer_provider: trace.TracerProvider | None = None,
         extra_sinks: Sequence[PollSink] = (),
         environ: Mapping[str, str] | None = None,  # OTEL_* variables; None: no OpenTelemetry pipeline
+        stop: StopRequest | None = None,  # a stop during start-up cuts the start-up IMDS request short
     ) -> None:
         self.config = config
+        self._stop = stop or StopRequest()
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         web_config = load_web_config(config.web_config_file) if config.web_config_file else None
         policy = _load_policy(config.approval_config) if config.approval_config else None
@@ -148,8 +151,10 @@ class Exporter:
     ) -> VMIdentity | None:
         """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""
         probe = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response)
+        thread = threading.get_ident()
         try:
-            learned = probe.get_identity()
+            with self._stop.interruptible(lambda: probe.is_waiting(thread)):
+                learned = probe.get_identity()
         except IMDSError as error:
             log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s",
                         error)

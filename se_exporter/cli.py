@@ -12,9 +12,13 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from se_exporter import __version__
 from se_exporter.config.flags import PROG, Parser
+
+if TYPE_CHECKING:
+    from se_exporter.process import StopRequest
 
 COMMANDS = {
     "run": "run the exporter (the default)",
@@ -49,6 +53,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if argv == ["--version"]:  # before anything else is imported: packagers and probes call it
         print(f"{PROG} {__version__}")
         return 0
+    from se_exporter.platform import current
+    from se_exporter.process import StopRequest
+
+    # First: a stop signal during start-up (a slow first IMDS answer, a state file to read) is a clean stop.
+    stop = StopRequest().install(current().stop_signals)
+    try:
+        return _command(argv, environ, stop)
+    finally:
+        stop.restore()
+
+
+def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "run")  # `se-exporter --flag …` runs the exporter
     command = argv[0] if argv[0] in COMMANDS else None
@@ -60,21 +76,25 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.command == "simulate":
         import se_exporter.simulator.command as simulator_command
 
-        return simulator_command.run(args)
+        return simulator_command.run(args, stop.event)
     from se_exporter.errors import ConfigError
+    from se_exporter.process import StopNow
 
     _configure_logging(args.log_level, args.log_format)
     try:
         if args.command == "demo":
             import se_exporter.demo as demo_command
 
-            return demo_command.run(args, environ)
-        return run_exporter(args, environ)
+            return demo_command.run(args, environ, stop)
+        return run_exporter(args, environ, stop)
     except ConfigError as error:
         return report(str(error))
+    except StopNow:  # while asking IMDS who this VM is, before anything was started
+        log.info("stopped during start-up")
+        return 0
 
 
-def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest) -> int:
     import dataclasses
     import gc
 
@@ -92,13 +112,13 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         log.warning("--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
                     "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)", config.imds_url)
     try:
-        exporter = Exporter(config, environ=environ)
+        exporter = Exporter(config, environ=environ, stop=stop)
     except OSError as error:
         raise ConfigError(f"--web.listen-address: cannot listen on {args.listen_address}: {error}") from None
     # Start-up objects live forever: keep them out of every later full collection (its pauses
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
-    return serve(exporter.start, exporter.run, exporter.close, interruptible=exporter.waiting_on_imds)
+    return serve(stop, exporter.start, exporter.run, exporter.close, waiting=exporter.waiting_on_imds)
 
 
 def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
@@ -16,6 +17,9 @@ from se_exporter.simulator.model import SimulatedVM
 from se_exporter.simulator.scenario_file import builtin_scenario
 from se_exporter.simulator.server import SimulatorServer
 from se_exporter.simulator.world import SimWorld
+
+if TYPE_CHECKING:
+    from se_exporter.process import StopRequest
 
 log = logging.getLogger(__name__)
 DEMO_POLICY = Path(__file__).parent / "approval" / "demo-policy.yaml"
@@ -37,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(poll_interval=0.25)
 
 
-def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def run(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest) -> int:
     from se_exporter.app import Exporter
     from se_exporter.process import serve
 
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)
     if config.approval_config is None:  # show approvals too: the user's reboot is approved at once
         config = dataclasses.replace(config, approval_config=DEMO_POLICY)
-    exporter = Exporter(config, environ=environ)
+    exporter = Exporter(config, environ=environ, stop=stop)
 
     def start() -> None:
         exporter.start()
@@ -68,4 +72,4 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         exporter.close()
         simulator.stop()
 
-    return serve(start, exporter.run, close, interruptible=exporter.waiting_on_imds)
+    return serve(stop, start, exporter.run, close, waiting=exporter.waiting_on_imds)

@@ -23,6 +23,7 @@ CREATE_NEW_PROCESS_GROUP = 0x00000200  # the hook and its children form one cons
 CTRL_BREAK_EVENT = 1  # what GenerateConsoleCtrlEvent sends to that group
 SIGBREAK = 21  # how Python sees CTRL+BREAK
 SIGINT = 2  # how Python sees CTRL+C (what a WinSW service stop sends), and the same number on POSIX
+SIGHUP = 1  # POSIX (Windows has none)
 PRIVATE_FILE_MODE = 0o600  # POSIX permissions of the state file and the spool (Windows: the directory's ACL)
 
 Run = Callable[[Sequence[str]], object]  # runs a command to completion (injected in tests)
@@ -56,7 +57,8 @@ class Platform(Protocol):
 
 class PosixPlatform:
     name: str = "posix"
-    stop_signals: tuple[int, ...] = (signal.SIGTERM.value, SIGINT)
+    # SIGHUP too: a closed terminal or a supervisor's hang-up is a clean stop, not a death without a save.
+    stop_signals: tuple[int, ...] = (signal.SIGTERM.value, SIGINT, SIGHUP)
     hook_base_env: tuple[str, ...] = (
         "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
         "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",

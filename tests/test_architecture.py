@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
 
 # Stage of each top-level module or subpackage, lowest first (docs/architecture.md has the same table).
 STAGES: dict[str, int] = {
-    "__init__": 0, "errors": 0, "logs": 0, "times": 0, "uids": 0, "platform": 0, "state": 0, "httpio": 0,  # no domain
+    "__init__": 0, "errors": 0, "logs": 0, "times": 0, "uids": 0, "platform": 0, "state": 0, "httpio": 0,
+    "process": 0,  # foundation: no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
     "store": 3, "simulator": 3,  # the state machine; the simulator is a world of its own beside it
@@ -24,7 +25,7 @@ STAGES: dict[str, int] = {
     "poller": 5,  # drives IMDS → store → approver → sinks
     "metrics": 6, "audit": 6, "otel": 6, "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
-    "demo": 8, "process": 8,
+    "demo": 8,
     "cli": 9, "__main__": 9,
 }  # fmt: skip
 SIMULATOR_MAY_USE = {"errors", "logs", "times", "platform", "config", "simulator", "__init__"}

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -160,15 +161,26 @@ def test_mypy_checks_the_package_as_windows_sees_it() -> None:
 
 
 def test_serve_listens_to_the_platforms_stop_requests() -> None:
-    from se_exporter.process import serve
+    from se_exporter.process import StopRequest, serve
 
     seen: list[float] = []
 
-    def run(stop: object) -> None:
+    def run(stop: threading.Event) -> None:
         os.kill(os.getpid(), SIGINT)  # one of the POSIX stop requests, delivered to this process
         started = time.monotonic()
-        assert stop.wait(5)  # type: ignore[attr-defined]
+        assert stop.wait(5)
         seen.append(time.monotonic() - started)
 
-    assert serve(lambda: None, run, lambda: None, stop_signals=(SIGINT,)) == 0
-    assert seen and seen[0] < 5
+    closed: list[bool] = []
+    assert serve(StopRequest().install((SIGINT,)), lambda: None, run, lambda: closed.append(True)) == 0
+    assert seen and seen[0] < 5 and closed == [True]
+
+
+def test_a_stop_requested_before_the_start_closes_without_starting() -> None:
+    from se_exporter.process import StopRequest, serve
+
+    stop = StopRequest().install((SIGINT,))
+    os.kill(os.getpid(), SIGINT)  # during start-up: before serve()
+    calls: list[str] = []
+    assert serve(stop, lambda: calls.append("start"), lambda _: calls.append("run"), lambda: calls.append("close")) == 0
+    assert calls == ["close"] and stop.signal_name == "SIGINT"

@@ -168,12 +168,19 @@ class HookRunner:
         return self._executor.submit(self.run, event, vm_name, rule, classification, deadline)
 
     def close(self) -> None:
-        """Cancel queued runs and kill the process groups of running ones (the exporter is stopping)."""
+        """Cancel queued runs and stop running ones (the exporter is stopping): each process group is asked
+        to stop, and whatever still runs after the grace period (a hook that ignores SIGTERM) is killed."""
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             running = list(self._running)
         for proc in running:
             self._platform.ask_to_stop(proc)
+        deadline = time.monotonic() + self._grace
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._platform.kill(proc)
 
     def run(
         self, event: ScheduledEvent, vm_name: str, rule: str,
@@ -227,7 +234,10 @@ class HookRunner:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        reader.join(timeout=self._grace)  # a detached grandchild may keep the pipe open: don't wait forever
+        reader.join(timeout=self._grace)
+        if reader.is_alive():  # something it started in the background holds its output: it ends with the hook
+            self._platform.kill(proc)
+            reader.join(timeout=self._grace)
         expired = timed_out and limit < self._hook.timeout_seconds
         if expired:
             summary = f"was still running at NotBefore ({limit:.1f} s after it started); its processes were stopped"

@@ -137,8 +137,9 @@ def _log_change(record: TruthEntry) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run until SIGINT/SIGTERM; 0 on a clean stop, 2 for bad input, 1 if the port is unusable."""
+def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    """Run until ``stop`` is set (by default: until a stop signal); 0 on a clean stop, 2 for bad input, 1 if
+    the port is unusable."""
     if args.list_scenarios:
         for name in builtin_names():
             print(f"{name}: {resolve_scenario(name).description}")
@@ -162,17 +163,17 @@ def run(args: argparse.Namespace) -> int:
         world.loop(scenarios, gap=args.loop_gap, repeat=args.loop)
     else:
         print(no_scenario_hint(), file=sys.stderr, flush=True)
-    return _serve_until_signal(server)
+    return _serve_until(server, stop)
 
 
-def _serve_until_signal(server: SimulatorServer) -> int:
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
+def _serve_until(server: SimulatorServer, stop: threading.Event | None) -> int:
+    event = stop or threading.Event()
+    if stop is None and threading.current_thread() is threading.main_thread():
         for signum in current().stop_signals:
-            signal.signal(signum, lambda *_: stop.set())
+            signal.signal(signum, lambda *_: event.set())
     with server:
         print(f"listening on {server.url}", flush=True)
-        stop.wait()
+        event.wait()
     return 0
 
 

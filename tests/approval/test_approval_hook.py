@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,3 +222,23 @@ def test_no_hook_starts_once_not_before_has_passed(tmp_path: Path) -> None:
     finally:
         runner.close()
     assert result.expired and not started.exists() and result.summary == "was not started: NotBefore had passed"
+
+
+def test_what_a_hook_leaves_running_in_the_background_ends_with_it(tmp_path: Path) -> None:
+    """A background process that keeps the hook's output open once cost a thread and a descriptor per run."""
+    pid_file = tmp_path / "background.pid"
+    script = tmp_path / "hook.sh"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}\nexit 0\n")
+    script.chmod(0o755)
+    runner = HookRunner(Hook(command=(str(script),)), kill_grace_seconds=0.5)
+    try:
+        before = {thread.ident for thread in threading.enumerate()}
+        result = runner.submit(event("A"), VM, "rule").result(timeout=10)
+        background = int(pid_file.read_text())
+        wait_until(lambda: not alive(background), what="the background process to be gone")
+        wait_until(lambda: not [t for t in threading.enumerate()
+                                if t.ident not in before and t.name == "se-approval-hook-output"],
+                   what="the output reader thread to end")
+    finally:
+        runner.close()
+    assert result.ok and result.summary == "exited with status 0"
