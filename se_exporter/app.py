@@ -7,12 +7,13 @@ renders /metrics from the store, the poll status and the counters; the web serve
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
@@ -34,6 +35,7 @@ from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Decider, Poller, PollSink
 from se_exporter.process import StopRequest
+from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.config import load_web_config
@@ -67,9 +69,13 @@ class Exporter:
         policy = _load_policy(config.approval_config) if config.approval_config else None
         try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
             self.persistence = Persistence(config.state_file)
+        except LockHeld as error:
+            raise ConfigError(f"--state.file: {config.state_file} is in use by another se-exporter (pid "
+                              f"{error.holder or 'unknown'}); two on one state file would approve every event "
+                              "twice") from None
         except OSError as error:
             raise ConfigError(f"--state.file: cannot write {config.state_file}: {os_problem(error)}") from None
-        store = EventStore.from_state(self.persistence.section("store"))
+        store = self.persistence.restore("store", EventStore.from_state, EventStore)
         self.persistence.track("store", store)
         self.counters = Counters(approval_enabled=policy is not None)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
@@ -89,7 +95,8 @@ class Exporter:
         tracer = tracer_provider.get_tracer("se_exporter", __version__)
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
         if not isinstance(tracer_provider, trace.NoOpTracerProvider):  # else no lifecycle span is ever sent
-            lifecycle = LifecycleSpans.from_state(tracer, self.persistence.section("lifecycle"))
+            lifecycle = self.persistence.restore("lifecycle", functools.partial(LifecycleSpans.from_state, tracer),
+                                                 functools.partial(LifecycleSpans, tracer))
             self.persistence.track("lifecycle", lifecycle)
             sinks.append(lifecycle)
         self.client = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response,
@@ -128,17 +135,20 @@ class Exporter:
         self.poller.run(stop)
 
     def close(self) -> None:
-        """Save state, flush telemetry (bounded) and release the port and the IMDS connection."""
+        """Save state, flush telemetry (bounded) and release the port, the IMDS connection and the state lock."""
         self.poller.close()  # the approver's last decisions reach the audit trail before the spool closes
         self.telemetry.close()
         self.web.stop()
         self.client.close()
+        self.persistence.close()
 
     def _approver(self, policy: Policy) -> Decider:
         from se_exporter.approval.approver import Approver
 
-        approver = Approver.from_state(self.persistence.section("approvals"), policy, self.client.approve,
-                                       can_remember=lambda: self.persistence.ok)
+        options: dict[str, Any] = {"can_remember": lambda: self.persistence.ok}
+        approver = self.persistence.restore(
+            "approvals", lambda section: Approver.from_state(section, policy, self.client.approve, **options),
+            lambda: Approver(policy, self.client.approve, **options))
         self.persistence.track("approvals", approver)
         mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
         log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules),

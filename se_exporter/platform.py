@@ -27,6 +27,7 @@ SIGHUP = 1  # POSIX (Windows has none)
 PRIVATE_FILE_MODE = 0o600  # POSIX permissions of the state file and the spool (Windows: the directory's ACL)
 
 Run = Callable[[Sequence[str]], object]  # runs a command to completion (injected in tests)
+LockByte = Callable[[int], None]  # locks a file's first byte or raises OSError (injected in tests)
 
 
 class Process(Protocol):
@@ -53,6 +54,8 @@ class Platform(Protocol):
     def sync_directory(self, directory: Path) -> None: ...
 
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None: ...
+
+    def lock_exclusively(self, fd: int) -> bool: ...
 
 
 class PosixPlatform:
@@ -94,6 +97,18 @@ class PosixPlatform:
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
         return None  # the Docker image, the unit and the DaemonSet each name theirs
 
+    def lock_exclusively(self, fd: int) -> bool:
+        """Take the open file's lock without waiting (released when the process ends); False: held elsewhere.
+        flock, not fcntl locks: held per open file, so closing another descriptor of it releases nothing."""
+        if sys.platform != "win32":
+            import fcntl
+
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+        return True
+
 
 class WindowsPlatform:
     name: str = "nt"
@@ -106,8 +121,9 @@ class WindowsPlatform:
     )  # fmt: skip  # without SYSTEMROOT and friends, Windows programs (PowerShell, Python) cannot start
     default_path: str = r"C:\Windows\System32;C:\Windows;C:\Windows\System32\WindowsPowerShell\v1.0"
 
-    def __init__(self, run: Run | None = None) -> None:
+    def __init__(self, run: Run | None = None, lock_byte: LockByte | None = None) -> None:
         self._run = run or _run_quietly
+        self._lock_byte = lock_byte or _lock_first_byte
 
     def hook_popen_options(self) -> dict[str, Any]:
         return {"creationflags": CREATE_NEW_PROCESS_GROUP}  # CTRL+BREAK reaches the hook and its children
@@ -127,6 +143,22 @@ class WindowsPlatform:
         if not environ.get("WINSW_SERVICE_ID"):
             return None
         return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
+
+    def lock_exclusively(self, fd: int) -> bool:
+        """A non-blocking lock of the file's first byte (msvcrt.locking), released when the process ends."""
+        try:
+            self._lock_byte(fd)
+        except OSError:
+            return False
+        return True
+
+
+def _lock_first_byte(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # OSError when another process holds it
 
 
 def _run_quietly(command: Sequence[str]) -> object:

@@ -21,6 +21,7 @@ import msgspec
 
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact, classify
+from se_exporter.state.persistence import decode_section
 from se_exporter.uids import uuid5_text
 
 log = logging.getLogger(__name__)
@@ -120,14 +121,10 @@ class EventStore:
 
     @classmethod
     def from_state(cls, section: object) -> EventStore:
-        """The store saved by ``to_state``; a damaged section is logged and yields an empty store."""
+        """The store saved by ``to_state`` (raw JSON or decoded); raises a msgspec error if it is damaged."""
         if section is None:
             return cls()
-        try:
-            saved = msgspec.convert(section, _StoreState, strict=True)
-        except msgspec.ValidationError as error:
-            log.warning("ignoring the event store in the state file: %s", error)
-            return cls()
+        saved = decode_section(section, _StoreState)
         events = {state.event.event_id: _classified(state) for state in saved.events}
         return cls(events, saved.incarnation, saved.removed)
 

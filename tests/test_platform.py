@@ -184,3 +184,25 @@ def test_a_stop_requested_before_the_start_closes_without_starting() -> None:
     calls: list[str] = []
     assert serve(stop, lambda: calls.append("start"), lambda _: calls.append("run"), lambda: calls.append("close")) == 0
     assert calls == ["close"] and stop.signal_name == "SIGINT"
+
+
+def test_windows_locks_the_state_files_first_byte_without_waiting() -> None:
+    locked: list[int] = []
+
+    def held_elsewhere(fd: int) -> None:
+        raise PermissionError(13, "Permission denied")  # what msvcrt.locking raises for LK_NBLCK
+
+    assert WindowsPlatform(lock_byte=locked.append).lock_exclusively(7) is True and locked == [7]
+    assert WindowsPlatform(lock_byte=held_elsewhere).lock_exclusively(7) is False
+
+
+@pytest.mark.skipif(os.name == "nt", reason="flock")
+def test_the_state_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
+    from se_exporter.state.lock import LockHeld, StateLock
+
+    first = StateLock.acquire(tmp_path / "state.json")
+    with pytest.raises(LockHeld) as held:
+        StateLock.acquire(tmp_path / "state.json")
+    assert held.value.holder == str(os.getpid())
+    first.release()
+    StateLock.acquire(tmp_path / "state.json").release()

@@ -117,16 +117,12 @@ class Approver:
     def from_state(
         cls, section: object, policy: Policy, post_start_requests: PostStartRequests, **kwargs: Any
     ) -> Approver:
-        """An approver that remembers the decisions ``to_state`` saved (a damaged section is logged and
-        ignored). With a different policy only ``approved`` is kept: the rest is decided again."""
+        """An approver that remembers the decisions ``to_state`` saved (``ValueError`` if the section is
+        damaged). With a different policy only ``approved`` is kept: the rest is decided again."""
         approver = cls(policy, post_start_requests, **kwargs)
         if section is None:
             return approver
-        try:
-            entries, fingerprint = load_ledger(section)
-        except ValueError as error:
-            log.warning("ignoring the approval decisions in the state file: %s", error)
-            return approver
+        entries, fingerprint = load_ledger(section)
         if fingerprint != policy.fingerprint:
             forgotten = sum(entry.status != Result.APPROVED for entry in entries.values())
             entries = {key: entry for key, entry in entries.items() if entry.status == Result.APPROVED}

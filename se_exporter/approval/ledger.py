@@ -27,6 +27,7 @@ import msgspec
 
 from se_exporter.approval.decision import ApprovalResult
 from se_exporter.imds.document import ScheduledEvent
+from se_exporter.state.persistence import decode_section
 
 LEDGER_VERSION = 1
 # Statuses of an entry besides the results: a hook or a POST in flight, or a POST owed after a restart.
@@ -116,8 +117,8 @@ def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> 
 def load_ledger(section: object) -> tuple[dict[str, LedgerEntry], str]:
     """Parse ``dump_ledger`` output; raise ``ValueError`` saying what is wrong."""
     try:
-        saved = msgspec.convert(section, _SavedLedger, strict=True)
-    except msgspec.ValidationError as error:
+        saved = decode_section(section, _SavedLedger)
+    except msgspec.MsgspecError as error:
         raise ValueError(f"approval state: {error}") from None
     entries = {
         event_id: LedgerEntry(e.status, e.revision, e.rule, "", e.attempts, e.retry_at, e.decided_at, e.last_seen)

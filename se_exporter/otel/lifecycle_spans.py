@@ -18,6 +18,7 @@ from opentelemetry.context import Context
 
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
+from se_exporter.state.persistence import decode_section
 from se_exporter.store import Transition, TransitionKind
 from se_exporter.times import rfc3339, unix_nanos
 
@@ -59,14 +60,10 @@ class LifecycleSpans:
 
     @classmethod
     def from_state(cls, tracer: trace.Tracer, section: object) -> LifecycleSpans:
-        """A damaged section is logged and ignored: spans are not worth a failed start."""
+        """The open lifecycles saved by ``to_state``; raises a msgspec error if the section is damaged."""
         if section is None:
             return cls(tracer)
-        try:
-            return cls(tracer, msgspec.convert(section, dict[str, _Lifecycle], strict=True))
-        except msgspec.ValidationError as error:
-            log.warning("ignoring the lifecycle section of the state file: %s", error)
-            return cls(tracer)
+        return cls(tracer, decode_section(section, dict[str, _Lifecycle]))
 
     def to_state(self) -> dict[str, _Lifecycle]:
         return self._open

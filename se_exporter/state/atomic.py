@@ -1,25 +1,52 @@
-"""Files that survive a crash: bytes written atomically, read back whole. No domain type lives here.
+"""Files that survive a crash: bytes written atomically, read back whole but bounded. No domain type lives here.
 
 A write goes to a temporary file in the same directory, is fsynced, renamed over the old file and
-the rename made durable, so a crash leaves either the old or the new content, never a torn one.
+the rename made durable, so a crash leaves either the old or the new content, never a torn one; a
+temporary file a crash left behind is removed at the next start (``remove_leftovers``). A read takes
+regular files only (a FIFO would block start-up for ever) and never more than the bound it is given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from se_exporter.platform import current
 
 
-def read_bytes(path: Path) -> bytes | None:
-    """The file's content, or None when it does not exist (other errors are raised)."""
-    try:
-        return path.read_bytes()
+class NotARegularFile(OSError):
+    """The path is a FIFO, a device or a directory: nothing se-exporter wrote."""
+
+
+class FileTooLarge(OSError):
+    """The file is larger than the reader may hold; ``size`` says how large."""
+
+    def __init__(self, path: Path, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes, over the bound of {limit}", str(path))
+        self.size = size
+
+
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The file's content, or None when it does not exist; ``FileTooLarge`` beyond ``limit`` bytes,
+    ``NotARegularFile`` for anything but a regular file (other errors are raised)."""
+    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+        if info.st_size > limit:
+            raise FileTooLarge(path, info.st_size, limit)
+        data = file.read(limit + 1)
+    if len(data) > limit:  # it grew while we read
+        raise FileTooLarge(path, len(data), limit)
+    return data
 
 
 def check_writable(directory: Path) -> None:
@@ -34,7 +61,7 @@ def check_writable(directory: Path) -> None:
 def write_atomically(path: Path, payload: bytes) -> None:
     """Replace ``path`` with ``payload``: a temporary file in the same directory, fsynced, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600 on POSIX: the state is nobody else's
             out.write(payload)
@@ -45,3 +72,21 @@ def write_atomically(path: Path, payload: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     current().sync_directory(path.parent)  # the rename itself made durable, where the platform can
+
+
+def remove_leftovers(path: Path) -> int:
+    """Remove the temporary files of ``write_atomically(path, ...)`` that a crash left behind (only the
+    owner of ``path`` may call it: it holds the state lock); returns how many were removed."""
+    removed = 0
+    prefix = _temporary_prefix(path)
+    with contextlib.suppress(OSError):
+        for leftover in path.parent.iterdir():
+            if leftover.name.startswith(prefix) and leftover.name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+                    removed += 1
+    return removed
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}."

@@ -80,7 +80,9 @@ def state(data: bytes) -> None:
         STATE_FILE.write_text(json.dumps({"version": 1, "sections": {"store": section}}))
     except (ValueError, RecursionError):  # nested deeper than json.dumps goes: not a file we could have written
         return
-    store = EventStore.from_state(Persistence(STATE_FILE).section("store"))
+    persistence = Persistence(STATE_FILE)
+    store = persistence.restore("store", EventStore.from_state, EventStore)
+    persistence.close()
     _render(store)
 
 

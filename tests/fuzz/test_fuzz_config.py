@@ -208,7 +208,11 @@ def restore(section: object) -> EventStore:
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "state.json"
         path.write_text(json.dumps({"version": 1, "sections": {"store": section}}))  # NaN, lone surrogates...
-        return EventStore.from_state(Persistence(path).section("store"))
+        persistence = Persistence(path)
+        try:
+            return persistence.restore("store", EventStore.from_state, EventStore)
+        finally:
+            persistence.close()
 
 
 @FUZZ
@@ -228,9 +232,25 @@ def test_restoring_a_bad_life(life: object) -> None:
     assert restore({"events": [], "incarnation": 1, "removed": {"E1": life}}).removed == {}
 
 
-def test_a_number_out_of_range_loses_only_its_section(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incarnation", ['"1"', "1e999", "-1.5"])
+def test_a_damaged_section_is_lost_alone_and_counted(tmp_path: Path, incarnation: str) -> None:
     path = tmp_path / "state.json"
-    path.write_text('{"version": 1, "sections": {"store": {"incarnation": 1e999, "events": []}, "other": {"a": 1}}}')
+    store = '{"incarnation": ' + incarnation + ', "events": []}'
+    path.write_text('{"version": 1, "sections": {"store": ' + store + ', "other": {"a": 1}}}')
     persistence = Persistence(path)
-    assert EventStore.from_state(persistence.section("store")).incarnation is None
-    assert persistence.section("other") == {"a": 1}
+    assert persistence.restore("store", EventStore.from_state, EventStore).incarnation is None
+    assert persistence.errors == 1
+    assert msgspec.json.decode(persistence.section("other") or b"") == {"a": 1}
+    persistence.close()
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "sections": {"store": {"x": NaN}}}',
+                                  '{"version": 1, "sections": {"store": {"x": "\\ud800"}}}',
+                                  '{"version": 1, "sect', '[]', '{"version": 2, "sections": {}}'])
+def test_a_file_we_could_not_have_written_is_set_aside_and_counted(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    persistence = Persistence(path)
+    assert persistence.section("store") is None and persistence.errors == 1
+    assert (tmp_path / "state.json.discarded").read_text() == text and not path.exists()
+    persistence.close()

@@ -86,7 +86,8 @@ def test_corrupt_state_file_is_logged_and_ignored(content: bytes, tmp_path: Path
     fake_imds.respond = lambda seen: document(1, EVENT)
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad file")
-    assert "ignoring" in exporter.logs()
+    assert "cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
+    assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
     wait_for(lambda: json.loads(state.read_text())["version"] == 1, 10, "state file rewritten")
 
 

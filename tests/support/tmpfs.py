@@ -12,9 +12,10 @@ import pytest
 
 
 @contextlib.contextmanager
-def small_tmpfs(where: Path, size_kib: int = 512) -> Iterator[Path]:
-    """Mount a ``size_kib`` tmpfs at ``where`` (needs root, or CAP_SYS_ADMIN in a container)."""
-    problem = mount_tmpfs(where, size_kib)
+def small_tmpfs(where: Path, size_kib: int = 512, inodes: int | None = None) -> Iterator[Path]:
+    """Mount a ``size_kib`` tmpfs (with at most ``inodes`` files) at ``where`` (needs root, or
+    CAP_SYS_ADMIN in a container)."""
+    problem = mount_tmpfs(where, size_kib, inodes)
     if problem:
         pytest.skip(f"cannot mount a tmpfs to make a full disk (needs root or CAP_SYS_ADMIN): {problem}")
     try:
@@ -23,11 +24,12 @@ def small_tmpfs(where: Path, size_kib: int = 512) -> Iterator[Path]:
         unmount(where)
 
 
-def mount_tmpfs(where: Path, size_kib: int) -> str:
+def mount_tmpfs(where: Path, size_kib: int, inodes: int | None = None) -> str:
     """Mount a tmpfs at ``where``; returns "" or why it could not."""
     where.mkdir(parents=True, exist_ok=True)
+    options = f"size={size_kib}k,mode=0700" + (f",nr_inodes={inodes}" if inodes else "")
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k,mode=0700", "tmpfs", str(where)],
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
                                  capture_output=True, text=True, check=False)
     except OSError as error:
         return str(error)
