@@ -57,7 +57,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from se_exporter.process import StopRequest
 
     # First: a stop signal during start-up (a slow first IMDS answer, a state file to read) is a clean stop.
-    stop = StopRequest().install(current().stop_signals)
+    platform = current()
+    stop = StopRequest().install(platform.stop_signals)
+    platform.limit_memory_arenas()  # before any thread starts
     try:
         return _command(argv, environ, stop)
     finally:

@@ -18,6 +18,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 Monotonic = Callable[[], float]
+TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -38,9 +39,12 @@ class _DeadlineReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int | None:
         left = self._deadline - self._monotonic()
         if left <= 0:
-            raise TimeoutError("the answer did not arrive in time (a slow or dripping peer)")
+            raise TimeoutError(TOO_SLOW)
         self._sock.settimeout(left)
-        return self._raw.readinto(buffer)
+        try:
+            return self._raw.readinto(buffer)
+        except TimeoutError:  # the socket waited for all the time left
+            raise TimeoutError(TOO_SLOW) from None
 
     def close(self) -> None:
         self._raw.close()

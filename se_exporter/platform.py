@@ -24,6 +24,7 @@ CTRL_BREAK_EVENT = 1  # what GenerateConsoleCtrlEvent sends to that group
 SIGBREAK = 21  # how Python sees CTRL+BREAK
 SIGINT = 2  # how Python sees CTRL+C (what a WinSW service stop sends), and the same number on POSIX
 SIGHUP = 1  # POSIX (Windows has none)
+M_ARENA_MAX = -8  # glibc's mallopt parameter
 PRIVATE_FILE_MODE = 0o600  # POSIX permissions of the state file and the spool (Windows: the directory's ACL)
 
 Run = Callable[[Sequence[str]], object]  # runs a command to completion (injected in tests)
@@ -56,6 +57,8 @@ class Platform(Protocol):
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None: ...
 
     def lock_exclusively(self, fd: int) -> bool: ...
+
+    def limit_memory_arenas(self) -> None: ...
 
 
 class PosixPlatform:
@@ -96,6 +99,17 @@ class PosixPlatform:
 
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
         return None  # the Docker image, the unit and the DaemonSet each name theirs
+
+    def limit_memory_arenas(self) -> None:
+        """glibc gives each thread that allocates an arena of its own: with a dozen threads (web workers,
+        log shipper, approval poster) their fragmentation was a fifth of the peak memory under large
+        documents. Two arenas, as MALLOC_ARENA_MAX=2 would, set before any thread starts; elsewhere (musl,
+        macOS) nothing."""
+        if sys.platform == "linux":
+            import ctypes
+
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).mallopt(M_ARENA_MAX, 2)
 
     def lock_exclusively(self, fd: int) -> bool:
         """Take the open file's lock without waiting (released when the process ends); False: held elsewhere.
@@ -143,6 +157,9 @@ class WindowsPlatform:
         if not environ.get("WINSW_SERVICE_ID"):
             return None
         return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
+
+    def limit_memory_arenas(self) -> None:
+        """Nothing: the Windows heap has no per-thread arenas to limit."""
 
     def lock_exclusively(self, fd: int) -> bool:
         """A non-blocking lock of the file's first byte (msvcrt.locking), released when the process ends."""

@@ -47,14 +47,20 @@ from se_exporter.approval.ledger import (
 )
 from se_exporter.approval.policy import Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
-from se_exporter.imds.document import SCHEDULED, ScheduledEvent
+from se_exporter.imds.document import MAX_EVENTS, SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
 from se_exporter.store import EventState
 
 log = logging.getLogger("se_exporter.approval")
 
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
-RETENTION_SECONDS = 7 * 24 * 3600.0  # how long decisions on events no longer listed are remembered
+# How long a decision on an event no longer listed is remembered: an approval for a week (an EventId that
+# comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
+RETENTION_SECONDS = 7 * 24 * 3600.0
+OTHER_RETENTION_SECONDS = 600.0
+# The ledger's bound (and its share of the state file): twice the events a document may list. Past it,
+# decisions on events no longer listed are forgotten oldest first, approvals last.
+MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
 NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook runs
 # Skip reason when the event changed (another revision: Resources, type, NotBefore…) after the policy matched
 # it and its hook ran, before the POST: an approval is for exactly what was decided, so it is decided again.
@@ -367,15 +373,25 @@ class Approver:
             out.append(ApprovalDecision(shown, result, item.rule, reason, None, now))
 
     def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
-        """Forget decisions on events gone (skips at once, the rest after the retention); True if any."""
-        gone = [
-            event_id for event_id, entry in self._ledger.items()
-            if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)
-            and (entry.status == Result.SKIPPED or now - entry.last_seen > self._retention)
-        ]
-        for event_id in gone:
+        """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
+        ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest; True if any."""
+        gone = [event_id for event_id, entry in self._ledger.items()
+                if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)]
+        forget = {event_id for event_id in gone if self._expired(self._ledger[event_id], now)}
+        if (excess := len(self._ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
+            kept = sorted((event_id for event_id in gone if event_id not in forget), key=lambda event_id: (
+                self._ledger[event_id].status == Result.APPROVED, self._ledger[event_id].last_seen))
+            forget.update(kept[:excess])
+        for event_id in forget:
             del self._ledger[event_id]
-        return bool(gone)
+        return bool(forget)
+
+    def _expired(self, entry: LedgerEntry, now: float) -> bool:
+        if entry.status == Result.SKIPPED:
+            return True
+        retention = self._retention if entry.status == Result.APPROVED else min(self._retention,
+                                                                                 OTHER_RETENTION_SECONDS)
+        return now - entry.last_seen > retention
 
 
 def _past_not_before(event: ScheduledEvent, now: float) -> float | None:

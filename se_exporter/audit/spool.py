@@ -2,71 +2,59 @@
 
 The SDK's exporters give up after a short retry window; transitions and approvals must not. The
 poll loop ``append``s records (before it saves the event store), the shipper ``peek``s the oldest,
-exports them and ``ack``s them once the collector accepted them.
+exports them and ``ack``s them once the collector accepted them. On disk it is a ``Journal``
+(``audit/journal.py``), each append fsynced before the call returns; in memory only without a path.
 
-On disk (``<state.file>.spool``) the spool is a journal of JSON lines, each appended, flushed and
-fsynced before the call returns::
+Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
+and on disk alike: past either bound the oldest records are dropped, counted and logged; a journal
+found larger at start-up is replayed within the same bounds. ``uid``s of pending and recently finished
+records are remembered, so a record appended twice (a transition re-emitted after a crash between the
+append and the state save) is sent once.
 
-    {"add": {<record>}}        a record to send
-    {"ack": ["<uid>", ...]}     accepted by the collector: never sent again
-    {"drop": ["<uid>", ...]}    dropped because the bound was hit (oldest first, counted)
-    {"seen": ["<uid>", ...]}    delivered or dropped uids still remembered for de-duplication
-
-Replaying it gives the pending records in order. A torn last line (crash mid-write) is ignored.
-The journal is compacted (rewritten atomically) at start-up and when mostly garbage. ``uid``s of
-pending and recently finished records are remembered, so a record appended twice (a transition
-re-emitted after a crash between the append and the state save) is sent once.
-
-A write that fails (a full disk) loses nothing: memory changes first, and the journal, which may now
-end in a torn line, is not appended to again but rewritten whole, atomically, at the next write or at
-``close`` (so records appended while the disk was full reach the file once space is back).
-``write_errors`` counts the failures for ``persistence_errors_total{file="spool"}``.
+A write that fails (a full disk) loses nothing: memory changes first, and the journal is rewritten
+whole, atomically, at the next write or at ``close`` (so records appended while the disk was full
+reach the file once space is back). ``write_errors`` counts the failures.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from se_exporter.audit.journal import Journal
 from se_exporter.audit.records import AuditRecord
-from se_exporter.platform import PRIVATE_FILE_MODE
-from se_exporter.state.atomic import write_atomically
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000
-COMPACT_AFTER_GARBAGE_LINES = 1024
+DEFAULT_MAX_BYTES = 8 << 20  # of memory (AuditRecord.memory_size); the journal on disk takes about as much
+COMPACT_AFTER_GARBAGE_BYTES = 1 << 20
 
 
 class Spool:
     """Thread-safe; in memory only when ``path`` is None."""
 
-    def __init__(self, path: Path | None, capacity: int = DEFAULT_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("spool capacity must be at least 1")
+    def __init__(self, path: Path | None, capacity: int = DEFAULT_CAPACITY, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if capacity < 1 or max_bytes < 1:
+            raise ValueError("spool bounds must be at least 1")
         self.path = path
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
         self._pending: OrderedDict[str, AuditRecord] = OrderedDict()
+        self._weights: dict[str, int] = {}  # memory_size of each pending record (computed once)
+        self._bytes = 0  # their sum
         self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
         self._cond = threading.Condition()
-        self._journal: BinaryIO | None = None
-        self._garbage = 0  # journal lines that no longer describe a pending record
+        self._garbage = 0  # journal bytes that no longer describe a pending record
         self._closed = False
         self._woken = False
-        self.write_errors = 0  # failed journal writes since start-up
-        self._unsynced = False  # a write failed: the journal on disk is behind memory (or torn)
-        if path is not None:
-            self._load(path)
-            if (excess := len(self._pending) - capacity) > 0:  # the bound may have been lowered since
-                self._drop_oldest(excess)
-            self._compact()
+        self._journal: Journal | None = None
+        if path is not None:  # replayed first, with nothing written meanwhile: the compaction writes the result
+            self._load(Journal(path))
 
     @property
     def depth(self) -> int:
@@ -74,10 +62,19 @@ class Spool:
             return len(self._pending)
 
     @property
+    def pending_bytes(self) -> int:
+        with self._cond:
+            return self._bytes
+
+    @property
+    def write_errors(self) -> int:
+        return self._journal.write_errors if self._journal is not None else 0
+
+    @property
     def synced(self) -> bool:
         """False while a failed write left the journal behind what is in memory."""
         with self._cond:
-            return not self._unsynced
+            return self._journal is None or not self._journal.unsynced
 
     def append(self, records: Iterable[AuditRecord]) -> int:
         """Queue records not seen before; returns how many were new. Durable when it returns, unless the
@@ -87,10 +84,9 @@ class Spool:
             if not new or self._closed:
                 return 0
             for record in new:
-                self._pending[record.uid] = record
-            self._write([{"add": r.to_json()} for r in new])
-            if (excess := len(self._pending) - self.capacity) > 0:
-                self._drop_oldest(excess)
+                self._add(record)
+            self._write({"add": r.to_json()} for r in new)
+            self._enforce_bounds()
             self._maybe_compact()
             self._cond.notify_all()
             return len(new)
@@ -132,18 +128,31 @@ class Spool:
     def close(self) -> None:
         """Stop writing (later appends and acks are ignored); pending records stay on disk."""
         with self._cond:
-            if self._unsynced:  # the last chance to get what the full disk refused into the file
-                self._compact()
-            self._closed = True
             if self._journal is not None:
+                if self._journal.unsynced:  # the last chance to get what the full disk refused into the file
+                    self._journal.compact(self._everything())
                 self._journal.close()
-                self._journal = None
+            self._closed = True
             self._cond.notify_all()
 
-    def _drop_oldest(self, excess: int) -> None:
-        self._drop([uid for _, uid in zip(range(excess), self._pending, strict=False)])
-        log.warning("log spool full (%d records): dropped the %d oldest; is the OTLP collector reachable?",
-                    self.capacity, excess)
+    def _add(self, record: AuditRecord) -> None:
+        self._pending[record.uid] = record
+        self._weights[record.uid] = size = record.memory_size
+        self._bytes += size
+
+    def _enforce_bounds(self, quietly: bool = False) -> None:
+        excess: list[str] = []
+        count, size = len(self._pending), self._bytes
+        for uid in self._pending:
+            if count <= self.capacity and size <= self.max_bytes:
+                break
+            excess.append(uid)
+            count, size = count - 1, size - self._weights[uid]
+        if excess:
+            self._drop(excess)
+        if excess and not quietly:
+            log.warning("log spool full (%d records, %d bytes at most): dropped the %d oldest; is the OTLP "
+                        "collector reachable?", self.capacity, self.max_bytes, len(excess))
 
     def _drop(self, uids: Sequence[str]) -> None:
         """Give up on these pending records: never sent, counted."""
@@ -153,93 +162,61 @@ class Spool:
 
     def _finish(self, uids: Sequence[str]) -> None:
         for uid in uids:
-            del self._pending[uid]
+            record = self._pending.pop(uid)
+            self._bytes -= self._weights.pop(uid)
+            self._garbage += record.approximate_size + 64
             self._finished[uid] = None
         while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
             self._finished.popitem(last=False)
-        self._garbage += 2 * len(uids)
 
     def _maybe_compact(self) -> None:
-        if self._garbage > max(COMPACT_AFTER_GARBAGE_LINES, 2 * len(self._pending)):
-            self._compact()
+        if self._journal is not None and self._garbage > max(COMPACT_AFTER_GARBAGE_BYTES, self._bytes):
+            self._compact(self._journal)
 
-    def _write(self, entries: Sequence[dict[str, Any]]) -> None:
-        """Persist ``entries``, which memory already reflects; after a failure, the whole state instead."""
-        if self.path is None:
-            return
-        if self._unsynced:
-            self._compact()
-            return
-        try:
-            if self._journal is None:  # private like the state file: nobody else's business
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE)
-                self._journal = os.fdopen(fd, "ab")
-            self._journal.write(b"".join(_line(entry) for entry in entries))
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
-        except OSError as error:  # keep going in memory: losing durability beats losing monitoring
-            self._failed("write", error)
+    def _compact(self, journal: Journal) -> None:
+        was_unsynced = journal.unsynced
+        if journal.compact(self._everything()):
+            self._garbage = 0
+            if was_unsynced:
+                log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
 
-    def _failed(self, what: str, error: OSError) -> None:
-        self.write_errors += 1
-        if not self._unsynced:  # one line per outage, not one per record
-            log.error("cannot %s log spool %s: %s; records are kept in memory and written once it works again",
-                      what, self.path, error)
-        self._unsynced = True
-        if self._journal is not None:  # it may end in a torn line: never append behind it
-            with contextlib.suppress(OSError):
-                self._journal.close()
-            self._journal = None
+    def _write(self, entries: Iterable[dict[str, Any]]) -> None:
+        if self._journal is not None:
+            was_unsynced = self._journal.unsynced
+            self._journal.append(entries, self._everything)
+            if was_unsynced and not self._journal.unsynced:
+                self._garbage = 0
+                log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
 
-    def _load(self, path: Path) -> None:
-        try:
-            lines = path.read_bytes().splitlines()
-        except FileNotFoundError:
-            return
-        except OSError as error:
-            log.warning("ignoring unreadable log spool %s: %s", path, error)
-            return
-        for number, line in enumerate(lines, 1):
+    def _everything(self) -> Iterator[dict[str, Any]]:
+        if self._finished:
+            yield {"seen": list(self._finished)}
+        for record in self._pending.values():
+            yield {"add": record.to_json()}
+
+    def _load(self, journal: Journal) -> None:
+        for entry in journal.replay():
             try:
-                self._replay(json.loads(line))
+                self._replay(entry)
             # OverflowError: a number out of range, such as "timestamp_ns": 1e999
             except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
-                if number < len(lines):  # the last line may be torn by a crash; anything else is damage
-                    log.warning("log spool %s: skipping damaged line %d: %s", path, number, error)
+                log.warning("log spool %s: skipping a damaged entry: %s", self.path, error)
+            self._enforce_bounds(quietly=True)  # as it replays: never more than the bounds in memory
+        if self.dropped:
+            log.warning("log spool %s holds more than the bounds (%d records, %d bytes): dropped the %d oldest",
+                        self.path, self.capacity, self.max_bytes, self.dropped)
         if self._pending:
-            log.info("log spool %s: %d record(s) still to send", path, len(self._pending))
+            log.info("log spool %s: %d record(s) still to send", self.path, len(self._pending))
+        self._journal = journal
+        self._compact(journal)
 
     def _replay(self, entry: dict[str, Any]) -> None:
         if "add" in entry:
             record = AuditRecord.from_json(entry["add"])
-            if record.uid not in self._finished:
-                self._pending[record.uid] = record
+            if record.uid not in self._finished and record.uid not in self._pending:
+                self._add(record)
             return
-        uids = [str(uid) for uid in entry.get("ack") or entry.get("drop") or entry["seen"]]
-        for uid in uids:
-            self._pending.pop(uid, None)
+        for uid in [str(uid) for uid in entry.get("ack") or entry.get("drop") or entry["seen"]]:
+            if self._pending.pop(uid, None) is not None:
+                self._bytes -= self._weights.pop(uid)
             self._finished[uid] = None
-
-    def _compact(self) -> None:
-        """Rewrite the journal as just what is remembered, atomically (a crash keeps the old one)."""
-        if self.path is None:
-            return
-        if self._journal is not None:
-            with contextlib.suppress(OSError):
-                self._journal.close()
-            self._journal = None
-        entries: list[dict[str, Any]] = [{"seen": list(self._finished)}] if self._finished else []
-        entries += [{"add": record.to_json()} for record in self._pending.values()]
-        try:
-            write_atomically(self.path, b"".join(_line(entry) for entry in entries))
-        except OSError as error:
-            self._failed("rewrite", error)
-            return
-        if self._unsynced:
-            log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
-        self._unsynced = False
-        self._garbage = 0
-
-
-def _line(entry: dict[str, Any]) -> bytes:
-    return json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"

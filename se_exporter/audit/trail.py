@@ -10,6 +10,7 @@ on restart with the same uid, which the spool recognises, so the collector gets 
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord, approval_record, transition_record
@@ -19,6 +20,7 @@ from se_exporter.poller import PollResult
 
 log = logging.getLogger("se_exporter.events")
 _LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}
+CHUNK = 200
 
 
 class AuditTrail:
@@ -30,9 +32,12 @@ class AuditTrail:
     def on_poll(self, result: PollResult) -> None:
         if not result.decisions and not result.transitions:
             return
-        records = [approval_record(decision) for decision in result.decisions]
-        records += [transition_record(transition, result.identity) for transition in result.transitions]
-        self._write(records)
+        records = itertools.chain((approval_record(decision) for decision in result.decisions),
+                                  (transition_record(transition, result.identity) for transition in result.transitions))
+        # A few hundred at a time: a document that lists a thousand new events at once (and removes as many)
+        # must not hold every record, line and journal entry in memory together.
+        while batch := list(itertools.islice(records, CHUNK)):
+            self._write(batch)
 
     def _write(self, records: list[AuditRecord]) -> None:
         for record in records:

@@ -133,7 +133,8 @@ class IMDSClient:
             finally:
                 answer.close()
         except httpx.TimeoutException as exc:
-            raise IMDSTimeout(f"IMDS {method} {url.path} timed out ({type(exc).__name__})") from None
+            detail = f": {exc}" if str(exc) and "timed out" not in str(exc) else f" ({type(exc).__name__})"
+            raise IMDSTimeout(f"IMDS {method} {url.path} timed out{detail}") from None
         except httpx.TransportError as exc:
             raise IMDSConnectionError(f"IMDS {method} {url.path} failed: {type(exc).__name__}: {exc}") from None
         finally:

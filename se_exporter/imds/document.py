@@ -31,8 +31,14 @@ _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
 # EventIds are GUIDs (36 characters). One far longer is not an id but a broken or hostile peer, and
 # every remembered id (state file, de-duplication) would carry it: refused as an invalid document.
-MAX_EVENT_ID_CHARS = 1024
+MAX_EVENT_ID_CHARS = 512
 _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
+# What one document may hold, so that everything derived from it (the store, the state file, /metrics,
+# one poll's audit records) fits the DaemonSet's 96 MiB (docs/reliability.md). Real documents list a few
+# events for a scale set's placement group or an availability set (at most a few hundred VMs); beyond
+# these bounds the document is refused as invalid, loudly, rather than half-read.
+MAX_EVENTS = 1000
+MAX_RESOURCES = 20_000  # Resources entries over all events
 
 
 class ScheduledEvent(msgspec.Struct, frozen=True, gc=False):
@@ -70,7 +76,7 @@ class _WireEvent(msgspec.Struct, rename="pascal", gc=False):
 
 class _WireDocument(msgspec.Struct, rename="pascal", gc=False):
     document_incarnation: _Int64
-    events: tuple[_WireEvent, ...] = ()
+    events: Annotated[tuple[_WireEvent, ...], msgspec.Meta(max_length=MAX_EVENTS)] = ()
 
 
 _DECODER = msgspec.json.Decoder(_WireDocument)
@@ -83,12 +89,18 @@ def parse_document(body: bytes | str) -> Document:
     try:
         wire = _DECODER.decode(body)
     except msgspec.ValidationError as error:
+        if str(error).endswith(f"length <= {MAX_EVENTS} - at `$.Events`"):
+            raise InvalidDocument(f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most "
+                                  f"{MAX_EVENTS} (docs/reliability.md)") from None
         raise InvalidDocument(f"not a Scheduled Events document: {error}") from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         if _LONE_SURROGATE.search(body if isinstance(body, bytes) else body.encode("utf-8", "replace")):
             # "\ud800" is valid JSON, but no label, log line or uid can hold it
             raise InvalidDocument("body holds text that is not valid Unicode (a lone surrogate)") from None
         raise InvalidDocument(f"body is not JSON: {error}") from None
+    if (resources := sum(len(raw.resources) for raw in wire.events)) > MAX_RESOURCES:
+        raise InvalidDocument(f"the document lists {resources} Resources over its events; se-exporter holds at most "
+                              f"{MAX_RESOURCES} (docs/reliability.md)")
     events = tuple(_event(index, raw) for index, raw in enumerate(wire.events))
     seen: set[str] = set()
     for event in events:

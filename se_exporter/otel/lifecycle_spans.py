@@ -16,6 +16,7 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from se_exporter.imds.document import MAX_EVENTS
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
 from se_exporter.state.persistence import decode_section
@@ -25,10 +26,11 @@ from se_exporter.times import rfc3339, unix_nanos
 log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"
 REMOVED = "removed"  # outcome of an event that vanished without a completed/cancelled transition
-MAX_OPEN = 1000  # events listed at once are a handful; this only bounds a pathological document
+MAX_OPEN = MAX_EVENTS  # as many as a document may list
 # Span events kept per lifecycle: the first ones and the newest (an event rescheduled every poll would
-# otherwise grow the state file by a step per poll, each one rewritten at every change).
-MAX_STEPS = 64
+# otherwise grow the state file by a step per poll, each one rewritten at every change). A lifecycle
+# has three steps, four or five with a reschedule: eight keep every real one, and bound the state file.
+MAX_STEPS = 8
 
 
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]

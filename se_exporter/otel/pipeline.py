@@ -53,7 +53,7 @@ from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 log = logging.getLogger(__name__)
 SCOPE = "se_exporter"
 SPAN_RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
-HELD_SPANS = 2048  # spans kept while the collector is away (about 17 minutes of polls at 1 Hz with their GETs)
+HELD_SPANS = 512  # spans kept while the collector is away (about 4 minutes of polls at 1 Hz with their GETs)
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 
 
@@ -93,7 +93,7 @@ def build_telemetry(
     if span_exporter is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
-        processor = BatchSpanProcessor(PatientSpanExporter(span_exporter), max_queue_size=2048,
+        processor = BatchSpanProcessor(PatientSpanExporter(span_exporter), max_queue_size=HELD_SPANS,
                                        max_export_batch_size=512, schedule_delay_millis=config.span_schedule_delay_ms,
                                        export_timeout_millis=30_000)
         provider.add_span_processor(processor)

@@ -13,7 +13,9 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from se_exporter.platform import current
 
@@ -30,19 +32,30 @@ class FileTooLarge(OSError):
         self.size = size
 
 
-def read_bounded(path: Path, limit: int) -> bytes | None:
-    """The file's content, or None when it does not exist; ``FileTooLarge`` beyond ``limit`` bytes,
-    ``NotARegularFile`` for anything but a regular file (other errors are raised)."""
-    try:  # O_NONBLOCK: opening a FIFO must not wait for a writer
+def open_regular(path: Path) -> BinaryIO | None:
+    """The file opened for reading, or None when it does not exist; ``NotARegularFile`` for a FIFO, a
+    device or a directory (opening a FIFO does not wait for a writer); other errors are raised."""
+    try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
-        if info.st_size > limit:
-            raise FileTooLarge(path, info.st_size, limit)
+    file = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        file.close()
+        raise NotARegularFile(errno.EINVAL, "not a regular file", str(path))
+    return file
+
+
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The file's content, or None when it does not exist; ``FileTooLarge`` beyond ``limit`` bytes,
+    ``NotARegularFile`` for anything but a regular file (other errors are raised)."""
+    file = open_regular(path)
+    if file is None:
+        return None
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise FileTooLarge(path, size, limit)
         data = file.read(limit + 1)
     if len(data) > limit:  # it grew while we read
         raise FileTooLarge(path, len(data), limit)
@@ -58,13 +71,14 @@ def check_writable(directory: Path) -> None:
         pass
 
 
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload``: a temporary file in the same directory, fsynced, renamed."""
+def write_atomically(path: Path, payload: bytes | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``payload`` (bytes, or chunks written as they come, never joined in memory):
+    a temporary file in the same directory, fsynced, renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:  # mkstemp creates it 0600 on POSIX: the state is nobody else's
-            out.write(payload)
+            out.writelines([payload] if isinstance(payload, bytes) else payload)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)

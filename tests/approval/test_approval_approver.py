@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.approval.approver import Approver
+from se_exporter.approval.approver import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, Approver
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookRunner
 from se_exporter.approval.policy import Hook, Policy, Rule
@@ -435,6 +435,30 @@ def test_decisions_on_gone_events_are_forgotten_after_the_retention(make: Callab
     assert h.approver.to_state()["events"] == {}
 
 
+def test_other_decisions_on_gone_events_are_forgotten_after_ten_minutes(make: Callable[..., Harness]) -> None:
+    h = make(Policy(rules=(USER,), dry_run=True))
+    h.poll([event("A")], times=2)
+    h.poll([], times=1)
+    h.clock.now += OTHER_RETENTION_SECONDS - 1
+    h.poll([], times=1)
+    assert list(h.approver.to_state()["events"]) == ["A"]  # type: ignore[call-overload]
+    h.clock.now += 2
+    h.poll([], times=1)
+    assert h.approver.to_state()["events"] == {}
+
+
+def test_the_ledger_is_bounded_however_many_events_come_and_go(make: Callable[..., Harness]) -> None:
+    """500 new matching events at every poll once grew a dry run's ledger (and the state file) for 7 days."""
+    h = make(Policy(rules=(USER,), dry_run=True))
+    for generation in range(12):
+        h.poll([event(f"G{generation}-{n}") for n in range(500)])
+        h.clock.now += 1
+    saved = h.approver.to_state()["events"]
+    assert len(saved) == MAX_LEDGER_ENTRIES  # type: ignore[arg-type]
+    assert "G11-499" in saved and "G0-0" not in saved  # type: ignore[operator]
+    assert h.count("dry_run") == 12 * 500
+
+
 @pytest.mark.parametrize(
     "state",
     [
@@ -460,10 +484,11 @@ def test_decisions_on_gone_events_are_forgotten_after_the_retention(make: Callab
         },
     ],
 )
-def test_a_malformed_state_is_logged_and_ignored(state: dict[str, object], caplog: pytest.LogCaptureFixture) -> None:
-    approver = Approver.from_state(state, POLICY, lambda ids: None)
-    assert approver.to_state()["events"] == {}
-    assert "ignoring the approval decisions in the state file: approval state:" in caplog.text
+def test_a_malformed_state_is_refused_with_what_is_wrong(state: dict[str, object]) -> None:
+    """Persistence.restore then starts the approver empty, logs and counts it (the store's case is tested
+    in tests/fuzz/test_fuzz_config.py)."""
+    with pytest.raises(ValueError, match=r"^approval state: "):
+        Approver.from_state(state, POLICY, lambda ids: None)
 
 
 # ----- impact and cause, and the NotBefore deadline ----------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -100,3 +101,42 @@ def test_wait_returns_when_records_arrive_and_never_blocks_after_wake() -> None:
     began = time.monotonic()
     assert spool.wait() is False
     assert time.monotonic() - began < 1.0
+
+
+def big(n: int, description_bytes: int) -> AuditRecord:
+    attributes: dict[str, AttributeValue] = {"scheduled_event.id": f"E{n}", "scheduled_event.description":
+                                             "d" * description_bytes}
+    return AuditRecord("scheduled_event.transition", "INFO", f"record {n}", attributes, n, f"uid-{n}")
+
+
+def test_the_spool_is_bounded_in_bytes_of_memory_dropping_the_oldest_and_counting_them(tmp_path: Path) -> None:
+    """A new event with a 3.5 MB Description at every poll once grew memory and the file without end."""
+    path = tmp_path / "spool"
+    spool = Spool(path, max_bytes=10 << 20)
+    for n in range(20):
+        spool.append([big(n, 3_500_000)])
+        assert spool.pending_bytes <= 10 << 20
+    assert uids(spool.peek(10)) == ["uid-18", "uid-19"] and spool.dropped == 18
+    assert path.stat().st_size < 3 * (10 << 20), "the journal is bounded too"
+    spool.close()
+    again = Spool(path, max_bytes=10 << 20)
+    assert uids(again.peek(10)) == ["uid-18", "uid-19"] and again.dropped == 0
+
+
+def test_a_journal_larger_than_the_bound_replays_within_it_a_line_at_a_time(tmp_path: Path) -> None:
+    """Another version's (or a larger bound's) spool: the newest records that fit are kept, the rest counted."""
+    path = tmp_path / "spool"
+    with path.open("wb") as journal:
+        for n in range(40):
+            journal.write(json.dumps({"add": big(n, 1_000_000).to_json()}).encode() + b"\n")
+    spool = Spool(path, max_bytes=4_500_000)
+    assert uids(spool.peek(10)) == ["uid-36", "uid-37", "uid-38", "uid-39"]
+    assert spool.dropped == 36 and path.stat().st_size < 4_500_000
+
+
+def test_a_fifo_in_place_of_the_journal_does_not_hang_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "spool"
+    os.mkfifo(path)
+    spool = Spool(path)
+    spool.append([record(1)])
+    assert path.is_file() and uids(Spool(path).peek(10)) == ["uid-1"]

@@ -1,0 +1,108 @@
+"""Memory bounded by bytes, under the DaemonSet's 96 MiB limit (issue 22, points 2, 3 and 4).
+
+The real exporter, with everything that holds data switched on (OTLP logs and spans to a collector
+that is down, so the spool fills; a state file; a dry-run policy that decides on every event), is fed
+the largest documents it accepts: ``MAX_EVENTS`` events with the longest EventIds, ``MAX_RESOURCES``
+Resources, rescheduled until every lifecycle holds its most steps, then replaced by as many new ones.
+Its peak resident memory (VmHWM) stays under 96 MiB while it polls, while it is scraped, and when it
+restarts on everything it saved; and a document beyond the bounds is refused, loudly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from se_exporter.audit.spool import DEFAULT_MAX_BYTES
+from se_exporter.imds.body import MAX_BODY_BYTES
+from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOURCES
+from se_exporter.state.persistence import MAX_STATE_BYTES
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
+from tests.support.fake_imds import Answer, FakeIMDS
+from tests.support.wait import wait_for
+
+StartExporter = Callable[..., ExporterProcess]
+LIMIT_KIB = 96 * 1024  # the DaemonSet's memory limit (deploy/)
+POLICY = "dry_run: true\nleader: any_listed\nrules:\n  - name: every-reboot\n    event_types: [Reboot]\n"
+PER_EVENT_RESOURCES = MAX_RESOURCES // MAX_EVENTS
+
+
+def worst_document(incarnation: int, generation: int, reschedule: int = 0) -> bytes:
+    """``MAX_EVENTS`` events with the longest EventIds and ``MAX_RESOURCES`` Resources in all."""
+    events = [{
+        "EventId": f"{generation:04d}-{index:06d}-" + "e" * (MAX_EVENT_ID_CHARS - 12),
+        "EventType": "Reboot", "ResourceType": "VirtualMachine", "EventStatus": "Scheduled",
+        "Resources": ["vm-a" if r == 0 else f"vmss_{index}_{r}" for r in range(PER_EVENT_RESOURCES)],
+        "NotBefore": f"Mon, 11 Apr 2099 {reschedule:02d}:26:58 GMT", "Description": "Planned maintenance",
+        "EventSource": "Platform", "DurationInSeconds": -1,
+    } for index in range(MAX_EVENTS)]
+    body = json.dumps({"DocumentIncarnation": incarnation, "Events": events}).encode()
+    assert len(body) < MAX_BODY_BYTES
+    return body
+
+
+def peak_kib(exporter: ExporterProcess) -> int:
+    status = Path(f"/proc/{exporter.proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
+
+
+def test_the_largest_documents_it_accepts_fit_in_96_mib_also_across_a_restart(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    (tmp_path / "policy.yaml").write_text(POLICY)
+    state = tmp_path / "state.json"
+    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", f"--state.file={state}",
+            f"--approval.config={tmp_path / 'policy.yaml'}")
+    dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    current = [Answer(body=worst_document(1, 0))]
+    fake_imds.respond = lambda seen: current[0]
+    exporter = start_exporter(*args, env=dead_collector)
+    spooled = [0]
+
+    def transitions_spooled(count: int) -> bool:
+        text = exporter.metrics()
+        depth = value(text, "azure_scheduled_events_log_spool_depth") or 0
+        dropped = value(text, "azure_scheduled_events_log_spool_dropped_total") or 0
+        return depth + dropped >= count
+
+    wait_for(lambda: transitions_spooled(MAX_EVENTS), 60, "the first document's transitions spooled")
+    for step in range(1, 8):  # every lifecycle to its most steps, the spool to its bound
+        current[0] = Answer(body=worst_document(1 + step, 0, reschedule=step))
+        spooled[0] = MAX_EVENTS * (step + 1)
+        wait_for(lambda: transitions_spooled(spooled[0]), 60, f"reschedule {step} spooled")
+    for _ in range(3):
+        exporter.metrics()
+    current[0] = Answer(body=worst_document(10, 1))  # as many new events: removals, and a full ledger
+    wait_for(lambda: transitions_spooled(spooled[0] + 2 * MAX_EVENTS), 60, "the second generation spooled")
+    for _ in range(3):
+        assert len(exporter.metrics()) > MAX_EVENTS * 500
+    running_peak = peak_kib(exporter)
+    assert exporter.stop() == 0
+    assert state.stat().st_size < MAX_STATE_BYTES
+    spool = state.with_name("state.json.spool")
+    assert spool.stat().st_size < 3 * DEFAULT_MAX_BYTES
+
+    restarted = start_exporter(*args, env=dead_collector)
+    restarted.wait_ready(60)
+    for _ in range(3):
+        restarted.metrics()
+    restart_peak = peak_kib(restarted)
+    assert restarted.stop() == 0
+    assert running_peak < LIMIT_KIB, f"running: peak {running_peak / 1024:.1f} MiB"
+    assert restart_peak < LIMIT_KIB, f"restarted: peak {restart_peak / 1024:.1f} MiB"
+    print(f"peak RSS: running {running_peak / 1024:.1f} MiB, restarted {restart_peak / 1024:.1f} MiB; "
+          f"state file {state.stat().st_size / 1e6:.1f} MB, spool {spool.stat().st_size / 1e6:.1f} MB")
+
+
+def test_a_document_beyond_the_bounds_is_refused_and_said(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
+    too_many = [{"EventId": f"E{index}", "EventType": "Freeze", "EventStatus": "Scheduled"}
+                for index in range(MAX_EVENTS + 1)]
+    fake_imds.respond = lambda seen: Answer(body=json.dumps({"DocumentIncarnation": 1, "Events": too_many}).encode())
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms")
+    wait_for(lambda: (value(exporter.metrics(), "azure_scheduled_events_poll_errors_total",
+                            reason="invalid_document") or 0) >= 1, 20, "the document refused")
+    assert value(exporter.metrics(), "azure_scheduled_events_imds_up") == 0
+    said = f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most {MAX_EVENTS}"
+    assert said in exporter.logs()
