@@ -1,4 +1,4 @@
-"""Basic auth (bcrypt) on every path, and the web config's extra response headers."""
+"""Basic auth (bcrypt), as exporter-toolkit checks it; the web server (``web/exchange.py``) applies it."""
 
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ import logging
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
-
-from se_exporter.web.config import WebConfig
+from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +25,9 @@ class BasicAuthenticator:
     - Only successful checks are cached, keyed by an HMAC (per-process random key) of user, hash and
       password: no plaintext password is kept, and failed guesses cannot evict good entries, so a
       scraper with valid credentials pays bcrypt once, not on every scrape.
-    - An unknown user is checked against a dummy hash of the highest configured cost, so the answer
-      takes as long as for a known user with a wrong password (no user enumeration by timing).
+    - An unknown user is checked against a dummy hash of the users' usual cost (the most common one),
+      so the answer takes as long as for a known user with a wrong password (no user enumeration by
+      timing; exact when all users share a cost, as ``htpasswd -B`` hashes do).
 
     bcrypt runs one at a time (a lock), so a flood of wrong passwords uses at most one CPU core.
     """
@@ -42,7 +39,8 @@ class BasicAuthenticator:
 
         self._bcrypt = bcrypt
         self._users = {user.encode(): hashed.encode() for user, hashed in users.items()}
-        cost = max(int(hashed[4:6]) for hashed in users.values())
+        costs = [int(hashed[4:6]) for hashed in users.values()]
+        cost = max(set(costs), key=lambda c: (costs.count(c), c))  # the usual one: most users' answers match it
         self._dummy = bcrypt.hashpw(secrets.token_urlsafe(32).encode(), bcrypt.gensalt(rounds=cost))
         self._cache_key = secrets.token_bytes(32)
         self._cache: OrderedDict[bytes, None] = OrderedDict()
@@ -51,12 +49,31 @@ class BasicAuthenticator:
         self._bcrypt_lock = threading.Lock()
 
     def authenticate(self, authorization: str | None) -> str | None:
-        """The user name if the ``Authorization`` header value holds valid credentials, else None."""
+        """The user name if the ``Authorization`` header value holds valid credentials, else None (may run
+        bcrypt: tens of milliseconds)."""
         credentials = _parse_basic(authorization)
         if credentials is None:
             return None
         user, password = credentials
         return user.decode("utf-8", "replace") if self.check(user, password) else None
+
+    def cached_user(self, authorization: str | None) -> str | None:
+        """Without bcrypt: the user name when these exact credentials were checked valid before, else None
+        (``authenticate`` tells, unless ``well_formed`` says there is nothing to check)."""
+        credentials = _parse_basic(authorization)
+        hashed = self._users.get(credentials[0]) if credentials is not None else None
+        if credentials is None or hashed is None:
+            return None
+        user, password = credentials
+        with self._cache_lock:
+            if self._key(user, hashed, password) in self._cache:
+                return user.decode("utf-8", "replace")
+        return None
+
+    @staticmethod
+    def well_formed(authorization: str | None) -> bool:
+        """Whether the header holds Basic credentials at all (if not, no bcrypt is needed to refuse them)."""
+        return _parse_basic(authorization) is not None
 
     def check(self, user: bytes, password: bytes) -> bool:
         hashed = self._users.get(user)
@@ -102,29 +119,3 @@ def _parse_basic(authorization: str | None) -> tuple[bytes, bytes] | None:
         return None
     user, colon, password = decoded.partition(b":")
     return (user, password) if colon else None
-
-
-def protect(app: WSGIApplication, config: WebConfig) -> WSGIApplication:
-    """``app`` behind the web configuration's basic auth (every path) and extra response headers."""
-    if not config.basic_auth_users and not config.headers:
-        return app
-    auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
-    extra = list(config.headers)
-    excluded = config.auth_excluded_paths
-    challenge = ("WWW-Authenticate", f'Basic realm="{REALM}"')
-
-    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
-            present = {name.lower() for name, _ in headers}  # the application's own headers win, as in Go
-            return start_response(status, headers + [h for h in extra if h[0].lower() not in present], exc_info)
-
-        if auth is not None and environ.get("PATH_INFO") not in excluded:
-            user = auth.authenticate(environ.get("HTTP_AUTHORIZATION"))
-            if user is None:
-                log.debug("unauthorized request", extra={"client": environ.get("REMOTE_ADDR", "")})
-                start("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"), challenge])
-                return [b"Unauthorized\n"]
-            environ["REMOTE_USER"] = user
-        return app(environ, start)
-
-    return guarded

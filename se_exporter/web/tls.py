@@ -1,4 +1,5 @@
-"""TLS for the web server: the handshake in the connection's thread, and certificate reload."""
+"""TLS for the web server: the context of each new connection (certificates reloaded when they change), and
+what a plain-HTTP client on the TLS port is told."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certi
 
 
 class TLSAcceptor:
-    """Wraps accepted sockets for TLS; the handshake runs later, in the connection's own thread.
+    """The TLS context for each new connection (the server's event loop runs the handshake).
 
     Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
     certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
@@ -54,27 +55,22 @@ class TLSAcceptor:
                         log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
             return self._context
 
-    def wrap(self, sock: socket.socket) -> ssl.SSLSocket:
-        return self.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
 
-    def handshake(self, conn: ssl.SSLSocket, client: str) -> bool:
-        """Complete the handshake (bounded by ``handshake_timeout``); False: drop the connection."""
-        conn.settimeout(self.handshake_timeout)
-        try:
-            conn.do_handshake()
-        except ssl.SSLError as exc:
-            if exc.reason == "HTTP_REQUEST":
-                _answer_plain_http(conn)
-            log.debug("TLS handshake failed", extra={"client": client, "err": str(exc)})
-            return False
-        except OSError as exc:  # timeout, reset, EOF
-            log.debug("TLS handshake failed", extra={"client": client, "err": str(exc) or type(exc).__name__})
-            return False
-        if not self.config.allows_peer(conn.getpeercert()):
-            log.warning("client certificate has none of client_allowed_sans; connection closed",
-                        extra={"client": client})
-            return False
-        return True
+def is_tls_hello(sock: socket.socket) -> bool:
+    """Whether what the client sent first (peeked, not read) opens a TLS handshake record."""
+    try:
+        first = sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return True  # nothing yet after all: let the handshake wait for it
+    return first == b"\x16"
+
+
+def answer_plain_http(sock: socket.socket) -> None:
+    """Tell a plain-HTTP client what went wrong, in cleartext, as Go's net/http does."""
+    body = b"Client sent an HTTP request to an HTTPS server.\n"
+    head = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+    with contextlib.suppress(OSError):
+        sock.send(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)  # small: fits any socket buffer
 
 
 def _stamp(files: Iterable[Path]) -> tuple[tuple[int, ...] | None, ...]:
@@ -87,11 +83,3 @@ def _stamp(files: Iterable[Path]) -> tuple[tuple[int, ...] | None, ...]:
         else:
             stamps.append((st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev))
     return tuple(stamps)
-
-
-def _answer_plain_http(conn: ssl.SSLSocket) -> None:
-    """Tell a plain-HTTP client what went wrong, in cleartext, as Go's net/http does."""
-    body = b"Client sent an HTTP request to an HTTPS server.\n"
-    head = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-    with contextlib.suppress(OSError):
-        socket.socket.sendall(conn, head + b"Content-Length: %d\r\n\r\n" % len(body) + body)  # not via TLS

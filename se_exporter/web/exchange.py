@@ -1,0 +1,242 @@
+"""One connection's HTTP/1.1 exchanges (h11), each bounded in time, size and work.
+
+A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most
+``MAX_HEAD_BYTES`` of head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a
+slow or dripping client holds a coroutine, never a worker. Only then:
+
+- basic auth: credentials checked valid before answer at once; others need bcrypt (tens of
+  milliseconds) on one thread with at most ``MAX_AUTH_WAITING`` waiting: a flood of wrong passwords is
+  answered 429 and never delays a scrape whose credentials are known;
+- the WSGI application runs on one render thread; identical requests that arrive while one is being
+  rendered share its answer, so memory holds one rendering of /metrics however many scrape at once;
+- the answer is written within ``WRITE_TIMEOUT_SECONDS``; HEAD gets GET's headers without the body;
+  other methods 405.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.types import WSGIApplication
+
+import h11
+
+from se_exporter.web.auth import REALM, BasicAuthenticator
+from se_exporter.web.config import WebConfig
+
+log = logging.getLogger("se_exporter.web.server")
+HEAD_TIMEOUT_SECONDS = 10.0  # a request (and a TLS handshake) must arrive in full within this
+IDLE_TIMEOUT_SECONDS = 30.0  # a kept-alive connection waits this long for its next request
+WRITE_TIMEOUT_SECONDS = 10.0  # an answer must be taken within this
+MAX_HEAD_BYTES = 64 << 10
+MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
+MAX_AUTH_WAITING = 4
+_CHALLENGE = ("WWW-Authenticate", f'Basic realm="{REALM}"')
+Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    reason: str
+    headers: Headers
+    body: bytes
+
+
+class Timeout(Exception):
+    """The client took longer than it may (a slow or dripping client)."""
+
+
+class Exchange:
+    """What the server does with a request: shared by every connection (its threads and bounds too)."""
+
+    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str) -> None:
+        self._app = app
+        self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
+        self._excluded = config.auth_excluded_paths
+        self._extra = list(config.headers)
+        self._base = {"SERVER_PORT": str(port), "wsgi.url_scheme": scheme, "wsgi.version": (1, 0),
+                      "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False,
+                      "wsgi.run_once": False, "SCRIPT_NAME": ""}
+        self._render = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-render")
+        self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
+        self._auth_waiting = 0
+        self._rendering: dict[tuple[str, ...], asyncio.Future[Answer]] = {}
+
+    def close(self) -> None:
+        self._render.shutdown(wait=False, cancel_futures=True)
+        self._bcrypt.shutdown(wait=False, cancel_futures=True)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str,
+                    idle: Callable[[bool], None], deadline: float) -> None:
+        """Requests until the client, an error or a timeout ends the connection; ``idle(True)`` while it
+        waits for a request (such connections are the ones the server may close when it needs room)."""
+        http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        while True:
+            idle(True)
+            try:
+                request = await _read_request(http, reader, deadline)
+            except h11.RemoteProtocolError as error:
+                await _write(http, writer, _plain(error.error_status_hint, str(error)), head=False, close=True)
+                return
+            if request is None:
+                return
+            idle(False)
+            answer = await self._answer(request, client)
+            await _write(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
+            if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
+                return
+            http.start_next_cycle()
+            deadline = time.monotonic() + IDLE_TIMEOUT_SECONDS
+
+    async def _answer(self, request: h11.Request, client: str) -> Answer:
+        if request.method not in (b"GET", b"HEAD"):
+            return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
+        environ = self._environ(request, client)
+        if self._auth is not None and environ["PATH_INFO"] not in self._excluded:
+            refused = await self._authenticate(self._auth, environ)
+            if refused is not None:
+                return refused
+        key = tuple(str(environ.get(name, "")) for name in ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT",
+                                                             "HTTP_ACCEPT_ENCODING"))
+        shared = self._rendering.get(key)
+        if shared is None:  # nobody renders this yet: render it, and let whoever asks meanwhile share it
+            loop = asyncio.get_running_loop()
+            shared = self._rendering[key] = asyncio.ensure_future(
+                loop.run_in_executor(self._render, _call, self._app, environ))
+            shared.add_done_callback(lambda _: self._rendering.pop(key, None))
+        return await asyncio.shield(shared)
+
+    async def _authenticate(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Answer | None:
+        """None when the request may go on (``REMOTE_USER`` set), else the refusal."""
+        header = environ.get("HTTP_AUTHORIZATION")
+        user = auth.cached_user(header)
+        if user is None and auth.well_formed(header):
+            if self._auth_waiting >= MAX_AUTH_WAITING:
+                log.debug("too many authentication attempts at once", extra={"client": environ["REMOTE_ADDR"]})
+                return Answer(429, "Too Many Requests", [("Retry-After", "1")], b"Too many authentication attempts\n")
+            self._auth_waiting += 1
+            try:
+                loop = asyncio.get_running_loop()
+                user = await loop.run_in_executor(self._bcrypt, auth.authenticate, header)
+            finally:
+                self._auth_waiting -= 1
+        if user is None:
+            log.debug("unauthorized request", extra={"client": environ["REMOTE_ADDR"]})
+            return Answer(401, "Unauthorized", [_CHALLENGE], b"Unauthorized\n")
+        environ["REMOTE_USER"] = user
+        return None
+
+    def _environ(self, request: h11.Request, client: str) -> dict[str, Any]:
+        target = request.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        environ: dict[str, Any] = {**self._base, "REQUEST_METHOD": "GET", "QUERY_STRING": query,
+                                   "PATH_INFO": urllib.parse.unquote(path, "latin-1"), "SERVER_NAME": "se-exporter",
+                                   "SERVER_PROTOCOL": f"HTTP/{request.http_version.decode()}", "REMOTE_ADDR": client,
+                                   "wsgi.input": io.BytesIO(b"")}
+        for name, value in request.headers:
+            key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
+            text = value.decode("latin-1")
+            environ[key] = f"{environ[key]},{text}" if key in environ else text
+        return environ
+
+    def _with_extra(self, answer: Answer) -> Answer:
+        present = {name.lower() for name, _ in answer.headers}  # the application's own headers win, as in Go
+        extra = [header for header in self._extra if header[0].lower() not in present]
+        return Answer(answer.status, answer.reason, answer.headers + extra, answer.body) if extra else answer
+
+
+def _call(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
+    """Run the WSGI application (on the render thread)."""
+    started: list[tuple[str, Headers]] = []
+
+    def start_response(status: str, headers: Headers, exc_info: Any = None) -> Callable[[bytes], object]:
+        started[:] = [(status, list(headers))]
+        return lambda _data: None
+
+    result = app(environ, start_response)
+    try:
+        body = b"".join(result)
+    finally:
+        if hasattr(result, "close"):
+            result.close()
+    status, headers = started[0]
+    code, _, reason = status.partition(" ")
+    return Answer(int(code), reason, headers, body)
+
+
+async def _read_request(http: h11.Connection, reader: asyncio.StreamReader, idle_deadline: float) -> h11.Request | None:
+    """The next request, read in full (its body discarded); None when the client closed the connection."""
+    deadline = idle_deadline  # until the first byte; then HEAD_TIMEOUT_SECONDS for the rest
+    request: h11.Request | None = None
+    body = 0
+    while True:
+        event = http.next_event()
+        if event is h11.NEED_DATA:
+            data = await _receive(reader, deadline)
+            if data and request is None and http.their_state is h11.IDLE and deadline == idle_deadline:
+                deadline = min(idle_deadline, time.monotonic() + HEAD_TIMEOUT_SECONDS)
+            http.receive_data(data)
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += len(event.data)
+            if body > MAX_BODY_BYTES:
+                raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
+        elif isinstance(event, h11.EndOfMessage):
+            return request
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Timeout
+    try:
+        async with asyncio.timeout(left):
+            return await reader.read(16384)  # small reads: the head bound is checked between them
+    except TimeoutError:
+        raise Timeout from None
+
+
+async def _write(http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool,
+                 close: bool) -> None:
+    headers: Headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
+    if close:
+        headers.append(("Connection", "close"))
+    data = http.send(h11.Response(status_code=answer.status, reason=answer.reason.encode("latin-1"),
+                                  headers=_encoded(headers)))
+    if answer.body and not head:
+        data += http.send(h11.Data(data=answer.body))
+    data += http.send(h11.EndOfMessage())
+    writer.write(data)
+    try:
+        async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
+            await writer.drain()
+    except TimeoutError:
+        raise Timeout from None
+
+
+def _encoded(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+def _plain(status: int, text: str) -> Answer:
+    reasons = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
+    return Answer(status, reasons.get(status, "Bad Request"), [("Content-Type", "text/plain; charset=utf-8")],
+                  f"{text}\n".encode())
+
+
+def close_quietly(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        writer.close()
