@@ -45,7 +45,7 @@ from se_exporter.approval.ledger import (
     event_revision,
     load_ledger,
 )
-from se_exporter.approval.policy import Policy, Verdict
+from se_exporter.approval.policy import NO_RULE, NOT_LEADER, NOT_SCHEDULED, NOT_THIS_VM, Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
 from se_exporter.imds.document import MAX_EVENTS, SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
@@ -65,6 +65,7 @@ NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook
 # Skip reason when the event changed (another revision: Resources, type, NotBefore…) after the policy matched
 # it and its hook ran, before the POST: an approval is for exactly what was decided, so it is decided again.
 CHANGED = "changed"
+STABLE_SKIPS = frozenset({NOT_SCHEDULED, NOT_THIS_VM, NOT_LEADER})  # hold until the event or the VM name changes
 STATE_UNSAVED = "state_unsaved"  # skip reason while the state file cannot be saved (see ``can_remember``)
 
 
@@ -200,25 +201,30 @@ class Approver:
             entry.last_seen = now
             if entry.status in (Result.APPROVED, HOOK_RUNNING, POSTING) or event.event_status != SCHEDULED:
                 return  # final, in flight, or its approval story is over
-        revision = event_revision(event)  # a hash: only for events still to be decided
+        revision = _revision(entry, event)  # a hash, once per event object: only for events still to be decided
         if entry is not None:
             same = entry.revision == revision
             if same and entry.status in (Result.DRY_RUN, Result.HOOK_FAILED, Result.EXPIRED):
                 return
             if same and entry.status == Result.FAILED and (entry.retry_at is None or now < entry.retry_at):
                 return
+            if same and entry.status == Result.SKIPPED and entry.vm_name == vm_name and self._stable(entry.reason):
+                return  # nothing the skip depends on has changed: not decided again at every poll
         verdict = self._decide(state, vm_name, now)
         if not verdict.candidate:
             said = entry is not None and entry.status == Result.SKIPPED and entry.revision == revision
             if said and entry is not None and entry.reason == verdict.reason:
+                entry.vm_name = vm_name
                 return
-            entry = LedgerEntry(Result.SKIPPED, revision, reason=verdict.reason, decided_at=now, last_seen=now)
+            entry = LedgerEntry(Result.SKIPPED, revision, reason=verdict.reason, decided_at=now, last_seen=now,
+                                vm_name=vm_name, seen=event, seen_revision=revision)
             self._ledger[event.event_id] = entry
             out.append(ApprovalDecision(event, Result.SKIPPED, "", f"{verdict.reason}: {verdict.detail}", None, now))
             return
         hook_passed = entry is not None and entry.revision == revision and entry.status in (Result.FAILED, POST_DUE)
         attempts = entry.attempts if entry is not None and hook_passed else 0
-        new = LedgerEntry(POSTING, revision, verdict.rule, attempts=attempts, decided_at=now, last_seen=now)
+        new = LedgerEntry(POSTING, revision, verdict.rule, attempts=attempts, decided_at=now, last_seen=now,
+                          seen=event, seen_revision=revision)
         self._ledger[event.event_id] = new
         if (late := _past_not_before(event, now)) is not None:
             new.status = Result.EXPIRED
@@ -230,10 +236,9 @@ class Approver:
             reason = f"dry_run: {verdict.detail}; would {would} StartRequests"
             out.append(ApprovalDecision(event, Result.DRY_RUN, verdict.rule, reason, None, now))
         elif self._hook_runner is not None and not hook_passed:
-            assert vm_name is not None  # a candidate implies a known VM name
             new.status = HOOK_RUNNING
             left = None if event.not_before is None else event.not_before.timestamp() - now
-            future = self._hook_runner.submit(event, vm_name, verdict.rule,
+            future = self._hook_runner.submit(event, vm_name or "", verdict.rule,  # a candidate has a VM name
                                               classification=Classification(state.impact, state.cause),
                                               seconds_left=left)
             self._hooks[event.event_id] = _Hooking(future, event, verdict.rule, revision)
@@ -294,6 +299,10 @@ class Approver:
                 continue
             entry.status = POSTING
             batch.append(_Item(current, verdict.rule, f"{verdict.detail}; hook {result.summary}", revision))
+
+    def _stable(self, reason: str) -> bool:
+        """Whether a skip for ``reason`` holds until the event or this VM's name changes (the time aside)."""
+        return reason in STABLE_SKIPS or (reason == NO_RULE and not self._policy.time_dependent)
 
     def _decide(self, state: EventState, vm_name: str | None, now: float) -> Verdict:
         """The policy's verdict on a listed event, with its impact and cause; no candidate while the state
@@ -392,6 +401,17 @@ class Approver:
         retention = self._retention if entry.status == Result.APPROVED else min(self._retention,
                                                                                  OTHER_RETENTION_SECONDS)
         return now - entry.last_seen > retention
+
+
+def _revision(entry: LedgerEntry | None, event: ScheduledEvent) -> str:
+    """``event_revision(event)``, computed once per event object (the store hands back the same one while
+    the event is unchanged)."""
+    if entry is not None and entry.seen is event:
+        return entry.seen_revision
+    revision = event_revision(event)
+    if entry is not None:
+        entry.seen, entry.seen_revision = event, revision
+    return revision
 
 
 def _past_not_before(event: ScheduledEvent, now: float) -> float | None:

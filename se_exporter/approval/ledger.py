@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -48,6 +48,11 @@ class LedgerEntry:
     retry_at: float | None = None  # FAILED: Unix time from which the POST may be retried; None: never
     decided_at: float = 0.0
     last_seen: float = 0.0
+    # Not saved: what a skip was decided with, and the last event object seen with its revision (a hash worth
+    # computing once per change, not once per poll).
+    vm_name: str | None = None
+    seen: ScheduledEvent | None = field(default=None, repr=False)
+    seen_revision: str = ""
 
 
 class _SavedEntry(msgspec.Struct, forbid_unknown_fields=True):
