@@ -82,8 +82,8 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             try:
                 compiled_pattern(self.description_pattern)
             except re2.error as exc:  # "(a)\\1", "a{99999}", "((((...))))"
-                problem = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else exc
-                raise field_problem("description_pattern", f"is not a valid RE2 regular expression: {problem}") from None
+                raise field_problem("description_pattern",
+                                    f"is not a valid RE2 regular expression: {_re2_problem(exc)}") from None
 
     def matches(self, event: ScheduledEvent, classification: Classification, now: float) -> bool:
         duration = event.duration_seconds  # -1 (unknown) is below every bound, as bounds are >= 0
@@ -102,6 +102,11 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 or compiled_pattern(self.description_pattern).search(event.description) is not None,
             )
         )
+
+
+def _re2_problem(error: Exception) -> str:
+    first = error.args[0] if error.args else error
+    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,7 +15,6 @@ import httpx
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS
-from tests.support.wait import wait_for
 
 POLICY = "rules:\n  - name: backtracking\n    description_pattern: '^(a|aa)*c$'\n"
 
