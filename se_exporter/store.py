@@ -1,7 +1,8 @@
 """The event store: a pure state machine from IMDS documents to lifecycle transitions.
 
 ``reconcile(document, now)`` compares a document with what the store last saw and returns the
-transitions of docs/design.md. It performs no I/O and reads no clock: callers pass ``now`` (Unix
+transitions of docs/design.md, and ``updated`` when an event changes in place (another type, other
+Resources…: the same EventId, another event, which the audit trail must not keep quiet about). It performs no I/O and reads no clock: callers pass ``now`` (Unix
 seconds), so tests drive it with any timeline and a restored store continues where it left off.
 ``to_state``/``from_state`` are its own codec for the state file.
 """
@@ -9,6 +10,8 @@ seconds), so tests drive it with any timeline and a restored store continues whe
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -19,6 +22,7 @@ from typing import Annotated
 
 import msgspec
 
+from se_exporter.imds.changes import content, describe_change
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact, classify
 from se_exporter.state.persistence import decode_section
@@ -41,6 +45,7 @@ class TransitionKind(StrEnum):
     COMPLETED = "completed"  # removed after Started
     CANCELLED = "cancelled"  # removed while Scheduled
     RESCHEDULED = "rescheduled"  # NotBefore changed while Scheduled
+    UPDATED = "updated"  # changed in place: type, Resources, source, duration, description (same EventId)
 
 
 class EventState(msgspec.Struct, frozen=True, gc=False):
@@ -73,12 +78,16 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     life: int = 1
     impact: Impact = Impact.UNKNOWN
     cause: Cause = Cause.UNKNOWN
+    changes: str = ""  # on "updated": what changed (``imds.changes.describe_change``)
 
     @property
     def uid(self) -> str:
-        """Stable id of this transition: the same if it is ever emitted again after a crash."""
-        not_before = self.event.not_before if self.kind is TransitionKind.RESCHEDULED else None
-        return _transition_uid(self.event.event_id, self.life, self.kind, not_before)
+        """Stable id of this transition: the same if it is ever emitted again after a crash (per new NotBefore
+        for "rescheduled", per new content for "updated")."""
+        not_before = self.event.not_before.isoformat() if self.kind is TransitionKind.RESCHEDULED and \
+            self.event.not_before is not None else None
+        detail = _content_digest(self.event) if self.kind is TransitionKind.UPDATED else not_before
+        return _transition_uid(self.event.event_id, self.life, self.kind, detail)
 
 
 class _StoreState(msgspec.Struct):
@@ -89,13 +98,17 @@ class _StoreState(msgspec.Struct):
     removed: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
 
 
-@functools.lru_cache(maxsize=4096)  # each sink asks for the uid of the same transition
-def _transition_uid(event_id: str, life: int, kind: str, not_before: datetime | None) -> str:
+@functools.lru_cache(maxsize=1024)  # each sink asks for the uid of the same transition
+def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> str:
     key = event_id if life == 1 else f"{event_id}#{life}"
     key += f"/{kind}"
-    if not_before is not None:
-        key += "/" + not_before.isoformat()
+    if detail is not None:
+        key += "/" + detail
     return uuid5_text(_UID_NAMESPACE, key)
+
+
+def _content_digest(event: ScheduledEvent) -> str:
+    return hashlib.sha256(json.dumps(content(event), default=str).encode()).hexdigest()[:16]
 
 
 class EventStore:
@@ -161,7 +174,10 @@ class EventStore:
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
-            transitions += [_transition(kind, state, prev, now, incarnation) for kind, prev in emitted]
+            transitions += [_transition(kind, state, prev, now, incarnation,
+                                        describe_change(previous.event, event, with_not_before=False)
+                                        if kind is TransitionKind.UPDATED and previous is not None else "")
+                            for kind, prev in emitted]
         for event_id, state in self._events.items():
             if event_id in updated:
                 continue
@@ -188,6 +204,7 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
     emitted: Emitted = []
     previous = state.event.event_status
     history = state.not_before_history
+    changed = content(state.event) != content(event)
     started_at = state.started_at
     if started_at is not None:  # once Started, the lifecycle only waits for the removal
         pass
@@ -198,6 +215,8 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
         if history:  # a first NotBefore for an event seen without one is not a reschedule
             emitted.append((TransitionKind.RESCHEDULED, previous))
         history = (*history, event.not_before)[-MAX_NOT_BEFORE_HISTORY:]
+    if changed:  # the same EventId now says another thing: a transition of its own, or the trail would lie
+        emitted.append((TransitionKind.UPDATED, previous))
     state = msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history)
     return _classified(state), emitted
 
@@ -228,7 +247,8 @@ def _removal(state: EventState) -> TransitionKind | None:
     return None
 
 
-def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int) -> Transition:
+def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int,
+                changes: str = "") -> Transition:
     return Transition(
         kind=kind,
         event=state.event,
@@ -241,4 +261,5 @@ def _transition(kind: TransitionKind, state: EventState, previous: str, now: flo
         life=state.life,
         impact=state.impact,
         cause=state.cause,
+        changes=changes,
     )

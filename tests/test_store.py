@@ -68,6 +68,17 @@ CASES = {
         [(0, [ev(status="Pending")]), (1, [ev(status="Started")]), (4, [])],
         [("e1", "started", "Pending", 1, None), ("e1", "completed", "Started", 4, 3.0)],
     ),
+    "changed in place: updated once per new content": (
+        [(0, [ev(event_type="Freeze")]), (1, [ev(event_type="Terminate")]), (2, [ev(event_type="Terminate")]),
+         (3, [ev(event_type="Terminate", status="Started")]), (4, [])],
+        [("e1", "scheduled", "", 0, None), ("e1", "updated", "Scheduled", 1, None),
+         ("e1", "started", "Scheduled", 3, None), ("e1", "completed", "Started", 4, 1.0)],
+    ),
+    "rescheduled and changed in place at once": (
+        [(0, [ev()]), (1, [ev(not_before=NB2, event_type="Redeploy")])],
+        [("e1", "scheduled", "", 0, None), ("e1", "rescheduled", "Scheduled", 1, None),
+         ("e1", "updated", "Scheduled", 1, None)],
+    ),
     "back to Scheduled after Started does not start twice": (
         [(0, [ev(status="Started")]), (1, [ev()]), (2, [ev(status="Started")]), (5, [])],
         [("e1", "started", "", 0, None), ("e1", "completed", "Started", 5, 5.0)],
@@ -179,3 +190,15 @@ def test_an_event_rescheduled_at_every_poll_keeps_a_bounded_history() -> None:
     history = store.events["e1"].not_before_history
     assert len(history) == MAX_NOT_BEFORE_HISTORY and history[-1] == NB1 + timedelta(minutes=499)
     assert len(msgspec.json.encode(store.to_state())) < 4096
+
+
+def test_an_update_says_what_changed_and_has_a_uid_per_content() -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(event_type="Freeze"),)), T0)
+    grown = msgspec.structs.replace(ev(event_type="Terminate"), resources=("vm-a", "vm-b"))
+    (first,) = store.reconcile(Document(2, (grown,)), T0 + 1)
+    assert first.kind is TransitionKind.UPDATED
+    assert first.changes == "the event changed (EventType Freeze -> Terminate; Resources [vm-a] -> [vm-a, vm-b])"
+    (back,) = store.reconcile(Document(3, (ev(event_type="Freeze"),)), T0 + 2)
+    (again,) = store.reconcile(Document(4, (grown,)), T0 + 3)
+    assert len({first.uid, back.uid}) == 2 and again.uid == first.uid  # the same content: the same record

@@ -261,7 +261,7 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     lay.add(
         timeseries(
             "Transitions",
-            "Event lifecycle transitions (scheduled, started, completed, cancelled, rescheduled) counted over "
+            "Event lifecycle transitions (scheduled, started, completed, cancelled, rescheduled, updated) counted over "
             "5-minute windows. Each VM that lists an event counts its transitions. From the recording rule "
             + JOB_TRANSITIONS + ": the selected jobs, every instance (VM detail shows one VM's).",
             [

@@ -40,13 +40,13 @@ from se_exporter.approval.ledger import (
     POST_DUE,
     POSTING,
     LedgerEntry,
-    describe_change,
     dump_ledger,
     event_revision,
     load_ledger,
 )
 from se_exporter.approval.policy import NO_RULE, NOT_LEADER, NOT_SCHEDULED, NOT_THIS_VM, Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
+from se_exporter.imds.changes import describe_change
 from se_exporter.imds.document import MAX_EVENTS, SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
 from se_exporter.store import EventState

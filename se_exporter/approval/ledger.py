@@ -20,7 +20,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
@@ -84,28 +83,6 @@ def event_revision(event: ScheduledEvent) -> str:
         event.duration_seconds,
     ]
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
-
-
-_CHANGE_FIELDS = (("EventType", "event_type"), ("ResourceType", "resource_type"), ("Resources", "resources"),
-                  ("NotBefore", "not_before"), ("EventSource", "event_source"),
-                  ("DurationInSeconds", "duration_seconds"), ("Description", "description"))
-
-
-def describe_change(before: ScheduledEvent, after: ScheduledEvent) -> str:
-    """What differs between two revisions of an event, for the audit trail (values shortened)."""
-    changes = [f"{name} {_short(getattr(before, attr))} -> {_short(getattr(after, attr))}"
-               for name, attr in _CHANGE_FIELDS if getattr(before, attr) != getattr(after, attr)]
-    return "the event changed (" + ("; ".join(changes) or "nothing visible") + ")"
-
-
-def _short(value: object, limit: int = 60) -> str:
-    if isinstance(value, tuple):
-        text = "[" + ", ".join(value[:5]) + (f", and {len(value) - 5} more" if len(value) > 5 else "") + "]"
-    elif isinstance(value, datetime):
-        text = value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    else:
-        text = str(value) if value not in (None, "") else "(none)"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> dict[str, object]:

@@ -100,8 +100,10 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         attributes["scheduled_event.affects_this_vm"] = affects
     if transition.kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
         attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
+    if transition.changes:
+        attributes["scheduled_event.changes"] = transition.changes
     attributes["log.record.uid"] = uid = transition.uid
-    coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED)
+    coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
     severity = WARN if coming and event.event_type in DISRUPTIVE_TYPES else INFO
     return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects, not_before), attributes,
                        unix_nanos(transition.observed_at), uid)
@@ -134,6 +136,8 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
         what = f"{kind}, not before {not_before}" if not_before else str(kind)
     elif kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
         what = f"completed after {transition.started_seconds:.0f} s in Started"
+    elif kind is TransitionKind.UPDATED:
+        what = f"updated in place: {transition.changes.removeprefix('the event changed ')}"
     else:
         what = str(kind)
     whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"

@@ -35,7 +35,8 @@ def transitions_of(*documents: Document) -> list[Transition]:
 def test_transition_record_carries_every_attribute_with_its_type() -> None:
     scheduled, started, completed = transitions_of(
         Document(1, (REBOOT,)),
-        Document(2, (ScheduledEvent("E1", "Reboot", "Started", resources=("vm-a", "vm-b"), event_source="Platform"),)),
+        Document(2, (ScheduledEvent("E1", "Reboot", "Started", resources=("vm-a", "vm-b"), description="Host update",
+                                    event_source="Platform"),)),
         Document(3),
     )
     record = transition_record(scheduled, VMIdentity(name="VM-A"))
@@ -55,6 +56,19 @@ def test_transition_record_carries_every_attribute_with_its_type() -> None:
     assert done.severity == "INFO" and done.attributes["scheduled_event.affects_this_vm"] is False
     assert done.attributes["scheduled_event.started_s"] == 1.0 and "scheduled_event.not_before" not in done.attributes
     assert transition_record(started, VMIdentity()).severity == "WARN"
+
+
+def test_an_update_in_place_says_what_changed_and_warns_when_it_becomes_disruptive() -> None:
+    freeze = ScheduledEvent("E1", "Freeze", "Scheduled", resources=("vm-b",), not_before=NOT_BEFORE,
+                            event_source="Platform", duration_seconds=5)
+    _, updated = transitions_of(Document(1, (freeze,)), Document(2, (REBOOT,)))
+    record = transition_record(updated, VMIdentity(name="vm-a"))
+    assert record.severity == "WARN" and record.attributes["scheduled_event.transition"] == "updated"
+    assert record.attributes["scheduled_event.changes"] == (
+        "the event changed (EventType Freeze -> Reboot; Resources [vm-b] -> [vm-a, vm-b]; "
+        "DurationInSeconds 5 -> -1; Description (none) -> Host update)")
+    assert record.body.startswith("Reboot updated in place: (EventType Freeze -> Reboot; ")
+    assert record.body.endswith(", affects this VM (impact reboot, cause platform; event E1, source Platform)")
 
 
 def test_unknown_vm_name_leaves_affects_this_vm_out_and_uid_is_stable() -> None:
