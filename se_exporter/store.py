@@ -1,9 +1,10 @@
 """The event store: a pure state machine from IMDS documents to lifecycle transitions.
 
 ``reconcile(document, now)`` compares a document with what the store last saw and returns the
-transitions of docs/design.md, and ``updated`` when an event changes in place (another type, other
-Resources…: the same EventId, another event, which the audit trail must not keep quiet about). It performs no I/O and reads no clock: callers pass ``now`` (Unix
-seconds), so tests drive it with any timeline and a restored store continues where it left off.
+transitions of docs/design.md, ``updated`` included (the same EventId saying another thing: another
+type, other Resources; the audit trail must not keep quiet about it). It performs no I/O and reads
+no clock: callers pass ``now`` (Unix seconds), so tests drive it with any timeline and a restored
+store continues where it left off.
 ``to_state``/``from_state`` are its own codec for the state file.
 """
 
@@ -174,9 +175,10 @@ class EventStore:
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
+            updates = previous is not None and any(kind is TransitionKind.UPDATED for kind, _ in emitted)
+            changes = describe_change(previous.event, event, with_not_before=False) if previous and updates else ""
             transitions += [_transition(kind, state, prev, now, incarnation,
-                                        describe_change(previous.event, event, with_not_before=False)
-                                        if kind is TransitionKind.UPDATED and previous is not None else "")
+                                        changes=changes if kind is TransitionKind.UPDATED else "")
                             for kind, prev in emitted]
         for event_id, state in self._events.items():
             if event_id in updated:
@@ -247,7 +249,7 @@ def _removal(state: EventState) -> TransitionKind | None:
     return None
 
 
-def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int,
+def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int, *,
                 changes: str = "") -> Transition:
     return Transition(
         kind=kind,
