@@ -1,20 +1,24 @@
-"""Ships spooled records, oldest first, until the collector accepts them.
+"""Ships spooled records, oldest first, until the collector takes them, as the OTLP specification says.
 
-A thread takes a batch from the spool, hands it to ``send`` (telemetry.py: an OTLP exporter's
-``export()`` called directly, so no SDK queue can drop anything), acknowledges it on success and
-retries it with a backoff growing to two minutes on failure. Nothing leaves the spool unacknowledged, so an outage
-of any length (or a restart in the middle of one) costs latency, not records; only the spool's
-bound can drop, and it counts what it drops.
+A thread takes a batch from the spool, hands it to ``send`` (``otel/pipeline.py``: one OTLP request,
+sorted into an ``Outcome``), acknowledges it when the collector took it and otherwise decides by the
+answer. Nothing leaves the spool unacknowledged but what the collector refuses for good, so an outage
+of any length (or a restart in the middle of one) costs latency, not records.
+
+- Taken, perhaps partly: acknowledged; what the collector rejected anyway (a partial success) is counted
+  as dropped and said, with the collector's message (it is never sent again).
+- Refused, retryable (an outage, 429, 503…): tried again after a pause growing to two minutes, never
+  sooner than the collector asked (``Retry-After``). The batch is halved.
+- Refused, not retryable (400…): that request is never sent again. A batch is halved at once; a record
+  refused alone is tried against an empty request: if the collector takes that, the record is
+  undeliverable (too large for this collector, say) and set aside, counted and logged; if it refuses
+  even that (401, 403, 404: the configuration), the records wait and it is tried again every two
+  minutes, each kind of refusal logged once as an error.
 
 A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
-for gRPC by default, and would refuse the same batch for ever). A failing batch is halved at each
-attempt. A record refused alone is tried next time after an empty request: if the collector takes that
-and still refuses the record right after, the record is undeliverable (too large for this collector,
-say): it is set aside, counted as dropped and logged, never a stuck queue. Three details matter, each
-caught by a test: the probe carries no record, so no record ever overtakes an older one (probing with
-the next record delivered it first when the collector came back in between); the record is tried
-again after the probe, so a collector that comes back between two attempts does not make it look
-undeliverable (the soak lost one so); and during an outage an attempt is still one request.
+for gRPC by default). A record refused alone, retryably, is tried next time after an empty request, so
+a collector that comes back between two attempts does not make it look undeliverable, no record
+overtakes an older one, and an attempt during an outage is still one request.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable, Sequence
 from se_exporter.audit.records import AuditRecord
 from se_exporter.audit.spool import Spool
 from se_exporter.imds.pacing import Backoff
+from se_exporter.otel.outcome import Outcome
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256
@@ -36,8 +41,7 @@ RETRY_BASE_SECONDS = 1.0
 # that comes back after a short outage is used within seconds.
 RETRY_CAP_SECONDS = 120.0
 
-# True once the collector accepted the whole batch; an empty batch asks only whether it answers at all.
-Send = Callable[[Sequence[AuditRecord]], bool]
+Send = Callable[[Sequence[AuditRecord]], Outcome]  # an empty batch asks only whether it answers at all
 
 
 class LogShipper:
@@ -59,7 +63,8 @@ class LogShipper:
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
         self._failing_since: float | None = None
         self._batch_size = BATCH_SIZE  # halved while batches fail, back to BATCH_SIZE after a success
-        self._refused_alone = ""  # the uid of the record last refused in a batch of its own
+        self._refused_alone = ""  # the uid of the record last refused (retryably) in a batch of its own
+        self._said = ""  # the last refusal or partial success reported, so each kind is said once
 
     def start(self) -> None:
         self._thread.start()
@@ -97,13 +102,15 @@ class LogShipper:
                     return
                 self._spool.wait()  # append() and stop() wake it: an idle shipper costs nothing
                 continue
-            if self._attempt(batch):
+            pause = self._attempt(batch)
+            if pause is None:  # done with this batch
                 self._batch_size = BATCH_SIZE
                 continue
             self._batch_size = max(1, len(batch) // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed
                 return
-            self._stopping.wait(self._backoff.next_delay())
+            if pause:
+                self._stopping.wait(pause)
 
     def _next_batch(self) -> list[AuditRecord]:
         """The oldest records, at most ``_batch_size`` and ``MAX_BATCH_BYTES`` (at least one record)."""
@@ -116,45 +123,74 @@ class LogShipper:
             batch.append(record)
         return batch
 
-    def _attempt(self, batch: list[AuditRecord]) -> bool:
-        """True when the batch is done with: accepted, or one record set aside as undeliverable."""
-        record = batch[0]
-        if len(batch) > 1 or record.uid != self._refused_alone:
-            if self._ship(batch):
-                return True
-            if len(batch) == 1:
-                self._refused_alone = record.uid
-            return False
-        # It was refused alone last time. An empty request tells an outage (refused too: one request
-        # per attempt, as before) from a record this collector will never take (the request is taken).
-        if not self._send_safely([]):
-            return False
-        if self._ship(batch):  # the collector just came back (an outage ending): not the record's fault
-            return True
-        self._spool.set_aside(record.uid)
-        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "
-                  "other requests: set aside as undeliverable (it is in this log: %s)", record.uid,
-                  record.event_name, record.approximate_size, record.body[:200])
-        return True
+    def _attempt(self, batch: list[AuditRecord]) -> float | None:
+        """None when the batch is done with (taken, or its one record set aside), else the pause before the
+        next attempt (0: at once, with a smaller batch)."""
+        record, alone, probed = batch[0], len(batch) == 1, False
+        if alone and record.uid == self._refused_alone:  # refused alone last time: an outage, or this record?
+            probe = self._send_safely([])
+            if not probe.accepted:
+                return self._not_taken(probe)
+            probed = True
+        outcome = self._send_safely(batch)
+        if outcome.accepted:
+            self._delivered(batch, outcome)
+            return None
+        if not alone:  # not the same request again: a smaller one (at once if this one is refused for good)
+            return self._failed(outcome) if outcome.retryable else 0.0
+        if outcome.retryable and not probed:
+            self._refused_alone = record.uid
+            return self._failed(outcome)
+        if not probed:  # refused for good: does the collector take anything at all?
+            probe = self._send_safely([])
+            if not probe.accepted:
+                return self._not_taken(probe)
+        self._set_aside(record, outcome)  # it takes requests, and refuses this record: it never will take it
+        return None
 
-    def _send_safely(self, batch: Sequence[AuditRecord]) -> bool:
+    def _not_taken(self, probe: Outcome) -> float:
+        """Even an empty request was refused: an outage (retryable), or the configuration (not)."""
+        if probe.retryable:
+            return self._failed(probe)
+        self._say(log.error, f"OTLP log export refused, not retried until the configuration changes "
+                  f"({probe.problem}): records wait in the spool; tried again every {RETRY_CAP_SECONDS:.0f} s")
+        return RETRY_CAP_SECONDS
+
+    def _send_safely(self, batch: Sequence[AuditRecord]) -> Outcome:
         try:
             return self._send(batch)
-        except Exception:  # a bug in the conversion must not kill the thread: keep the records
+        except Exception as error:  # a bug in the conversion must not kill the thread: keep the records
             log.exception("exporting %d log record(s) failed unexpectedly", len(batch))
-            return False
+            return Outcome.refused(f"{type(error).__name__}: {error}", retryable=True)
 
-    def _ship(self, batch: Sequence[AuditRecord]) -> bool:
-        if not self._send_safely(batch):
-            if self._failing_since is None:
-                self._failing_since = self._monotonic()
-                log.warning("OTLP log export failing: %d record(s) kept in the spool and retried",
-                            self._spool.depth)
-            return False
+    def _delivered(self, batch: Sequence[AuditRecord], outcome: Outcome) -> None:
         self._spool.ack([record.uid for record in batch])
+        if outcome.rejected:  # never sent again (the specification says so): counted, and said
+            self._spool.count_dropped(min(outcome.rejected, len(batch)))
+            self._say(log.warning, f"OTLP log export: the collector took {len(batch)} record(s) but rejected "
+                      f"{outcome.rejected} ({outcome.problem}); counted as dropped")
         self._backoff.reset()
+        self._refused_alone = ""
         if self._failing_since is not None:
             log.info("OTLP log export works again after %.0f s; %d record(s) left to send",
                      self._monotonic() - self._failing_since, self._spool.depth)
             self._failing_since = None
-        return True
+
+    def _failed(self, outcome: Outcome) -> float:
+        if self._failing_since is None:
+            self._failing_since = self._monotonic()
+            log.warning("OTLP log export failing (%s): %d record(s) kept in the spool and retried",
+                        outcome.problem, self._spool.depth)
+        return max(self._backoff.next_delay(), outcome.retry_after or 0.0)
+
+    def _set_aside(self, record: AuditRecord, outcome: Outcome) -> None:
+        self._spool.set_aside(record.uid)
+        self._refused_alone = ""
+        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "
+                  "other requests (%s): set aside as undeliverable (it is in this log: %s)", record.uid,
+                  record.event_name, record.approximate_size, outcome.problem, record.body[:200])
+
+    def _say(self, level: Callable[..., None], message: str) -> None:
+        if message != self._said:
+            level("%s", message)
+            self._said = message

@@ -113,6 +113,11 @@ class Spool:
                 return
             self._drop([uid])
 
+    def count_dropped(self, count: int) -> None:
+        """Records the collector took but rejected (a partial success): gone, but counted as dropped."""
+        with self._cond:
+            self.dropped += count
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until something is pending (True), after ``wake`` or ``close``, or when ``timeout`` passes."""
         with self._cond:

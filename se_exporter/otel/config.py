@@ -13,6 +13,8 @@ counts: ``telemetry.py`` passes every value to the SDK explicitly. Pure: no SDK 
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -138,18 +140,51 @@ def _proxy(environ: Mapping[str, str], endpoint: str) -> str | None:
     scheme = url.scheme.lower()
     proxy = (environ.get(f"{scheme}_proxy") or environ.get(f"{scheme.upper()}_PROXY") or "").strip()
     no_proxy = (environ.get("no_proxy") or environ.get("NO_PROXY") or "").strip()
-    if not proxy or _bypassed(url.hostname or "", no_proxy):
+    port = url.port or (443 if scheme == "https" else 80)
+    if not proxy or bypassed(url.hostname or "", port, no_proxy):
         return None
     return proxy
 
 
-def _bypassed(host: str, no_proxy: str) -> bool:
-    """Whether NO_PROXY names ``host``: ``*``, the host itself, or a domain it is in (``.example.com``)."""
-    for entry in (item.strip().lower() for item in no_proxy.split(",")):
-        domain = entry.lstrip(".")
-        if entry == "*" or (domain and (host == domain or host.endswith("." + domain))):
+def bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """Whether NO_PROXY names ``host:port``, as curl and ``requests`` read it: ``*``; a host or an IP address,
+    with or without a port (``collector:4318``, ``[::1]:4318``); a domain it is in (``.example.com`` or
+    ``example.com``); an IP range (``10.0.0.0/8``, the usual Kubernetes entry)."""
+    host = host.lower().strip("[]")
+    address = _ip(host)
+    for entry in (item.strip().lower() for item in no_proxy.split(",") if item.strip()):
+        if entry == "*":
+            return True
+        if "/" in entry:
+            with contextlib.suppress(ValueError):
+                if address is not None and address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            continue
+        name, entry_port = _host_and_port(entry)
+        if entry_port is not None and entry_port != port:
+            continue
+        domain = name.lstrip(".")
+        if domain and (host == domain or (address is None and host.endswith("." + domain))):
             return True
     return False
+
+
+def _host_and_port(entry: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address, apart."""
+    if entry.startswith("["):
+        name, _, rest = entry[1:].partition("]")
+        return name, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if entry.count(":") == 1:
+        name, _, port = entry.partition(":")
+        return name, int(port) if port.isdigit() else None
+    return entry, None
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:

@@ -1,27 +1,24 @@
-"""The OpenTelemetry pipeline: the only module that imports the SDK and the OTLP exporters.
+"""The OpenTelemetry pipeline: the only module that imports the SDK (and its encoders).
 
 Everything is built from an ``OTelConfig`` (parsed from the injected environment by
-``otel_config``) and handed back as API objects; no provider is ever registered globally.
+``otel/config.py``) and handed back as API objects; no provider is ever registered globally.
 
-- Traces: an SDK ``TracerProvider`` with a ``BatchSpanProcessor``. Losing spans in an outage is
-  acceptable; they are not spooled. While the collector fails, spans are held in memory (bounded) and
-  sent after a growing pause (``PatientSpanExporter``); the outage is logged once, not every batch.
-- Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or
-  the exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` converts each batch
-  to SDK log records here and sends it, acknowledging on success.
-- OTLP/HTTP (both signals): the SDK's encoders make the request and ``otel/otlp_http.py`` sends it
-  (the SDK's HTTP exporters bring ``requests``); OTLP/gRPC and the console: the SDK's exporters.
+- Traces: an SDK ``TracerProvider`` with a ``BatchSpanProcessor``, whose exporter hands every batch to
+  ``otel/holding.py`` (held while the collector is away, bounded; given up on when refused for good).
+- Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or the
+  exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` has each batch converted
+  here into an OTLP request, encoded once however often it is retried.
+- Both signals, both protocols: the SDK's encoders make the request, which ``otel/otlp_http.py`` or
+  ``otel/otlp_grpc.py`` sends and sorts (``otel/outcome.py``); the console: the SDK's own exporters.
 
 The Python logs API and SDK are still experimental: every use of them is in this module.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +29,10 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter, LogRecordExporter, LogRecordExportResult
+from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
@@ -42,19 +41,18 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord
-from se_exporter.audit.shipper import LogShipper, Send
+from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
-from se_exporter.errors import ConfigError
-from se_exporter.imds.pacing import Backoff
 from se_exporter.otel.config import OTelConfig, SignalConfig
+from se_exporter.otel.holding import Holding
 from se_exporter.otel.otlp_http import OTLPHttpClient
+from se_exporter.otel.outcome import ACCEPTED, Outcome
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
-log = logging.getLogger(__name__)
 SCOPE = "se_exporter"
-SPAN_RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
 HELD_SPANS = 512  # spans kept while the collector is away (about 4 minutes of polls at 1 Hz with their GETs)
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
+Post = Callable[[Any], Outcome]  # sends one encoded request (the protobuf message)
 
 
 @dataclass
@@ -72,7 +70,7 @@ class Pipeline:
         if self._shipper is not None:
             self._shipper.close(timeout)
         if self._provider is not None:
-            # The provider's shutdown may wait 30 s per exporter on a dead collector: bound it ourselves.
+            # The provider's shutdown may wait on a dead collector: bound it ourselves.
             stopper = threading.Thread(target=self._provider.shutdown, name="se-exporter-span-flush", daemon=True)
             stopper.start()
             stopper.join(max(1.0, timeout - (time.monotonic() - started)))
@@ -88,76 +86,85 @@ def build_telemetry(
         "telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
         "telemetry.sdk.version": sdk_version, **attributes,
     })
+    user_agent = f"se-exporter/{version} (OTLP; OpenTelemetry SDK {sdk_version})"
     telemetry = Pipeline(trace.NoOpTracerProvider())
-    span_exporter = _span_exporter(config.traces, version)
-    if span_exporter is not None:
+    spans = _span_exporter(config.traces, user_agent)
+    if spans is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
-        processor = BatchSpanProcessor(PatientSpanExporter(span_exporter), max_queue_size=HELD_SPANS,
-                                       max_export_batch_size=512, schedule_delay_millis=config.span_schedule_delay_ms,
-                                       export_timeout_millis=30_000)
-        provider.add_span_processor(processor)
+        provider.add_span_processor(BatchSpanProcessor(
+            spans, max_queue_size=HELD_SPANS, max_export_batch_size=HELD_SPANS,
+            schedule_delay_millis=config.span_schedule_delay_ms, export_timeout_millis=30_000))
         telemetry = Pipeline(provider, _provider=provider)
-    sender = _log_sender(config.logs, resource, InstrumentationScope(SCOPE, version), version)
-    if sender is not None:
+    logs = _log_sender(config.logs, resource, InstrumentationScope(SCOPE, version), user_agent)
+    if logs is not None:
         telemetry.spool = Spool(spool_path)
-        send, abort = sender
-        telemetry._shipper = LogShipper(telemetry.spool, send, abort=abort)
+        telemetry._shipper = LogShipper(telemetry.spool, logs, abort=logs.close)
         telemetry._shipper.start()
     return telemetry
 
 
+def _client(signal: SignalConfig, kind: str, user_agent: str) -> tuple[Post, Callable[[], None]]:
+    """How one encoded request of ``kind`` reaches the collector, and how a send in progress is ended."""
+    if signal.protocol == "grpc":  # grpc costs ~12 MiB of RSS: imported only when asked for
+        from se_exporter.otel.otlp_grpc import OTLPGrpcClient
+
+        grpc_client = OTLPGrpcClient(signal, kind, user_agent)
+        return grpc_client.post, grpc_client.close
+    response = ExportLogsServiceResponse if kind == "logs" else ExportTraceServiceResponse
+    field = "rejected_log_records" if kind == "logs" else "rejected_spans"
+    http = OTLPHttpClient(signal, user_agent, partial_success=lambda body: _partial(response, field, body))
+    return (lambda request: http.post(request.SerializeToString())), http.close
+
+
+def _partial(response: Any, field: str, body: bytes) -> tuple[int, str]:
+    try:
+        partial = response.FromString(body).partial_success
+    except Exception as error:  # protobuf's DecodeError: the collector took the request all the same
+        raise ValueError(str(error)) from None
+    return int(getattr(partial, field)), str(partial.error_message)
+
+
+class LogSender:
+    """Log-record batches as OTLP requests. The batch the shipper retries during an outage is encoded
+    once: an attempt costs one request, whatever the backlog."""
+
+    def __init__(self, post: Post, readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]],
+                 close: Callable[[], None] = lambda: None) -> None:
+        self._post = post
+        self._readable = readable
+        self.close = close
+        self._last: tuple[tuple[str, ...], Any] = ((), None)  # uids of the last batch, and its request
+
+    def __call__(self, batch: Sequence[AuditRecord]) -> Outcome:
+        uids = tuple(record.uid for record in batch)
+        if uids != self._last[0] or not uids:
+            self._last = (uids, encode_logs(self._readable(batch)))
+        return self._post(self._last[1])
+
+
 def _log_sender(signal: SignalConfig, resource: Resource, scope: InstrumentationScope,
-                version: str) -> tuple[Send, Callable[[], None]] | None:
-    """What the log shipper calls with a batch (True: accepted), and what makes a send in progress give up."""
+                user_agent: str) -> LogSender | None:
     def readable(batch: Sequence[AuditRecord]) -> list[ReadableLogRecord]:
         return [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
 
-    if signal.exporter == "otlp" and signal.protocol == "http/protobuf":
-        client = OTLPHttpClient(signal, _user_agent(version))
-        return HttpLogSender(client, readable), client.close
-    exporter = _log_exporter(signal)
-    if exporter is None:
+    if signal.exporter == "console":
+        return _ConsoleLogs(ConsoleLogRecordExporter(out=sys.stdout), readable)
+    if signal.exporter != "otlp":
         return None
-    return (lambda batch: exporter.export(readable(batch)) is LogRecordExportResult.SUCCESS), exporter.shutdown
+    post, close = _client(signal, "logs", user_agent)
+    return LogSender(post, readable, close)
 
 
-class HttpLogSender:
-    """Log-record batches as OTLP/HTTP requests. The batch the shipper retries during an outage is
-    encoded once: an attempt costs one request, whatever the backlog."""
-
-    def __init__(self, client: OTLPHttpClient,
+class _ConsoleLogs(LogSender):
+    def __init__(self, console: ConsoleLogRecordExporter,
                  readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]]) -> None:
-        self._client = client
-        self._readable = readable
-        self._last: tuple[tuple[str, ...], bytes] = ((), b"")  # uids of the last batch, and its request
+        super().__init__(lambda _request: ACCEPTED, readable, console.shutdown)
+        self._console = console
 
-    def __call__(self, batch: Sequence[AuditRecord]) -> bool:
-        uids = tuple(record.uid for record in batch)
-        if uids != self._last[0] or not uids:
-            self._last = (uids, encode_logs(self._readable(batch)).SerializeToString())
-        return self._client.post(self._last[1])
-
-
-def _user_agent(version: str) -> str:
-    return f"se-exporter/{version} (OTLP/HTTP; OpenTelemetry SDK {sdk_version})"
-
-
-class HttpSpanExporter(SpanExporter):
-    """Span batches as OTLP/HTTP requests, encoded by the SDK's encoder (``otel/otlp_http.py`` sends them)."""
-
-    def __init__(self, client: OTLPHttpClient) -> None:
-        self._client = client
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        accepted = self._client.post(encode_spans(spans).SerializeToString())
-        return SpanExportResult.SUCCESS if accepted else SpanExportResult.FAILURE
-
-    def shutdown(self) -> None:
-        self._client.close()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True  # nothing is held here
+    def __call__(self, batch: Sequence[AuditRecord]) -> Outcome:
+        self._console.export(self._readable(batch))
+        return ACCEPTED
 
 
 def _log_record(record: AuditRecord) -> LogRecord:
@@ -174,99 +181,29 @@ def _log_record(record: AuditRecord) -> LogRecord:
 
 
 class PatientSpanExporter(SpanExporter):
-    """Sends span batches; after a failure it holds them (up to ``HELD_SPANS``, oldest dropped first)
-    and tries again after a pause that doubles up to ``SPAN_RETRY_CAP_SECONDS``. The outage is logged
-    once when it starts and once when it ends, not once per batch."""
+    """The SDK's span exporter seat, filled by ``Holding``: every batch is accepted at once (held if the
+    collector is away), so the processor never blocks on an outage."""
 
-    def __init__(self, inner: SpanExporter, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._inner = inner
-        self._monotonic = monotonic
-        self._backoff = Backoff(base=1.0, cap=SPAN_RETRY_CAP_SECONDS)
-        self._held: deque[ReadableSpan] = deque(maxlen=HELD_SPANS)
-        self._resume_at = float("-inf")
-        self._failing_since: float | None = None
-        self.dropped = 0  # spans that did not fit in what is held during an outage
+    def __init__(self, send: Callable[[Sequence[ReadableSpan]], Outcome], close: Callable[[], None]) -> None:
+        self.holding: Holding[ReadableSpan] = Holding(send, HELD_SPANS)
+        self._close = close
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.dropped += max(0, len(self._held) + len(spans) - HELD_SPANS)
-        self._held.extend(spans)
-        now = self._monotonic()
-        if now < self._resume_at:
-            return SpanExportResult.SUCCESS  # held: sent with the next attempt
-        return self._attempt(now)
+        self.holding.offer(spans)
+        return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        if self._held and self._failing_since is not None:
-            self._attempt(self._monotonic())  # one last try (Telemetry.close bounds how long)
-        self._inner.shutdown()
+        self.holding.flush()  # one last try (Pipeline.close bounds how long)
+        self._close()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def _attempt(self, now: float) -> SpanExportResult:
-        result = self._inner.export(list(self._held))
-        if result is SpanExportResult.SUCCESS:
-            if self._failing_since is not None:
-                log.info("OTLP span export works again after %.0f s (%d span(s) dropped meanwhile)",
-                         now - self._failing_since, self.dropped)
-            self._held.clear()
-            self._failing_since, self.dropped = None, 0
-            self._backoff.reset()
-            return result
-        if self._failing_since is None:
-            self._failing_since = now
-            log.warning("OTLP span export failing: up to %d spans are held and sending is retried with a pause "
-                        "growing to %.0f s", HELD_SPANS, SPAN_RETRY_CAP_SECONDS)
-        self._resume_at = now + self._backoff.next_delay()
-        return result
+        return True
 
 
-def _span_exporter(signal: SignalConfig, version: str) -> SpanExporter | None:
+def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None:
     if signal.exporter == "console":
         return ConsoleSpanExporter(out=sys.stdout)
     if signal.exporter != "otlp":
         return None
-    if signal.protocol == "grpc":  # grpc costs ~12 MiB of RSS: imported only when asked for
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
-
-        return GrpcSpanExporter(**_grpc_arguments(signal))
-    return HttpSpanExporter(OTLPHttpClient(signal, _user_agent(version)))
-
-
-def _log_exporter(signal: SignalConfig) -> LogRecordExporter | None:
-    """The SDK's exporter for the console and for OTLP/gRPC (OTLP/HTTP: ``_log_sender``)."""
-    if signal.exporter == "console":
-        return ConsoleLogRecordExporter(out=sys.stdout)
-    if signal.exporter != "otlp":
-        return None
-    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
-
-    return GrpcLogExporter(**_grpc_arguments(signal))
-
-
-def _grpc_arguments(signal: SignalConfig) -> dict[str, Any]:
-    import grpc
-
-    insecure = signal.insecure if signal.insecure is not None else signal.endpoint.startswith("http://")
-    credentials = None
-    if not insecure and signal.certificate:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read(signal.certificate),
-            private_key=_read(signal.client_key) if signal.client_key else None,
-            certificate_chain=_read(signal.client_certificate) if signal.client_certificate else None,
-        )
-    return {
-        "endpoint": signal.endpoint,
-        "insecure": insecure,
-        "credentials": credentials,
-        "headers": dict(signal.headers),
-        "timeout": signal.timeout,
-        "compression": grpc.Compression.Gzip if signal.compression == "gzip" else grpc.Compression.NoCompression,
-    }
-
-
-def _read(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        raise ConfigError(f"OTEL_EXPORTER_OTLP_*CERTIFICATE/CLIENT_KEY: cannot read {path}: {error}") from None
+    post, close = _client(signal, "traces", user_agent)
+    return PatientSpanExporter(lambda spans: post(encode_spans(spans)), close)

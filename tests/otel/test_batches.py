@@ -79,7 +79,7 @@ def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_und
     went through, and the first was set aside although nothing was wrong with it. And the order holds:
     the probe that tells an outage from a bad record carries no record (probing with the next record
     once delivered it before the first)."""
-    otlp_http_receiver.set_failure(Failure(http_status=400, remaining=2))  # the batch, then the first alone
+    otlp_http_receiver.set_failure(Failure(http_status=503, remaining=2))  # the batch, then the first alone
     config = parse_otel_environment({**otlp_http_receiver.env, "OTEL_TRACES_EXPORTER": "none"})
     telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
     assert telemetry.spool is not None

@@ -1,8 +1,10 @@
 """OTLP/HTTP on http.client: what reaches a collector (headers, compression, TLS, proxies) over loopback,
-one kept-alive connection, and every failure a plain False (the callers back off and report)."""
+one kept-alive connection, and every answer sorted as the OTLP specification says (taken, partly taken,
+refused and retryable after a while, refused for good), with the reason in words."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.server
 import select
@@ -16,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceResponse,
+)
 
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig, parse_otel_environment
@@ -43,6 +49,9 @@ class Collector:
     connections: int = 0
     close_idle: bool = False  # close each connection after one answer, without saying so
     hold: threading.Event | None = None  # when set: never answer until it is set
+    retry_after: str | None = None  # a Retry-After header
+    answer: bytes = b""  # the answer's body (a partial success, say)
+    drip: float = 0.0  # seconds between the bytes of the status line: a collector that answers, slowly
 
     def handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         collector = self
@@ -63,10 +72,19 @@ class Collector:
                 collector.seen.append(Seen(self.path, dict(self.headers), body, self.number))
                 if collector.hold is not None:
                     collector.hold.wait(10)
+                if collector.drip:
+                    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(collector.drip)
+                    return
                 self.send_response(collector.status)
                 self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(collector.answer)))
+                if collector.retry_after is not None:
+                    self.send_header("Retry-After", collector.retry_after)
                 self.end_headers()
+                self.wfile.write(collector.answer)
                 if collector.close_idle:
                     self.close_connection = True  # no "Connection: close": the client finds out later
 
@@ -105,7 +123,7 @@ def test_posts_protobuf_with_the_configured_headers_on_one_kept_alive_connection
     collector, port = serve()
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs?tenant=a", headers={"authorization": "Bearer x"}),
                             "se-exporter/test")
-    assert all(client.post(BODY) for _ in range(3))
+    assert all(client.post(BODY).accepted for _ in range(3))
     assert [(s.path, s.body) for s in collector.seen] == [("/v1/logs?tenant=a", BODY)] * 3
     headers = collector.seen[0].headers
     assert headers["Content-Type"] == "application/x-protobuf" and headers["authorization"] == "Bearer x"
@@ -116,30 +134,77 @@ def test_posts_protobuf_with_the_configured_headers_on_one_kept_alive_connection
 @pytest.mark.parametrize("compression", ["gzip", "deflate"])
 def test_compression(serve: Callable[..., tuple[Collector, int]], compression: str) -> None:
     collector, port = serve()
-    assert OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/traces", compression=compression), "t").post(BODY)
+    assert OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/traces", compression=compression), "t").post(
+        BODY).accepted
     assert collector.seen[0].headers["Content-Encoding"] == compression and collector.seen[0].body == BODY
 
 
-@pytest.mark.parametrize("status", [400, 413, 429, 503])
-def test_an_answer_other_than_2xx_is_false(serve: Callable[..., tuple[Collector, int]], status: int) -> None:
+@pytest.mark.parametrize(("status", "retryable"), [(400, False), (401, False), (404, False), (413, False),
+                                                   (500, False), (429, True), (502, True), (503, True), (504, True)])
+def test_answers_other_than_2xx_are_retryable_only_as_the_specification_says(
+        serve: Callable[..., tuple[Collector, int]], status: int, retryable: bool) -> None:
     _, port = serve(Collector(status=status))
-    assert OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY) is False
+    outcome = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY)
+    assert (outcome.accepted, outcome.retryable, outcome.retry_after) == (False, retryable, None)
+    assert outcome.problem.startswith(f"the collector answered {status} ")
 
 
-def test_nobody_listening_is_false() -> None:
+@pytest.mark.parametrize(("retry_after", "seconds"), [("7", 7.0), ("100000", 300.0), ("soon", None)])
+def test_retry_after_is_honoured_within_a_bound(serve: Callable[..., tuple[Collector, int]], retry_after: str,
+                                                seconds: float | None) -> None:
+    _, port = serve(Collector(status=503, retry_after=retry_after))
+    outcome = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY)
+    assert outcome.retryable and outcome.retry_after == seconds
+
+
+def test_a_partial_success_is_taken_with_what_was_rejected(serve: Callable[..., tuple[Collector, int]]) -> None:
+    rejected = ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
+        rejected_log_records=3, error_message="attribute too long"))
+    _, port = serve(Collector(answer=rejected.SerializeToString()))
+    client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t", partial_success=lambda body: (
+        ExportLogsServiceResponse.FromString(body).partial_success.rejected_log_records,
+        ExportLogsServiceResponse.FromString(body).partial_success.error_message))
+    outcome = client.post(BODY)
+    assert (outcome.accepted, outcome.rejected) == (True, 3)
+    assert outcome.problem == "the collector rejected 3 of them: attribute too long"
+
+
+def test_nobody_listening_and_no_such_host_are_retryable_and_say_so() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: connection refused
-    assert OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY) is False
+    refused = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY)
+    assert (refused.accepted, refused.retryable) == (False, True)
+    assert refused.problem == f"127.0.0.1:{port} refused the connection"
+    unknown = OTLPHttpClient(signal("http://collector.invalid:4318/v1/logs"), "t").post(BODY)
+    assert unknown.retryable and unknown.problem.startswith("cannot resolve collector.invalid: ")
+
+
+def test_a_collector_dripping_its_answer_is_a_timeout_within_the_timeout(
+        serve: Callable[..., tuple[Collector, int]]) -> None:
+    _, port = serve(Collector(drip=0.2))
+    client = OTLPHttpClient(SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=1.0),
+                            "t")
+    began = time.monotonic()
+    outcome = client.post(BODY)
+    assert time.monotonic() - began < 2.0
+    assert outcome.retryable and outcome.problem.startswith(f"no answer from 127.0.0.1:{port} within 1 s")
+
+
+def test_a_user_agent_header_of_the_users_replaces_ours(serve: Callable[..., tuple[Collector, int]]) -> None:
+    collector, port = serve()
+    client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs", headers={"user-agent": "mine/1"}), "ours")
+    assert client.post(BODY).accepted
+    assert [value for name, value in collector.seen[0].headers.items() if name.lower() == "user-agent"] == ["mine/1"]
 
 
 def test_a_connection_the_collector_closed_while_idle_is_replaced_without_a_failure(
         serve: Callable[..., tuple[Collector, int]]) -> None:
     collector, port = serve(Collector(close_idle=True))
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
-    assert client.post(BODY)
+    assert client.post(BODY).accepted
     time.sleep(0.1)  # the server has closed its end by now; the client learns it only when it writes
-    assert client.post(BODY) and client.post(BODY)
+    assert client.post(BODY).accepted and client.post(BODY).accepted
     assert len(collector.seen) == 3 and collector.connections == 3
 
 
@@ -149,10 +214,10 @@ def test_a_collector_too_slow_on_a_kept_connection_gets_the_request_once(
     collector, port = serve()
     client = OTLPHttpClient(SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=0.5),
                             "t")
-    assert client.post(BODY)
+    assert client.post(BODY).accepted
     collector.hold = hold = threading.Event()
     try:
-        assert client.post(BODY) is False
+        assert client.post(BODY).accepted is False
     finally:
         hold.set()
     assert len(collector.seen) == 2
@@ -163,7 +228,7 @@ def test_close_makes_a_send_in_progress_give_up(serve: Callable[..., tuple[Colle
     collector, port = serve(Collector(hold=hold))
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
     results: list[bool] = []
-    sender = threading.Thread(target=lambda: results.append(client.post(BODY)))
+    sender = threading.Thread(target=lambda: results.append(client.post(BODY).accepted))
     sender.start()
     wait_for(lambda: collector.seen, 5, "the request arrived")
     began = time.monotonic()
@@ -171,17 +236,17 @@ def test_close_makes_a_send_in_progress_give_up(serve: Callable[..., tuple[Colle
     sender.join(5)
     hold.set()
     assert results == [False] and time.monotonic() - began < 1.5
-    assert client.post(BODY) is False and len(collector.seen) == 1, "closed for good: nothing sent after close()"
+    assert client.post(BODY).accepted is False and len(collector.seen) == 1, "closed: nothing sent after close()"
 
 
 def test_close_during_a_send_on_a_kept_connection_does_not_send_again(
         serve: Callable[..., tuple[Collector, int]]) -> None:
     collector, port = serve()
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
-    assert client.post(BODY)
+    assert client.post(BODY).accepted
     collector.hold = hold = threading.Event()
     results: list[bool] = []
-    sender = threading.Thread(target=lambda: results.append(client.post(BODY)))
+    sender = threading.Thread(target=lambda: results.append(client.post(BODY).accepted))
     sender.start()
     wait_for(lambda: len(collector.seen) == 2, 5, "the second request arrived")
     client.close()
@@ -209,11 +274,12 @@ def test_tls_with_the_configured_ca_and_client_certificate(serve: Callable[..., 
     collector, port = serve(tls=server_tls(pki, client_ca=pki.ca_file))
     endpoint = f"https://127.0.0.1:{port}/v1/logs"
     assert OTLPHttpClient(signal(endpoint, certificate=str(pki.ca_file), client_certificate=str(pki.path("client.crt")),
-                                 client_key=str(pki.path("client.key"))), "t").post(BODY)
+                                 client_key=str(pki.path("client.key"))), "t").post(BODY).accepted
     assert collector.seen[0].body == BODY
     # Without our CA the collector's certificate is not trusted; without a client certificate it refuses us.
-    assert OTLPHttpClient(signal(endpoint), "t").post(BODY) is False
-    assert OTLPHttpClient(signal(endpoint, certificate=str(pki.ca_file)), "t").post(BODY) is False
+    untrusted = OTLPHttpClient(signal(endpoint), "t").post(BODY)
+    assert untrusted.accepted is False and "CERTIFICATE_VERIFY_FAILED" in untrusted.problem
+    assert OTLPHttpClient(signal(endpoint, certificate=str(pki.ca_file)), "t").post(BODY).accepted is False
     assert len(collector.seen) == 1
 
 
@@ -231,9 +297,12 @@ class Proxy:
         self.requests: list[str] = []
         proxy = self
 
+        self.authorizations: list[str] = []
+
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_CONNECT(self) -> None:
                 proxy.requests.append(f"CONNECT {self.path}")
+                proxy.authorizations.append(self.headers.get("Proxy-Authorization", ""))
                 host, port = self.path.rsplit(":", 1)
                 with socket.create_connection((host, int(port))) as upstream:
                     self.send_response(200)
@@ -243,6 +312,7 @@ class Proxy:
 
             def do_POST(self) -> None:
                 proxy.requests.append(f"POST {self.path}")
+                proxy.authorizations.append(self.headers.get("Proxy-Authorization", ""))
                 url = self.path.removeprefix("http://")
                 authority, _, path = url.partition("/")
                 host, port = authority.rsplit(":", 1)
@@ -291,7 +361,8 @@ def test_through_https_proxy_and_http_proxy_as_the_environment_says(
                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces"}
     config = parse_otel_environment(environ)
-    assert OTLPHttpClient(config.logs, "t").post(BODY) and OTLPHttpClient(config.traces, "t").post(BODY)
+    assert OTLPHttpClient(config.logs, "t").post(BODY).accepted
+    assert OTLPHttpClient(config.traces, "t").post(BODY).accepted
     assert proxy.requests == [f"CONNECT 127.0.0.1:{tls_port}", f"POST http://127.0.0.1:{plain_port}/v1/traces"]
     assert [(s.path, s.body) for s in collector.seen] == [("/v1/logs", BODY), ("/v1/traces", BODY)]
 
@@ -305,7 +376,44 @@ def test_through_https_proxy_and_http_proxy_as_the_environment_says(
     ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example"}, None),
     ({"HTTP_PROXY": "http://proxy:3128", "no_proxy": "*"}, None),
     ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "ollector.example,other.example"}, "http://proxy:3128"),
+    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:4318"}, None),
+    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:9999"}, "http://proxy:3128"),
 ])
 def test_which_proxy_the_environment_gives_the_endpoint(environ: dict[str, str], proxy: str | None) -> None:
     config = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4318", **environ})
     assert config.logs.proxy == config.traces.proxy == proxy
+
+
+@pytest.mark.parametrize(("endpoint", "no_proxy", "bypassed"), [
+    ("http://10.1.2.3:4318", "10.0.0.0/8", True),  # Kubernetes lists hold ranges
+    ("http://10.1.2.3:4318", "192.168.0.0/16,172.16.0.0/12", False),
+    ("http://[fd00::5]:4318", "fd00::/8", True),
+    ("http://10.1.2.3:4318", "10.1.2.3", True),
+    ("http://10.1.2.3:4318", "10.1.2.3:4318", True),
+    ("http://10.1.2.3:4318", "10.1.2.3:4317", False),
+    ("http://[::1]:4318", "[::1]:4318", True),
+    ("http://collector.example:4318", "example", True),
+    ("http://collector.example:4318", "10.0.0.0/8", False),
+])
+def test_no_proxy_takes_ranges_and_ports(endpoint: str, no_proxy: str, bypassed: bool) -> None:
+    config = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "HTTP_PROXY": "http://proxy:3128",
+                                     "NO_PROXY": no_proxy})
+    assert (config.logs.proxy is None) == bypassed
+
+
+def test_proxy_credentials_go_to_the_proxy_only(serve: Callable[..., tuple[Collector, int]], pki: PKI,
+                                               proxy: Proxy) -> None:
+    """Credentials in HTTPS_PROXY were dropped: the proxy answered 407 for as long as the exporter ran."""
+    collector, tls_port = serve(tls=server_tls(pki))
+    _, plain_port = serve(collector)
+    credentialed = proxy.url.replace("http://", "http://se%40user:p%3Ass@")
+    environ = {"HTTPS_PROXY": credentialed, "HTTP_PROXY": credentialed,
+               "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca_file),
+               "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces"}
+    config = parse_otel_environment(environ)
+    assert OTLPHttpClient(config.logs, "t").post(BODY).accepted
+    assert OTLPHttpClient(config.traces, "t").post(BODY).accepted
+    expected = "Basic " + base64.b64encode(b"se@user:p:ss").decode()
+    assert proxy.authorizations == [expected, expected]
+    assert all("Proxy-Authorization" not in seen.headers for seen in collector.seen), "the collector never sees them"

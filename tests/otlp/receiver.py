@@ -663,6 +663,7 @@ class OTLPReceiver:
         self._port = port
         self._lock = threading.Lock()
         self._failure: Failure | None = None
+        self._partial: str | None = None
         self._running = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -748,6 +749,23 @@ class OTLPReceiver:
         for a non-retryable error or ``Failure(remaining=1, retry_after=0)`` for one transient error."""
         with self._lock:
             self._failure = failure
+
+    def set_partial_success(self, message: str | None) -> None:
+        """Take every request but reject all it holds, with ``message`` (a partial success); None clears."""
+        with self._lock:
+            self._partial = message
+
+    def response(self, signal: str, request: Message) -> Message:
+        """The answer to a request taken: empty, or a partial success rejecting every item in it."""
+        response = _RESPONSE_TYPES[signal]()
+        with self._lock:
+            partial = self._partial
+        if partial is not None and signal in ("logs", "traces"):
+            field, items = ("rejected_log_records", _log_count(request)) if signal == "logs" else \
+                ("rejected_spans", _span_count(request))
+            setattr(response.partial_success, field, items)  # type: ignore[attr-defined]
+            response.partial_success.error_message = partial  # type: ignore[attr-defined]
+        return response
 
     def _take_failure(self) -> Failure | None:
         with self._lock:
@@ -987,7 +1005,7 @@ class _OTLPHandler(BaseHTTPRequestHandler):
         store.ingest(
             signal, message, protocol=protocol, headers=headers, content_type=content_type, content_encoding=encoding
         )
-        response = _RESPONSE_TYPES[signal]()
+        response = receiver.response(signal, message)
         if json_reply:
             self._reply(200, json_format.MessageToJson(response).encode(), _JSON)
         else:
@@ -1063,7 +1081,7 @@ class _GrpcHandler:
                 context.set_trailing_metadata((("google.rpc.retryinfo-bin", delay.SerializeToString()),))
             context.abort(failure.grpc_code, failure.message)
         receiver.store.ingest(signal, request, protocol="grpc", headers=headers)
-        return _RESPONSE_TYPES[signal]()
+        return receiver.response(signal, request)
 
 
 class _TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):
@@ -1131,3 +1149,11 @@ class OTLPGrpcReceiver(OTLPReceiver):
             server.stop(grace=None).wait(timeout=5)
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def _log_count(request: Any) -> int:
+    return sum(len(scope.log_records) for resource in request.resource_logs for scope in resource.scope_logs)
+
+
+def _span_count(request: Any) -> int:
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
