@@ -23,8 +23,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY se_exporter ./se_exporter
-# Dependency versions are bounded by pyproject.toml; this resolves them once, here.
-RUN pip wheel --wheel-dir /wheels .
+# Dependency versions are bounded by pyproject.toml; this resolves them once, here. The image carries the
+# [grpc] extra, so OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen).
+RUN pip wheel --wheel-dir /wheels ".[grpc]"
 
 
 FROM ${PYTHON_IMAGE}
@@ -60,7 +61,7 @@ RUN groupadd --system --gid 10160 se-exporter \
 
 # Offline install of the project's wheel; its dependencies come from the same wheel directory.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels /wheels/azure_scheduled_events_exporter-*.whl
+    pip install --no-index --find-links=/wheels "$(ls /wheels/azure_scheduled_events_exporter-*.whl)[grpc]"
 
 # --state.file lives here; a named volume inherits the directory's 10160 ownership.
 VOLUME ["/var/lib/se-exporter"]

@@ -66,7 +66,7 @@ class LogfmtFormatter(logging.Formatter):
 
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(fields_of(record), default=str, ensure_ascii=False)
+        return visible(json.dumps(fields_of(record), default=str, ensure_ascii=False))
 
 
 def _logfmt_value(value: Any) -> str:
@@ -92,7 +92,24 @@ def _logfmt_value(value: Any) -> str:
             return text
         if '"' not in text and "\\" not in text:
             return f'"{text}"'  # what JSON would write: nothing in it needs an escape
-    return json.dumps(text, ensure_ascii=False)
+    return visible(json.dumps(text, ensure_ascii=False))
+
+
+def visible(encoded: str) -> str:
+    """JSON text with every character that is not printable escaped (JSON leaves NEL, the line and paragraph
+    separators, bidirectional overrides and the BOM as they are: a terminal or a log shipper would act on
+    them). Outside JSON strings there are none, so the result is the same JSON, one visible line."""
+    if encoded.isprintable():
+        return encoded
+    return "".join(char if char.isprintable() else _escaped(char) for char in encoded)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 @functools.lru_cache(maxsize=4)  # the lines of one poll share their second

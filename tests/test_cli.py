@@ -34,6 +34,8 @@ BAD = [
     (["--imds.url=169.254.169.254"], "argument --imds.url: invalid URL '169.254.169.254'"),
     (["--imds.api-version=latest"], "argument --imds.api-version: invalid api-version 'latest'"),
     (["--imds.timeout=0s"], "argument --imds.timeout: duration '0s' must be greater than zero"),
+    (["--poll.interval=99999999999h"], "argument --poll.interval: duration '99999999999h' is too long (at most 168h)"),
+    (["--imds.timeout=1e400"], "argument --imds.timeout: invalid duration '1e400'"),
     (["--log.level=loud"], "argument --log.level: invalid choice: 'loud'"),
     (["--log.format=xml"], "argument --log.format: invalid choice: 'xml'"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),

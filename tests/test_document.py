@@ -80,12 +80,20 @@ def test_unknown_type_and_status_are_kept() -> None:
         ("2022-04-11T22:26:58Z", datetime(2022, 4, 11, 22, 26, 58, tzinfo=UTC)),
         ("2022-04-11T23:26:58+01:00", datetime(2022, 4, 11, 22, 26, 58, tzinfo=UTC)),
         ("2022-04-11T22:26:58", datetime(2022, 4, 11, 22, 26, 58, tzinfo=UTC)),
+        ("11 Apr 2022 22:26:58 GMT", datetime(2022, 4, 11, 22, 26, 58, tzinfo=UTC)),
         ("", None),
         ("   ", None),
     ],
 )
 def test_not_before_formats(text: str, expected: datetime | None) -> None:
     assert parse_not_before(text) == expected
+
+
+@pytest.mark.parametrize("text", ["Mon, 11 Apr 22 22:26:58 GMT", "11 Apr 99 22:26:58 GMT", "Mon, 11 Apr 022 22:26 GMT"])
+def test_a_year_not_written_with_four_digits_is_refused_not_guessed(text: str) -> None:
+    """email.utils reads "99" as 1999: an event whose NotBefore has passed long ago."""
+    with pytest.raises(InvalidDocument, match="neither RFC 1123 nor ISO 8601"):
+        parse_not_before(text)
 
 
 @pytest.mark.parametrize(

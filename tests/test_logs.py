@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from se_exporter.logs import LogfmtFormatter
+from se_exporter.logs import JSONFormatter, LogfmtFormatter, visible
 
 
 def logfmt_line(**extra: object) -> str:
@@ -39,6 +39,10 @@ def value_of(line: str, key: str) -> str:
     ("line\nbreak", '"line\\nbreak"'),
     ("tab\there", '"tab\\there"'),
     ("bell\x07", '"bell\\u0007"'),
+    ("next\x85line", '"next\\u0085line"'),  # NEL: a line break to some readers
+    ("para\u2029graph", '"para\\u2029graph"'),
+    ("evil\u202etxt.exe", '"evil\\u202etxt.exe"'),  # a right-to-left override turns what follows around
+    ("\ufeffbom", '"\\ufeffbom"'),
     ("", '""'),
     (True, "true"),
     (("vm-a", "vm-b"), "vm-a,vm-b"),
@@ -52,18 +56,26 @@ def test_logfmt_values(value: object, shown: str) -> None:
 
 
 @given(st.text())
-def test_any_text_reads_back_unchanged(text: str) -> None:
+def test_any_text_reads_back_unchanged_on_one_visible_line(text: str) -> None:
     line = logfmt_line(field=text, after="end")
-    assert "\n" not in line
+    assert line.isprintable(), "no control, separator, override or BOM character reaches the terminal"
     assert value_of(line, "field") == text
     assert line.endswith(" after=end")
+
+
+@given(st.text())
+def test_json_lines_are_visible_and_read_back_unchanged(text: str) -> None:
+    record = logging.LogRecord("se_exporter.test", logging.INFO, "", 0, "m", (), None)
+    record.field = text
+    line = JSONFormatter().format(record)
+    assert line.isprintable() and json.loads(line)["field"] == text
 
 
 def general_rule(text: str) -> str:
     """The rule the formatter's short paths must agree with: bare when a reader takes it back as it is."""
     if text and text.isprintable() and not any(c in text for c in ' ="\\'):
         return text
-    return json.dumps(text, ensure_ascii=False)
+    return visible(json.dumps(text, ensure_ascii=False))
 
 
 @given(st.text() | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126)))

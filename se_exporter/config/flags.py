@@ -15,6 +15,7 @@ ENV_PREFIX = "SE_EXPORTER_"
 PROG = "se-exporter"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+MAX_DURATION_SECONDS = 7 * 24 * 3600.0
 
 
 class Parser(argparse.ArgumentParser):
@@ -25,11 +26,15 @@ class Parser(argparse.ArgumentParser):
 
 
 def duration(text: str) -> float:
-    """``250ms``, ``1s``, ``2m``, ``1h`` or plain seconds, as float seconds."""
+    """``250ms``, ``1s``, ``2m``, ``1h`` or plain seconds, as float seconds (at most a week: beyond, no timer
+    of the platform's takes it)."""
     match = _DURATION.match(text)
     if not match:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (use e.g. 250ms, 1s, 2m or plain seconds)")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds > MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is too long (at most 168h)")
+    return seconds
 
 
 def listen_address(text: str) -> tuple[str, int]:

@@ -3,7 +3,8 @@ only where a file is read (``web/config.py`` imports it when a web config is giv
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, ClassVar
 
 import yaml
 
@@ -12,7 +13,12 @@ from se_exporter.errors import ConfigError
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that rejects a key given twice in one mapping."""
+    """``yaml.SafeLoader`` that rejects a key given twice in one mapping and reads plain scalars as YAML 1.2's
+    core schema does: ``010`` is 10 (not 8), ``1:30`` and ``2024-01-01`` are strings (not 90 and a date),
+    ``on``/``yes``/``no`` are strings (only ``true``/``false`` are booleans). A policy's numbers mean what
+    they look like."""
+
+    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, re.Pattern[str]]]]] = {}  # none of YAML 1.1
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -34,6 +40,34 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution), tags and first characters.
+_CORE = (
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", list("-+0123456789")),
+    ("tag:yaml.org,2002:float", r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                                r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", list("-+.0123456789")),
+)
+for _tag, _pattern, _first in _CORE:
+    _StrictLoader.add_implicit_resolver(_tag, re.compile(_pattern), _first)
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)  # leading zeros are decimal in YAML 1.2
+
+
+def _construct_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).lower()
+    if text.endswith(".inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    return float("nan") if text == ".nan" else float(text)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
 def load_yaml(prefix: str, text: str, error: type[Exception] = ConfigError) -> object:

@@ -81,6 +81,7 @@ class _WireDocument(msgspec.Struct, rename="pascal", gc=False):
 
 _DECODER = msgspec.json.Decoder(_WireDocument)
 _HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+_RFC1123_YEAR = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+(\d+)\b")
 _LONE_SURROGATE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 
 
@@ -136,8 +137,10 @@ def parse_not_before(text: str, where: str = "event") -> datetime | None:
         raise InvalidDocument(f"{where}.NotBefore is neither RFC 1123 nor ISO 8601: {text!r:.80}") from None
 
 
-@functools.lru_cache(maxsize=4096)  # the same few NotBefore strings come back every poll
+@functools.lru_cache(maxsize=1024)  # the same few NotBefore strings come back every poll
 def _parse_time(text: str) -> datetime:
+    if not text[:4].isdigit() and (year := _RFC1123_YEAR.match(text)) is not None and len(year.group(1)) != 4:
+        raise ValueError("RFC 1123 writes the year with four digits")  # "Apr 99" is 1999 to email.utils
     parsed = datetime.fromisoformat(text) if text[:4].isdigit() else parsedate_to_datetime(text)
     if parsed.tzinfo is None:  # IMDS times are UTC even when the zone is left out
         parsed = parsed.replace(tzinfo=UTC)

@@ -74,7 +74,7 @@ def test_defaults() -> None:
         ("events:\n  - {id: e, type: Reboots}", "events[0].type: must be one of Freeze, Reboot"),
         ("events:\n  - {id: e, type: Reboot, source: Nature}", "events[0].source: must be one of Platform, User"),
         ("events:\n  - {id: e, type: Reboot, notice: soon}", 'events[0].notice: must be a number >= 0, got "soon"'),
-        ("events:\n  - {id: e, type: Reboot, notice: yes}",
+        ("events:\n  - {id: e, type: Reboot, notice: true}",
          "events[0].notice: must be a number >= 0, got true (a boolean)"),
         ("events:\n  - {id: e, type: Reboot, notice: -5}", "events[0].notice: must be a number >= 0, got -5"),
         ("events:\n  - {id: e, type: Reboot, duration: 1.5}", "events[0].duration: must be an integer"),
