@@ -4,7 +4,7 @@ only where a file is read (``web/config.py`` imports it when a web config is giv
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 
@@ -18,7 +18,7 @@ class _StrictLoader(yaml.SafeLoader):
     ``on``/``yes``/``no`` are strings (only ``true``/``false`` are booleans). A policy's numbers mean what
     they look like."""
 
-    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, re.Pattern[str]]]]] = {}  # none of YAML 1.1
+    yaml_implicit_resolvers = {}  # noqa: RUF012 - PyYAML keeps its resolvers on the class: none of YAML 1.1
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
