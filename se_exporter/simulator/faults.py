@@ -11,7 +11,8 @@ uses up one count. Kinds:
 ``delay``      wait ``delay_s`` real seconds, then answer normally (to cause client timeouts)
 ``drip``       answer normally, but one byte every ``delay_s`` real seconds (a slow, never-ending answer)
 
-Malformed variants include ``gzip_bomb``: a 200 with ``Content-Encoding: gzip`` that inflates to 256 MiB.
+Malformed variants include ``gzip_bomb``: a 200 with ``Content-Encoding: gzip`` that inflates to 256 MiB, and
+``too_many_events`` / ``too_many_resources``: valid JSON under 4 MiB listing more than an exporter holds.
 
 Besides rules: ``first_response_delay_s`` delays the very first scheduled-events request (IMDS
 may take up to two minutes to answer the first call), and ``rate_limit_per_s`` answers 429 beyond
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("status", "malformed", "reset", "delay", "drip")
-MALFORMED = ("truncated", "wrong_types", "missing_event_id", "not_json", "empty", "gzip_bomb")
+MALFORMED = ("truncated", "wrong_types", "missing_event_id", "not_json", "empty", "gzip_bomb", "too_many_events",
+             "too_many_resources")
 ENDPOINTS = ("scheduledevents", "compute", "any")
 METHODS = ("GET", "POST", "any")
 

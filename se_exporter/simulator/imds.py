@@ -130,6 +130,8 @@ def malformed_body(document: dict[str, Any], variant: str) -> tuple[bytes, str]:
         return b"<html><body>Proxy error</body></html>", "text/html"
     if variant == "empty":
         return b"", "application/json; charset=utf-8"
+    if variant in ("too_many_events", "too_many_resources"):  # valid JSON, under 4 MiB, beyond what is held
+        return _overgrown(document, variant), "application/json; charset=utf-8"
     text = json.dumps(document)
     if variant == "truncated":
         return text[: max(1, len(text) // 2)].encode(), "application/json; charset=utf-8"
@@ -139,6 +141,17 @@ def malformed_body(document: dict[str, Any], variant: str) -> tuple[bytes, str]:
     elif variant == "missing_event_id":
         _drop_event_ids(broken)
     return json.dumps(broken).encode(), "application/json; charset=utf-8"
+
+
+def _overgrown(document: dict[str, Any], variant: str) -> bytes:
+    """The document with 25,000 small events more, or one event listing 500,000 Resources: both once held
+    valid, and both exhausted the DaemonSet's 96 MiB (a real IMDS lists a few, for a few hundred VMs)."""
+    incarnation = document.get("DocumentIncarnation", 1)
+    if variant == "too_many_events":
+        events = [{"EventId": f"X{n}", "EventType": "Freeze", "EventStatus": "Scheduled"} for n in range(25_000)]
+    else:
+        events = [{"EventId": "X0", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["r"] * 500_000}]
+    return json.dumps({"DocumentIncarnation": incarnation, "Events": events}).encode()
 
 
 def _wrong_types(doc: dict[str, Any]) -> None:

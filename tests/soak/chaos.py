@@ -12,18 +12,28 @@ Threads (all bounded by the run's deadline, all joined before the run returns):
   SIGKILL may land in the middle of an outage (the spool on disk must carry the records over).
 - *director*: DocumentIncarnation resets at planned moments.
 - *sampler*: the RSS of the current exporter process, twice a second.
+- *web*: now and then, what once stopped or starved the web server or exhausted memory: a flood of idle
+  and dripping connections, and a storm of scrapes at once; a scrape in the middle of it must answer.
+
+IMDS faults include documents beyond what the exporter holds (25,000 events, 500,000 Resources): each is a
+refused poll, and memory stays under the DaemonSet's 96 MiB (``checks.check_memory``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
+import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from se_exporter.simulator import FaultPlan, FaultRule, SimClock, SimulatedVM, SimulatorServer, SimWorld
 from se_exporter.simulator.faults import MALFORMED
@@ -42,6 +52,8 @@ DISK_KIB = 64 * 1024  # the tmpfs for the state file and the spool, filled now a
 DISK_FULL_SHARE = 0.15  # of the chaos episodes (when a tmpfs can be mounted)
 FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
 POLICY = DESIGN_POLICY.format(dry_run="false", leader="first_resource")
+WEB_FLOOD = 200  # connections held open by the web chaos (every tenth sends part of a request, never the rest)
+SCRAPE_STORM = 20  # scrapes at once
 StartExporter = Callable[..., ExporterProcess]
 
 
@@ -59,6 +71,7 @@ class SoakConfig:
     otlp_gap: tuple[float, float] = (4.0, 9.0)
     otlp_outage: tuple[float, float] = (2.0, 5.0)
     warmup: float = 5.0  # RSS samples of the last process before this are warm-up
+    web_gap: tuple[float, float] = (6.0, 12.0)  # between two web attacks (real s)
     seed: int = 20240617
 
     @classmethod
@@ -204,6 +217,8 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
                              kwargs={"receiver": receiver, "otlp_up": otlp_up, "stop": stop, "outages": outages}),
             threading.Thread(target=_director, name="soak-director", args=(world, plan, began, stop)),
             threading.Thread(target=_sampler, name="soak-rss", args=(fleet, stop, rss)),
+            threading.Thread(target=_web_chaos, name="soak-web", args=(config, random.Random(config.seed + 3)),
+                             kwargs={"fleet": fleet, "stop": stop, "errors": errors}),
         ]
         try:
             for thread in threads:
@@ -335,6 +350,42 @@ def _otlp_chaos(config: SoakConfig, rng: random.Random, *, receiver: OTLPHttpRec
             else:
                 receiver.start()  # same port
         outages.append((kind, seconds))
+
+
+def _web_chaos(config: SoakConfig, rng: random.Random, *, fleet: Fleet, stop: threading.Event,
+               errors: list[str]) -> None:
+    """Idle and dripping connections, then scrapes all at once: a scrape must still answer within 2 s."""
+    while not stop.wait(rng.uniform(*config.web_gap)):
+        with fleet.restart_lock:  # not while a restart happens: a refused connection would mean nothing
+            process = fleet.current.process
+            try:
+                process.wait_listening(20)
+            except AssertionError:
+                continue  # it died: the main loop notes it and starts another
+            port = process.port
+            held: list[socket.socket] = []
+            try:
+                for index in range(WEB_FLOOD):
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    if index % 10 == 0:
+                        sock.send(b"GET /metr")  # a request that never ends
+                    held.append(sock)
+                with ThreadPoolExecutor(SCRAPE_STORM) as pool:
+                    took = list(pool.map(lambda _: _timed_scrape(port), range(SCRAPE_STORM)))
+                if max(took) > 2.0:
+                    errors.append(f"a scrape took {max(took):.1f} s during a connection flood and a scrape storm")
+            except OSError as error:
+                errors.append(f"the web server refused a connection during the web chaos: {error}")
+            finally:
+                for sock in held:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+
+
+def _timed_scrape(port: int) -> float:
+    began = time.monotonic()
+    answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10, trust_env=False)
+    return time.monotonic() - began if answer.status_code == 200 else float("inf")
 
 
 def _director(world: SimWorld, plan: HistoryPlan, began: float, stop: threading.Event) -> None:
