@@ -147,6 +147,7 @@ def _overgrown(document: dict[str, Any], variant: str) -> bytes:
     """The document with 25,000 small events more, or one event listing 500,000 Resources: both once held
     valid, and both exhausted the DaemonSet's 96 MiB (a real IMDS lists a few, for a few hundred VMs)."""
     incarnation = document.get("DocumentIncarnation", 1)
+    events: list[dict[str, object]]
     if variant == "too_many_events":
         events = [{"EventId": f"X{n}", "EventType": "Freeze", "EventStatus": "Scheduled"} for n in range(25_000)]
     else:

@@ -28,8 +28,8 @@ import signal
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -371,7 +371,7 @@ def _web_chaos(config: SoakConfig, rng: random.Random, *, fleet: Fleet, stop: th
                         sock.send(b"GET /metr")  # a request that never ends
                     held.append(sock)
                 with ThreadPoolExecutor(SCRAPE_STORM) as pool:
-                    took = list(pool.map(lambda _: _timed_scrape(port), range(SCRAPE_STORM)))
+                    took = list(pool.map(_timed_scrape, [port] * SCRAPE_STORM))
                 if max(took) > 2.0:
                     errors.append(f"a scrape took {max(took):.1f} s during a connection flood and a scrape storm")
             except OSError as error:
