@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from se_exporter.errors import IMDSTimeout
+from se_exporter.errors import IMDSHTTPError, IMDSTimeout
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import RateLimiter
 from tests.support.raw_peer import SLOW_ANSWERS, RawPeer
@@ -33,3 +33,16 @@ def test_a_slow_answer_is_a_timeout_within_the_deadline(answer: str, method: str
         imds.close()
     assert DEADLINE * 0.9 <= took < DEADLINE + 1.0, f"{answer}: {took:.2f} s"
     assert peer.received.startswith(method.encode() + b" /metadata/scheduledevents?api-version=")
+
+
+@pytest.mark.parametrize("status", [b"302 Found", b"103 Early Hints", b"301 Moved Permanently"])
+def test_an_answer_imds_never_gives_is_an_invalid_document_retried_at_the_usual_pace(status: bytes) -> None:
+    """A redirect (never followed) or an informational answer was counted as http_4xx and polled at the
+    slowest pace."""
+    answer = b"HTTP/1.1 " + status + b"\r\nLocation: http://elsewhere/\r\nContent-Length: 0\r\n\r\n"
+    with RawPeer(lambda: [answer]) as peer:
+        imds = client(peer.url)
+        with pytest.raises(IMDSHTTPError) as raised:
+            imds.get_document()
+        imds.close()
+    assert raised.value.reason == "invalid_document" and raised.value.retryable

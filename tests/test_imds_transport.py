@@ -115,3 +115,20 @@ def test_a_kept_connection_the_server_dropped_is_replaced_without_an_error(serve
     answers = [get(transport, server.server_address[1]) for _ in range(5)]
     transport.close()
     assert [a.status_code for a in answers] == [200] * 5 and server.connections == 5
+
+
+def test_a_post_always_takes_a_new_connection_so_it_is_never_sent_twice(server: CountingServer) -> None:
+    """A POST on a kept-alive connection found closed would have to be sent again: approving again is the
+    approver's decision, after a fresh look at the event, never the transport's."""
+    transport = IMDSTransport()
+    port = server.server_address[1]
+    get(transport, port)
+    request = httpx.Request("POST", f"http://127.0.0.1:{port}/metadata/scheduledevents?api-version=2020-07-01",
+                            headers={"Metadata": "true"}, content=b'{"StartRequests": []}',
+                            extensions={"timeout": {"connect": 2.0, "read": 5.0}})
+    answer = transport.handle_request(request)
+    answer.read()
+    answer.close()
+    get(transport, port)  # the GETs share their connection; the POST had its own
+    transport.close()
+    assert server.connections == 2
