@@ -97,8 +97,8 @@ class SnapshotCollector(Collector):
 
     def _persistence_errors(self) -> CounterMetricFamily:
         errors = CounterMetricFamily(PREFIX + "persistence_errors",
-                                     "Failed writes of the state file and of the OTLP log spool (a full disk?), and a state file "
-                                     "that could not be used at start-up.",
+                                     "Failed writes of the state file and of the OTLP log spool (a full disk?), "
+                                     "and a state file that could not be used at start-up.",
                                      labels=["file"])
         if self._state is not None:
             errors.add_metric(["state"], self._state.errors)
