@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import msgspec
@@ -38,7 +40,7 @@ from se_exporter.process import StopRequest
 from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
-from se_exporter.web.config import load_web_config
+from se_exporter.web.config import WebConfig, load_web_config
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # imported at run time only when a policy is configured
     from se_exporter.approval.policy import Policy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Exporter:
@@ -65,8 +68,8 @@ class Exporter:
         self.config = config
         self._stop = stop or StopRequest()
         # Operator files first: a mistake in one stops start-up before anything touches the network.
-        web_config = load_web_config(config.web_config_file) if config.web_config_file else None
-        policy = _load_policy(config.approval_config) if config.approval_config else None
+        files = load_operator_files(config)
+        web_config, policy = files.web_config, files.policy
         try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
             self.persistence = Persistence(config.state_file)
         except LockHeld as error:
@@ -119,12 +122,23 @@ class Exporter:
                                                  version=__version__, spool=self.telemetry.spool,
                                                  state=self.persistence if config.state_file else None))
         app = make_app(self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__)
-        self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
+        try:
+            self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
+        except OSError as error:
+            self.persistence.close()
+            problem = os.strerror(error.errno) if error.errno else str(error)  # without socket's "(while …)"
+            raise ConfigError(f"--web.listen-address: cannot listen on {_address(config)}: {problem}") from None
 
     def start(self) -> None:
         self.web.start()
-        log.info("listening on %s://%s:%d%s", self.web.scheme, self.config.listen_host or "*", self.web.port,
-                 self.config.telemetry_path)
+        log.info("listening on %s", self.url)
+
+    @property
+    def url(self) -> str:
+        """Where the metrics are, as a URL one can paste (IPv6 in brackets; localhost for every address)."""
+        host = self.config.listen_host
+        host = "localhost" if host in ("", "::", "0.0.0.0") else f"[{host}]" if ":" in host else host
+        return f"{self.web.scheme}://{host}:{self.web.port}{self.config.telemetry_path}"
 
     def waiting_on_imds(self) -> bool:
         """Whether the calling thread (the poll loop's, when asked from a signal handler) waits on IMDS."""
@@ -175,11 +189,44 @@ class Exporter:
         return learned if given is None else msgspec.structs.replace(learned, name=given.name)
 
 
+@dataclass(frozen=True, slots=True)
+class OperatorFiles:
+    """The files an operator writes, read and validated as the exporter uses them."""
+
+    web_config: WebConfig | None = None
+    policy: Policy | None = None
+
+
+def load_operator_files(config: ExporterConfig) -> OperatorFiles:
+    """Read every configured file (``se-exporter check`` and the exporter alike); a ``ConfigError`` holds one
+    line per problem, of every file, each naming the file and the key path."""
+    problems: list[str] = []
+
+    def attempt(load: Callable[[], T]) -> T | None:
+        try:
+            return load()
+        except ConfigError as error:
+            problems.extend(str(error).splitlines())
+            return None
+
+    web_file, policy_file = config.web_config_file, config.approval_config
+    web_config = attempt(lambda: load_web_config(web_file)) if web_file is not None else None
+    policy = attempt(lambda: _load_policy(policy_file)) if policy_file is not None else None
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return OperatorFiles(web_config, policy)
+
+
 def _load_policy(path: Path) -> Policy:
     """The approval package is imported only when a policy is configured."""
     from se_exporter.approval.policy import load_policy
 
     return load_policy(path)
+
+
+def _address(config: ExporterConfig) -> str:
+    host = f"[{config.listen_host}]" if ":" in config.listen_host else config.listen_host
+    return f"{host}:{config.listen_port}"
 
 
 def _spool_path(state_file: Path | None) -> Path | None:

@@ -1,8 +1,9 @@
-"""The ``se-exporter`` command: ``run`` (default), ``simulate`` and ``demo``.
+"""The ``se-exporter`` command: ``run`` (default), ``simulate``, ``demo`` and ``check``.
 
 Only what the chosen command needs is imported: ``--version`` and ``--help`` touch neither the
 simulator nor OpenTelemetry nor the approval package, and ``run`` never imports the simulator.
-Every error is one line, ``se-exporter: error: ...``, with exit code 2.
+``se-exporter --help`` is the exporter's help (the default command), which lists the others. Every
+error is one line per problem, ``se-exporter: error: ...``, with exit code 2.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ COMMANDS = {
     "run": "run the exporter (the default)",
     "simulate": "run a local IMDS simulator",
     "demo": "simulator and exporter in one process",
+    "check": "validate configuration files without starting (like promtool check config)",
 }
+_OTHERS = "other commands:\n" + "\n".join(f"  {name:9} {summary}" for name, summary in COMMANDS.items()
+                                         if name != "run") + f"\n\n{PROG} COMMAND --help shows a command's flags."
 log = logging.getLogger("se_exporter")
 
 
@@ -41,7 +45,10 @@ def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> argparse.Argument
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=summary, description=summary, allow_abbrev=False)
+        run = name == "run"  # the default: `se-exporter --help` is its help, and names the other commands
+        sub = subparsers.add_parser(name, help=summary, description=summary, allow_abbrev=False,
+                                    prog=f"{PROG} [run]" if run else None, epilog=_OTHERS if run else None,
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         if name in commands:
             _add_arguments(name, sub)
     return parser
@@ -67,8 +74,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> int:
-    if not argv or argv[0] not in (*COMMANDS, "-h", "--help", "--version"):
-        argv.insert(0, "run")  # `se-exporter --flag …` runs the exporter
+    if not argv or argv[0] not in (*COMMANDS, "--version"):
+        argv.insert(0, "run")  # `se-exporter --flag …` runs the exporter; `se-exporter --help` is its help
     command = argv[0] if argv[0] in COMMANDS else None
     parser = build_parser((command,) if command else ())
     args = parser.parse_args(argv)
@@ -82,15 +89,21 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
     from se_exporter.errors import ConfigError
     from se_exporter.process import StopNow
 
-    _configure_logging(args.log_level, args.log_format)
+    _configure_logging(getattr(args, "log_level", "warn"), getattr(args, "log_format", "logfmt"))
     try:
+        if args.command == "check":
+            import se_exporter.check as check_command
+
+            return check_command.run(args)
         if args.command == "demo":
             import se_exporter.demo as demo_command
 
             return demo_command.run(args, environ, stop)
         return run_exporter(args, environ, stop)
     except ConfigError as error:
-        return report(str(error))
+        for line in str(error).splitlines():  # one line per problem
+            report(line)
+        return 2
     except StopNow:  # while asking IMDS who this VM is, before anything was started
         log.info("stopped during start-up")
         return 0
@@ -102,7 +115,6 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
 
     from se_exporter.app import Exporter
     from se_exporter.config.options import config_from_args, untrusted_imds_url
-    from se_exporter.errors import ConfigError
     from se_exporter.platform import current
     from se_exporter.process import serve
 
@@ -113,10 +125,7 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
     if untrusted_imds_url(config.imds_url):
         log.warning("--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
                     "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)", config.imds_url)
-    try:
-        exporter = Exporter(config, environ=environ, stop=stop)
-    except OSError as error:
-        raise ConfigError(f"--web.listen-address: cannot listen on {args.listen_address}: {error}") from None
+    exporter = Exporter(config, environ=environ, stop=stop)
     # Start-up objects live forever: keep them out of every later full collection (its pauses
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
@@ -132,6 +141,10 @@ def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         import se_exporter.simulator.command as simulator_command
 
         simulator_command.add_arguments(parser)
+    elif command == "check":
+        import se_exporter.check as check_command
+
+        check_command.add_arguments(parser)
     else:
         import se_exporter.demo as demo_command
 

@@ -172,6 +172,32 @@ def test_an_unwritable_state_file_is_one_line(tmp_path: Path) -> None:
                             "Not a directory\n"
 
 
+@pytest.mark.parametrize("command", ["demo", "simulate"])
+def test_a_busy_port_is_one_line_and_exit_2_for_every_command(command: str) -> None:
+    """Running the demo twice ended in a traceback (exit 1); simulate exited 1."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = se_exporter(command, f"--web.listen-address=127.0.0.1:{port}")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (f"se-exporter: error: --web.listen-address: cannot listen on "
+                                              f"127.0.0.1:{port}: Address already in use")
+    assert "Traceback" not in result.stderr
+
+
+def test_help_is_the_exporters_and_names_every_other_command() -> None:
+    result = se_exporter("--help")
+    assert result.returncode == 0 and result.stdout == se_exporter("run", "--help").stdout
+    assert result.stdout.startswith("usage: se-exporter [run] ")
+    for flag in ("--web.listen-address", "--poll.interval", "--state.file", "--approval.config", "--log.format"):
+        assert flag in result.stdout
+    for command in ("simulate", "demo", "check"):
+        assert f"\n  {command} " in result.stdout.split("other commands:")[1]
+
+
 def test_demo_does_not_offer_a_flag_it_would_ignore() -> None:
     assert "--imds.url" not in se_exporter("demo", "--help").stdout
     result = se_exporter("demo", "--imds.url=http://127.0.0.1:9")

@@ -138,8 +138,8 @@ def _log_change(record: TruthEntry) -> None:
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
-    """Run until ``stop`` is set (by default: until a stop signal); 0 on a clean stop, 2 for bad input, 1 if
-    the port is unusable."""
+    """Run until ``stop`` is set (by default: until a stop signal); 0 on a clean stop, 2 for bad input (a port
+    it cannot listen on included)."""
     if args.list_scenarios:
         for name in builtin_names():
             print(f"{name}: {resolve_scenario(name).description}")
@@ -155,8 +155,10 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         print(f"se-exporter: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"se-exporter: error: cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}", file=sys.stderr)
-        return 1
+        problem = exc.strerror or str(exc)
+        print(f"se-exporter: error: --web.listen-address: cannot listen on {args.listen[0]}:{args.listen[1]}: "
+              f"{problem}", file=sys.stderr)
+        return 2
     if not args.quiet:
         world.truth.add_listener(_log_change)
     if scenarios:
