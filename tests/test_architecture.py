@@ -25,7 +25,7 @@ STAGES: dict[str, int] = {
     "poller": 5,  # drives IMDS → store → approver → sinks
     "metrics": 6, "audit": 6, "otel": 6, "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
-    "demo": 8,
+    "demo": 8, "check": 8,
     "cli": 9, "__main__": 9,
 }  # fmt: skip
 SIMULATOR_MAY_USE = {"errors", "logs", "times", "platform", "config", "simulator", "__init__"}
