@@ -15,15 +15,17 @@ FORMATS = ("logfmt", "json")
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
 _BARE_ASCII = re.compile(r'[!#-<>-\[\]-~]+')  # printable ASCII but for those: bare, no further check
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
-# ``extra={FIELDS: (mapping, ...)}`` hands a line's fields over as mappings, in order: for lines with
-# many fields (the audit trail's), cheaper than one record attribute each. Other extras are not shown.
+# ``extra={FIELDS: (summary, details...)}`` hands a line's fields over as mappings, in order: for lines
+# with many fields (the audit trail's), cheaper than one record attribute each. A logfmt line at info
+# shows the summary only (one event, one short line); at debug, and in JSON, every field.
 FIELDS = "se_fields"
 _MEMO_TEXTS, _MEMO_TEXT_CHARS = 4096, 200
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
-def fields_of(record: logging.LogRecord) -> dict[str, Any]:
-    """The record as ordered key/values: ts, level, logger, msg, then structured extras."""
+def fields_of(record: logging.LogRecord, details: bool = True) -> dict[str, Any]:
+    """The record as ordered key/values: ts, level, logger, msg, then structured extras (``details``: all
+    of them, else the summary of a line made with ``FIELDS``)."""
     fields: dict[str, Any] = {
         "ts": _timestamp(record.created),
         "level": _LEVEL_NAMES.get(record.levelno) or record.levelname.lower().replace("warning", "warn"),
@@ -32,7 +34,7 @@ def fields_of(record: logging.LogRecord) -> dict[str, Any]:
     }
     structured = getattr(record, FIELDS, None)
     if structured is not None:
-        for part in structured:
+        for part in structured if details else structured[:1]:
             fields.update(part)
     else:
         fields.update({k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")})
@@ -42,15 +44,16 @@ def fields_of(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class LogfmtFormatter(logging.Formatter):
-    def __init__(self) -> None:
+    def __init__(self, details: bool = True) -> None:
         super().__init__()
+        self._details = details
         # Most key=value pairs recur line after line (types, statuses, descriptions, the logger): each
         # is written once. Bounded; a clear now and then costs a few pairs written again.
         self._pairs: dict[tuple[str, str], str] = {}
 
     def format(self, record: logging.LogRecord) -> str:
         pairs, written = self._pairs, []
-        for pair in fields_of(record).items():
+        for pair in fields_of(record, self._details).items():
             key, value = pair
             if not isinstance(value, str) or len(value) > _MEMO_TEXT_CHARS:  # str enums too
                 written.append(f"{key}={_logfmt_value(value)}")
@@ -129,7 +132,8 @@ def _timestamp(created: float) -> str:
 def configure(level: str, fmt: str, stream: TextIO | None = None) -> logging.Handler:
     """Route the se_exporter loggers to ``stream`` (stderr); returns the handler it installed."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JSONFormatter() if fmt == "json" else LogfmtFormatter())
+    # On a terminal (logfmt), one event is one short line; its every field at debug level, or in JSON.
+    handler.setFormatter(JSONFormatter() if fmt == "json" else LogfmtFormatter(details=level == "debug"))
     root = logging.getLogger("se_exporter")
     for old in list(root.handlers):
         root.removeHandler(old)

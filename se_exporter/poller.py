@@ -49,12 +49,19 @@ class PollStatus:
 
 @dataclass(frozen=True, slots=True)
 class PollResult:
+    """What one poll found, for every sink: facts in the order they happened."""
+
     document: Document
     transitions: Sequence[Transition]
-    decisions: Sequence[ApprovalDecision]  # made in this poll, before its transitions were published
+    decisions: Sequence[ApprovalDecision]  # made on this document: after its transitions
     changed: bool  # the document differed from the previous one
     identity: VMIdentity
     now: float
+    settled: Sequence[ApprovalDecision] = ()  # work that ended before the document was read: before them
+
+    @property
+    def all_decisions(self) -> Sequence[ApprovalDecision]:
+        return [*self.settled, *self.decisions] if self.settled else self.decisions
 
 
 class PollSink(Protocol):
@@ -62,9 +69,11 @@ class PollSink(Protocol):
 
 
 class Decider(Protocol):
-    """The approver, seen from the loop: it decides on every good poll and never blocks it."""
+    """The approver, seen from the loop: it decides on every good poll and never blocks it. It returns
+    (work settled before the document was read, decisions made on it)."""
 
-    def on_poll(self, events: Sequence[EventState], vm_name: str | None) -> Sequence[ApprovalDecision]: ...
+    def on_poll(self, events: Sequence[EventState],
+                vm_name: str | None) -> tuple[Sequence[ApprovalDecision], Sequence[ApprovalDecision]]: ...
 
     def close(self) -> Sequence[ApprovalDecision]: ...
 
@@ -123,8 +132,9 @@ class Poller:
         """Stop the approver, hand its last decisions to the sinks and save the state."""
         if self._approver is not None:
             decisions = self._approver.close()
-            if decisions:
-                self._publish(PollResult(self._last_document, (), decisions, False, self.identity, self._clock()))
+            if decisions:  # the outcome of a POST that ended at shutdown
+                self._publish(PollResult(self._last_document, (), (), False, self.identity, self._clock(),
+                                         settled=decisions))
         self._persistence.save()
 
     def refresh_identity(self) -> None:
@@ -162,11 +172,12 @@ class Poller:
         now = self._clock()
         transitions = self.store.reconcile(document, now) if changed else []
         identity = self.identity
+        settled: Sequence[ApprovalDecision] = ()
         decisions: Sequence[ApprovalDecision] = ()
         if self._approver is not None:  # the store's states, in document order: events with their impact and cause
-            decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
+            settled, decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
         self._last_document = document
-        self._publish(PollResult(document, transitions, decisions, changed, identity, now))
+        self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled))
         self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses
         self.status = replace(self.status, up=True, last_success=now)
         self._backoff.reset()

@@ -4,11 +4,13 @@ A POST can fail transiently (410 while IMDS warms up, 429, 5xx, a timeout): it i
 this thread, so the poll loop keeps observing meanwhile. Every attempt, the first included, is
 preceded by a fresh decision on the latest document (``recheck``): an event that stopped matching
 the policy, lost its leader, started, passed its NotBefore or disappeared while an earlier attempt
-failed is dropped from the batch, never POSTed. ``done()`` never blocks.
+failed is dropped from the batch, never POSTed. Only IMDS errors (``errors.IMDSError``) are failures of
+the POST; anything else is a bug, logged with its traceback. ``done()`` never blocks.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +18,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from se_exporter.errors import IMDSError
 from se_exporter.imds.pacing import Backoff
+
+log = logging.getLogger("se_exporter.approval")
 
 T = TypeVar("T")
 
@@ -69,13 +74,8 @@ class BackgroundPoster(Generic[T]):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="se-approval-post")
         self._in_flight: list[Future[PostOutcome[T]]] = []
 
-    @property
-    def running(self) -> bool:
-        """True while a batch is queued or being sent (finished ones wait for ``done()``)."""
-        return any(not future.done() for future in self._in_flight)
-
     def submit(self, items: Sequence[T]) -> None:
-        self._in_flight.append(self._executor.submit(self._send, tuple(items)))
+        self._in_flight.append(self._executor.submit(self._send_or_fail, tuple(items)))
 
     def done(self) -> list[PostOutcome[T]]:
         """Outcomes of the batches that finished since the last call (never blocks)."""
@@ -93,8 +93,17 @@ class BackgroundPoster(Generic[T]):
         self._stopping.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _send(self, items: tuple[T, ...]) -> PostOutcome[T]:
+    def _send_or_fail(self, items: tuple[T, ...]) -> PostOutcome[T]:
+        """``_send``, where a bug (anything but an IMDS error) is logged with its traceback and fails the batch,
+        never retried."""
         started = self._monotonic()
+        try:
+            return self._send(items, started)
+        except Exception as bug:
+            log.exception("approval POST of %d event(s) failed unexpectedly (a bug): not retried", len(items))
+            return PostOutcome(items, self._monotonic() - started, bug)
+
+    def _send(self, items: tuple[T, ...], started: float) -> PostOutcome[T]:
         backoff = Backoff(self._retry.backoff_base, self._retry.backoff_cap)
         dropped: list[Dropped[T]] = []
         attempt = 0
@@ -107,10 +116,10 @@ class BackgroundPoster(Generic[T]):
             attempt += 1
             try:
                 self._post([event_id for event_id, _ in keep])
-            except Exception as exc:  # reported as "failed"; IMDSError.retryable decides about a retry
+            except IMDSError as exc:  # reported as "failed"; a retryable one is tried again, after a recheck
                 delay = backoff.next_delay()
                 over = self._monotonic() + delay - started > self._retry.budget_seconds
-                if not getattr(exc, "retryable", False) or attempt >= self._retry.attempts or over:
+                if not exc.retryable or attempt >= self._retry.attempts or over:
                     return PostOutcome(items, self._monotonic() - started, exc, tuple(dropped), attempt)
                 if self._stopping.wait(delay):  # shutting down: the approver saves it for a later retry
                     return PostOutcome(items, self._monotonic() - started, exc, tuple(dropped), attempt)

@@ -1,6 +1,7 @@
-"""The audit trail: one record per lifecycle transition and per approval decision, in that poll's order.
+"""The audit trail: one record per lifecycle transition and per approval decision, in the order they happened.
 
-Decisions come first: an approval made in a poll caused what the same poll's transitions show. Each
+A POST's outcome comes first (it ended before the document was read: its approval caused the ``started``
+the document shows), then the document's transitions, then the decisions made on it. Each
 record is written twice: as one structured line on stderr (logger ``se_exporter.events``,
 logfmt or JSON per ``--log.format``, so journald / Fluent Bit users need no collector) and into the
 OTLP log spool when log export is on. The poll loop calls ``on_poll`` before it saves the event
@@ -21,6 +22,8 @@ from se_exporter.poller import PollResult
 log = logging.getLogger("se_exporter.events")
 _LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}
 CHUNK = 200
+# What a line shows on a terminal at info level (the body says the rest; debug and JSON show everything).
+_SUMMARY = ("scheduled_event.transition", "scheduled_event.approval.result")  # the body names the event
 
 
 class AuditTrail:
@@ -30,10 +33,13 @@ class AuditTrail:
         self._spool = spool
 
     def on_poll(self, result: PollResult) -> None:
-        if not result.decisions and not result.transitions:
+        if not result.decisions and not result.transitions and not result.settled:
             return
-        records = itertools.chain((approval_record(decision) for decision in result.decisions),
-                                  (transition_record(transition, result.identity) for transition in result.transitions))
+        # In the order things happened: a POST's outcome (before the document was read: its approval caused
+        # the "started" it shows), the document's transitions, then the decisions made on it.
+        records = itertools.chain((approval_record(decision) for decision in result.settled),
+                                  (transition_record(transition, result.identity) for transition in result.transitions),
+                                  (approval_record(decision) for decision in result.decisions))
         # A few hundred at a time: a document that lists a thousand new events at once (and removes as many)
         # must not hold every record, line and journal entry in memory together.
         while batch := list(itertools.islice(records, CHUNK)):
@@ -44,7 +50,8 @@ class AuditTrail:
             level = _LEVELS.get(record.severity, logging.INFO)
             if log.isEnabledFor(level):
                 # Made and handled directly: the caller's file and line (findCaller) mean nothing here.
-                fields = ({"event": record.event_name}, record.attributes)
+                fields = ({"event": record.event_name, **{key: record.attributes[key] for key in _SUMMARY
+                                                          if key in record.attributes}}, record.attributes)
                 log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra={FIELDS: fields}))
         if self._spool is not None:
             self._spool.append(records)

@@ -53,7 +53,7 @@ class Counters:
                                 buckets=NOTICE_BUCKETS, registry=None)
 
     def on_poll(self, result: PollResult) -> None:
-        for decision in result.decisions:
+        for decision in result.all_decisions:
             if decision.counted:
                 self.approvals.labels(self._event_type(label(decision.event.event_type)), decision.result).inc()
         # One label lookup per label set and poll: a scale set's first document may bring 1,000 at once.

@@ -1,20 +1,19 @@
-"""Shared test helpers: events, a fake clock, a recording IMDS on loopback and an httpx poster."""
+"""Shared test helpers: events, a fake clock, a recording IMDS on loopback and the exporter's IMDS client."""
 
 from __future__ import annotations
 
 import functools
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
-
-from se_exporter.errors import IMDSHTTPError
+from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.document import Document, ScheduledEvent
+from se_exporter.imds.pacing import RateLimiter
 from se_exporter.store import EventState, EventStore
 from tests.support.wait import wait_for
 
@@ -137,18 +136,7 @@ def serve_imds() -> Iterator[RecordingIMDS]:
         server.server_close()
 
 
-def httpx_poster(base_url: str) -> Callable[[Sequence[str]], None]:
-    """A minimal stand-in for the IMDS client's ``approve`` (no retries of its own)."""
-    client = httpx.Client(base_url=base_url, trust_env=False, timeout=10)
-
-    def post_start_requests(event_ids: Sequence[str]) -> None:
-        response = client.post(
-            "/metadata/scheduledevents",
-            params={"api-version": "2020-07-01"},
-            headers={"Metadata": "true"},
-            json={"StartRequests": [{"EventId": event_id} for event_id in event_ids]},
-        )
-        if response.status_code != 200:
-            raise IMDSHTTPError(response.status_code, f"POST StartRequests answered {response.status_code}")
-
-    return post_start_requests
+def imds_client(base_url: str) -> IMDSClient:
+    """The exporter's own IMDS client (its transport, its errors), pointed at a loopback IMDS; no pacing."""
+    return IMDSClient(ClientSettings(base_url=base_url, timeout=5.0, first_call_timeout=5.0),
+                      RateLimiter(min_interval=0))

@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,11 +15,11 @@ import pytest
 
 from se_exporter.approval.approver import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, Approver
 from se_exporter.approval.decision import ApprovalDecision
-from se_exporter.approval.hook import HookRunner
+from se_exporter.approval.hook import HookResult, HookRunner, HookSubmitter
 from se_exporter.approval.policy import Hook, Policy, Rule
 from se_exporter.approval.poster import PostRetry
 from se_exporter.imds.document import ScheduledEvent
-from se_exporter.imds.impact import Cause, Impact
+from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import (
     T0,
     VM,
@@ -26,7 +27,7 @@ from tests.approval.helpers import (
     Listing,
     RecordingIMDS,
     event,
-    httpx_poster,
+    imds_client,
     listed,
     serve_imds,
     wait_until,
@@ -42,7 +43,26 @@ def imds() -> Iterator[RecordingIMDS]:
     yield from serve_imds()
 
 
+class Tracked:
+    """The real hook runner, its futures kept: the harness waits for them (and only them)."""
+
+    def __init__(self, runner: HookSubmitter) -> None:
+        self._runner = runner
+        self.futures: list[Future[HookResult]] = []
+
+    def submit(self, event: ScheduledEvent, vm_name: str, rule: str, *, classification: Classification | None = None,
+               seconds_left: float | None = None) -> Future[HookResult]:
+        future = self._runner.submit(event, vm_name, rule, classification=classification, seconds_left=seconds_left)
+        self.futures.append(future)
+        return future
+
+    def close(self) -> None:
+        self._runner.close()
+
+
 class Harness:
+    """An approver whose POSTs go through the real IMDS client to the recording IMDS on loopback."""
+
     def __init__(
         self, policy: Policy, imds: RecordingIMDS, state: dict[str, object] | None = None, **kwargs: object
     ) -> None:
@@ -52,24 +72,41 @@ class Harness:
         # One attempt per batch unless a test says otherwise: the approver's own retry schedule is tested
         # on the fake clock; the poster's quick retries have their tests below.
         kwargs.setdefault("post_retry", PostRetry(attempts=1))
-        poster = httpx_poster(imds.url)
-        self.approver = Approver.from_state(state, policy, poster, **kwargs)
+        self.hooks = Tracked(kwargs.pop("hook_runner")) if "hook_runner" in kwargs else None  # type: ignore[arg-type]
+        if self.hooks is not None:
+            kwargs["hook_runner"] = self.hooks
+        self.client = imds_client(imds.url)
+        self.approver = Approver.from_state(state, policy, self.client.approve, **kwargs)
         self.listing = Listing()
 
+    def step(self, events: Sequence[ScheduledEvent], vm_name: str | None = VM) -> None:
+        """One poll: the approver decides, never waiting on a hook or a POST."""
+        settled, made = self.approver.on_poll(self.listing(events, self.clock()), vm_name)
+        self.decisions += [*settled, *made]
+
     def poll(self, events: Sequence[ScheduledEvent], times: int = 1, vm_name: str | None = VM) -> None:
-        """``times`` polls, each after whatever is in flight has finished (so nothing is left to chance)."""
+        """``times`` polls, each followed by as many as it takes for what it started (hooks, POSTs) to be
+        settled: nothing is left to chance."""
         for _ in range(times):
-            wait_until(lambda: not self.approver.busy, what="the approver to be idle")
-            self.decisions += self.approver.on_poll(self.listing(events, self.clock()), vm_name)
+            self.step(events, vm_name)
+            wait_until(lambda: self._settled(events, vm_name), what="hooks and POSTs in flight settled")
 
     def poll_until(
         self, events: Sequence[ScheduledEvent], condition: Callable[[], object], vm_name: str | None = VM
     ) -> None:
         def step() -> object:
-            self.decisions += self.approver.on_poll(self.listing(events, self.clock()), vm_name)
+            self.step(events, vm_name)
             return condition()
 
         wait_until(step, what="the approver's decision")
+
+    def _settled(self, events: Sequence[ScheduledEvent], vm_name: str | None) -> bool:
+        """One more poll; True when it found nothing in flight: every hook had ended before it (so it
+        settled them), and no POST is due (one that ended is settled by the poll after it)."""
+        hooks_ended = self.hooks is None or all(future.done() for future in self.hooks.futures)
+        self.step(events, vm_name)
+        saved = self.approver.to_state()["events"]
+        return hooks_ended and all(entry["status"] != "post_due" for entry in saved.values())  # type: ignore[attr-defined]
 
     def close(self, timeout: float = 5) -> None:
         self.decisions += self.approver.close(timeout=timeout)
@@ -194,8 +231,8 @@ def test_failed_post_is_retried_with_backoff_then_approved(make: Callable[..., H
     failed = h.decisions[-1]
     assert failed.result == "failed" and failed.rule == "user-initiated" and failed.post_latency_seconds is not None
     assert failed.reason == (
-        "POST StartRequests failed after 1 attempt(s): IMDSHTTPError: POST StartRequests answered 500; "
-        "POST retry 1/2 in 15 s if still approvable"
+        "POST StartRequests failed after 1 attempt(s): IMDSHTTPError: IMDS POST /metadata/scheduledevents answered "
+        "500: ''; POST retry 1/2 in 15 s if still approvable"
     )
     h.clock.now += 14.9
     h.poll(events, times=5)
@@ -232,27 +269,39 @@ def test_400_is_not_retried_until_the_event_changes(make: Callable[..., Harness]
     h.clock.now += 600
     h.poll([event("A")], times=3)
     assert len(imds.requests) == 1
-    assert h.decisions[-1].reason.endswith("answered 400; not retried until the event changes")
+    assert h.decisions[-1].reason.startswith("POST StartRequests failed after 1 attempt(s): IMDSHTTPError: IMDS POST "
+                                             "/metadata/scheduledevents answered 400: ''")
+    assert h.decisions[-1].reason.endswith("; not retried until the event changes")
     h.poll([event("A", duration_seconds=30)], times=3)
     assert len(imds.requests) == 2 and h.decisions[-1].result == "approved"
 
 
-def test_a_post_error_that_is_not_an_imds_error_is_failed_and_not_retried(imds: RecordingIMDS) -> None:
+def test_a_post_error_that_is_not_an_imds_error_is_a_bug_logged_with_its_traceback_and_not_retried(
+    imds: RecordingIMDS, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every exception of the POST once became a "failed" decision with no traceback."""
     decisions: list[ApprovalDecision] = []
+    client = imds_client(imds.url)
 
-    def broken(event_ids: Sequence[str]) -> None:
-        raise RuntimeError("bug")
+    def approve_with_a_bug(event_ids: Sequence[str]) -> None:
+        client.approve(event_ids)
+        raise RuntimeError("bug after the POST")
 
-    approver = Approver(POLICY, broken, clock=FakeClock())
+    approver = Approver(POLICY, approve_with_a_bug, clock=FakeClock())
+    listing = Listing()
     try:
-        decisions += approver.on_poll(listed(event("A")), VM)
-        wait_until(lambda: not approver.busy)
-        for _ in range(3):
-            decisions += approver.on_poll(listed(event("A")), VM)
+        for _ in range(20):
+            settled, made = approver.on_poll(listing([event("A")]), VM)
+            decisions += [*settled, *made]
+            if decisions:
+                break
+            wait_until(lambda: len(imds.requests) == 1, what="the POST")
     finally:
         decisions += approver.close()
-    failure = "POST StartRequests failed after 1 attempt(s): RuntimeError: bug; not retried until the event changes"
+    failure = "POST StartRequests failed: RuntimeError: bug after the POST; not retried until the event changes"
     assert [(d.result, d.reason) for d in decisions] == [("failed", failure)]
+    (bug,) = [r for r in caplog.records if "failed unexpectedly (a bug)" in r.getMessage()]
+    assert bug.exc_info is not None and bug.exc_info[0] is RuntimeError
 
 
 def test_no_second_approval_after_a_restart(make: Callable[..., Harness], imds: RecordingIMDS) -> None:
@@ -309,19 +358,19 @@ def test_polling_is_never_blocked_by_a_hook_or_a_post(
     (tmp_path / "hold.flag").touch()
     h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
     events = [event("A")]
-    h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
+    h.step(events)
     wait_until(lambda: runs(tmp_path), what="the hook to start")
     imds.gate.clear()  # the POST will hang in the server until released
     for _ in range(20):
         started = time.monotonic()
-        h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
+        h.step(events)
         assert time.monotonic() - started < 0.1
-    assert h.approver.busy and h.decisions == []
+    assert h.decisions == [] and imds.requests == []  # the hook still runs: nothing decided, nothing POSTed
     (tmp_path / "hold.flag").unlink()
     h.poll_until(events, lambda: _post_started(h))  # the hook passed: the POST is on its way
     for _ in range(20):
         started = time.monotonic()
-        h.decisions += h.approver.on_poll(h.listing(events, h.clock()), VM)
+        h.step(events)
         assert time.monotonic() - started < 0.1
     assert h.decisions == []
     imds.gate.set()
@@ -414,7 +463,7 @@ def test_an_event_that_starts_while_its_hook_runs_is_not_posted(
 ) -> None:
     (tmp_path / "hold.flag").touch()
     h = make(Policy(rules=(USER,), hook=Hook(command=("/bin/true",))), hook_runner=hook_runner(tmp_path))
-    h.decisions += h.approver.on_poll(listed(event("A")), VM)
+    h.step([event("A")])
     wait_until(lambda: runs(tmp_path), what="the hook to start")
     (tmp_path / "hold.flag").unlink()
     started = [event("A", event_status="Started", not_before=None)]
@@ -590,10 +639,10 @@ def test_a_retry_is_never_posted_for_an_event_that_stopped_qualifying(
     reboots = Policy(rules=(Rule("reboots", event_types=("Reboot",)),))
     policy = MAX_ONE if change != "reordered: not the leader" else reboots
     h = make(policy, post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0))
-    h.approver.on_poll(h.listing([SINGLE], h.clock()), VM)
+    h.step([SINGLE])
     wait_until(lambda: len(imds.requests) == 1, what="the first POST")
     h.clock.now += step
-    h.decisions += h.approver.on_poll(h.listing(listed_after, h.clock()), VM)  # before the retry (1-2 s away)
+    h.step(listed_after)  # before the retry (1-2 s away)
     h.poll_until(listed_after, lambda: h.decisions)
     assert len(imds.requests) == 1, "nothing POSTed after the event changed"
     ((event_id, got, reason),) = h.results()
@@ -660,9 +709,9 @@ def test_an_event_that_changed_while_its_hook_ran_is_decided_again_and_its_hook_
     before, after, change = REVISIONS[name]
     (tmp_path / "hold.flag").touch()
     h = make(ANY_REBOOT_OR_FREEZE, hook_runner=recording_hook(tmp_path))
-    h.decisions += h.approver.on_poll(h.listing([before], h.clock()), VM)
+    h.step([before])
     wait_until(lambda: seen(tmp_path), what="the hook to start on the first revision")
-    h.decisions += h.approver.on_poll(h.listing([after], h.clock()), VM)  # IMDS changed the event meanwhile
+    h.step([after])  # IMDS changed the event meanwhile
     (tmp_path / "hold.flag").unlink()
     h.poll_until([after], lambda: h.count("approved"))
     assert seen(tmp_path) == [f"{before.event_type} {json.dumps(list(before.resources))}",
@@ -681,7 +730,7 @@ def test_a_post_retry_after_the_event_changed_runs_the_hook_again_first(
              post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0))
     first, grown = event("A", resources=(VM,)), event("A", resources=(VM, "vm-b"))
     h.poll_until([first], lambda: len(imds.requests) == 1)
-    h.decisions += h.approver.on_poll(h.listing([grown], h.clock()), VM)  # before the retry
+    h.step([grown])  # before the retry
     h.poll_until([grown], lambda: h.count("approved"))
     assert seen(tmp_path) == ['Reboot ["vm-a"]', 'Reboot ["vm-a", "vm-b"]']
     assert imds.start_ids() == [["A"], ["A"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 from datetime import UTC, datetime
 
@@ -158,9 +159,9 @@ def test_resource_from_compute_metadata_and_user_attributes() -> None:
     assert bare == {"service.name": "se-exporter", "service.version": "1.2.3", "host.name": "vm-a"}
 
 
-def test_the_stderr_line_of_a_transition_says_its_impact_and_cause() -> None:
+def stderr_line(level: str, fmt: str) -> str:
     stream = io.StringIO()
-    handler = logs.configure("info", "logfmt", stream)
+    handler = logs.configure(level, fmt, stream)
     try:
         (failure,) = transitions_of(Document(1, (ScheduledEvent("HW", "Reboot", "Started", resources=("vm-a",),
                                                                 event_source="Platform"),)))
@@ -168,6 +169,20 @@ def test_the_stderr_line_of_a_transition_says_its_impact_and_cause() -> None:
         trail.on_poll(PollResult(Document(1), [failure], (), True, VMIdentity(name="vm-a"), T0))
     finally:
         logging.getLogger("se_exporter").removeHandler(handler)
-    line = stream.getvalue()
-    assert 'msg="Reboot started, affects this VM (impact reboot, cause failure; event HW, source Platform)"' in line
-    assert "scheduled_event.impact=reboot scheduled_event.cause=failure" in line
+    return stream.getvalue()
+
+
+def test_a_transition_is_one_short_line_on_a_terminal_that_says_its_impact_and_cause() -> None:
+    """About 770 characters a line once: every attribute, at info level."""
+    line = stderr_line("info", "logfmt")
+    assert line.endswith(' msg="Reboot started, affects this VM (impact reboot, cause failure; event HW, source '
+                         'Platform)" event=scheduled_event.transition scheduled_event.transition=started\n')
+    assert len(line) < 250
+
+
+def test_every_field_of_a_transition_at_debug_level_and_in_json() -> None:
+    debug = stderr_line("debug", "logfmt")
+    assert "scheduled_event.impact=reboot scheduled_event.cause=failure" in debug
+    assert debug.count("scheduled_event.id=HW") == 1
+    record = json.loads(stderr_line("info", "json"))
+    assert record["scheduled_event.impact"] == "reboot" and record["scheduled_event.resources"] == ["vm-a"]
