@@ -28,7 +28,6 @@ from tests.approval.helpers import (
     RecordingIMDS,
     event,
     imds_client,
-    listed,
     serve_imds,
     wait_until,
 )
