@@ -52,7 +52,7 @@ class Platform(Protocol):
 
     def kill(self, process: Process) -> None: ...
 
-    def sync_directory(self, directory: Path) -> None: ...
+    def sync_directory(self, directory: Path) -> bool: ...
 
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None: ...
 
@@ -84,18 +84,20 @@ class PosixPlatform:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
 
-    def sync_directory(self, directory: Path) -> None:
-        """Make a rename in ``directory`` durable (fsync of the directory; not possible everywhere)."""
+    def sync_directory(self, directory: Path) -> bool:
+        """Make a rename in ``directory`` durable (fsync of the directory); False where that is not possible
+        (a file system that refuses it, a directory gone)."""
         try:
             fd = os.open(directory, os.O_RDONLY)
         except OSError:
-            return
+            return False
         try:
             os.fsync(fd)
         except OSError:
-            pass
+            return False
         finally:
             os.close(fd)
+        return True
 
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
         return None  # the Docker image, the unit and the DaemonSet each name theirs
@@ -149,8 +151,10 @@ class WindowsPlatform:
     def kill(self, process: Process) -> None:
         self._run(["taskkill", "/T", "/F", "/PID", str(process.pid)])  # /T: the whole tree
 
-    def sync_directory(self, directory: Path) -> None:
-        """Nothing to do: NTFS makes the rename (MoveFileEx) durable; a directory cannot be fsynced."""
+    def sync_directory(self, directory: Path) -> bool:
+        """Nothing to do, and nothing done (False): NTFS makes the rename (MoveFileEx) durable; a directory
+        cannot be fsynced."""
+        return False
 
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
         """Run as a service (WinSW sets WINSW_SERVICE_ID), state and spool live in %ProgramData%."""

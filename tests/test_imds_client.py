@@ -1,86 +1,72 @@
-"""The IMDS client at the transport seam (httpx.MockTransport): requests sent, errors raised."""
+"""The IMDS client with its production transport against the loopback fake IMDS: the requests IMDS
+receives, the answers it gives, and the typed error each failure becomes (``errors.py``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import random
+import socket
 from pathlib import Path
 
-import httpx
 import pytest
 
 from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import Backoff, RateLimiter
+from tests.support.fake_imds import Answer, FakeIMDS
+from tests.support.raw_peer import RawPeer
 
 IMDS = Path(__file__).parent / "testdata" / "imds"
-Handler = Callable[[httpx.Request], httpx.Response]
+EVENTS = "/metadata/scheduledevents"
 
 
-def client_for(handler: Handler, seen: list[httpx.Request] | None = None, **settings: object) -> IMDSClient:
-    def record(request: httpx.Request) -> httpx.Response:
-        if seen is not None:
-            request.read()
-            seen.append(request)
-        return handler(request)
+class Client(IMDSClient):
+    """The real client, remembering what it told the metrics about each answer."""
 
-    responses: list[tuple[str, str, float]] = []
-    client = IMDSClient(
-        ClientSettings(**settings),  # type: ignore[arg-type]
-        RateLimiter(min_interval=0),
-        transport=httpx.MockTransport(record),
-        on_response=lambda m, c, s: responses.append((m, c, s)),
-    )
-    client.responses = responses  # type: ignore[attr-defined]
-    return client
+    def __init__(self, url: str, **settings: object) -> None:
+        self.responses: list[tuple[str, str]] = []
+        super().__init__(ClientSettings(base_url=url, **settings),  # type: ignore[arg-type]
+                         RateLimiter(min_interval=0), on_response=lambda m, c, _s: self.responses.append((m, c)))
 
 
-def test_get_sends_metadata_header_and_api_version() -> None:
-    seen: list[httpx.Request] = []
-    body = (IMDS / "docs-example-2-scheduled.json").read_bytes()
-    client = client_for(lambda r: httpx.Response(200, content=body), seen, api_version="2019-08-01")
-    document = client.get_document()
-    assert document.incarnation == 2
-    (request,) = seen
-    assert request.method == "GET"
-    assert request.headers["Metadata"] == "true"
-    assert request.headers["Host"] == "169.254.169.254"
-    assert request.headers["User-Agent"].startswith("se-exporter/")
-    assert "Cookie" not in request.headers and "Content-Type" not in request.headers
-    assert str(request.url) == "http://169.254.169.254/metadata/scheduledevents?api-version=2019-08-01"
-    assert client.responses[0][:2] == ("GET", "200")  # type: ignore[attr-defined]
+def test_get_sends_metadata_header_and_api_version(fake_imds: FakeIMDS) -> None:
+    fake_imds.respond = lambda seen: Answer(body=(IMDS / "docs-example-2-scheduled.json").read_bytes())
+    client = Client(fake_imds.url, api_version="2019-08-01")
+    assert client.get_document().incarnation == 2
+    (request,) = fake_imds.requests
+    assert (request.method, request.path) == ("GET", f"{EVENTS}?api-version=2019-08-01")
+    assert request.headers["Metadata"] == "true" and request.headers["User-Agent"].startswith("se-exporter/")
+    assert "Cookie" not in request.headers and "Content-Type" not in request.headers and request.body == b""
+    assert client.responses == [("GET", "200")]
 
 
-def test_first_call_gets_the_long_read_timeout_then_the_short_one() -> None:
-    seen: list[httpx.Request] = []
-    client = client_for(lambda r: httpx.Response(200, json={"DocumentIncarnation": 1, "Events": []}), seen,
-                        timeout=3.0, first_call_timeout=120.0)
-    client.get_document()
-    client.get_document()
-    assert [r.extensions["timeout"]["read"] for r in seen] == [120.0, 3.0]
-    assert seen[1].extensions["timeout"]["connect"] == 2.0
+def test_the_first_call_may_take_long_then_the_timeout_holds(fake_imds: FakeIMDS) -> None:
+    """Microsoft: the first call after Scheduled Events is enabled may take up to 2 minutes."""
+    fake_imds.respond = lambda seen: Answer(body=b'{"DocumentIncarnation": 1, "Events": []}', delay=1.0)
+    client = Client(fake_imds.url, timeout=0.5, first_call_timeout=5.0)
+    assert client.get_document().incarnation == 1
+    with pytest.raises(IMDSTimeout, match="timed out"):
+        client.get_document()
+    assert client.responses == [("GET", "200"), ("GET", "error")]
 
 
-def test_approve_posts_start_requests() -> None:
-    seen: list[httpx.Request] = []
-    client = client_for(lambda r: httpx.Response(200), seen)
-    client.approve(["a", "b"])
-    (request,) = seen
-    assert request.method == "POST"
-    assert request.headers["Metadata"] == "true"
-    assert request.headers["Content-Type"] == "application/json"
-    assert request.headers["Content-Length"] == str(len(request.content))
-    assert json.loads(request.content) == {"StartRequests": [{"EventId": "a"}, {"EventId": "b"}]}
+def test_approve_posts_start_requests(fake_imds: FakeIMDS) -> None:
+    Client(fake_imds.url).approve(["a", "b"])
+    (request,) = fake_imds.requests
+    assert (request.method, request.path) == ("POST", f"{EVENTS}?api-version=2020-07-01")
+    assert request.headers["Metadata"] == "true" and request.headers["Content-Type"] == "application/json"
+    assert request.headers["Content-Length"] == str(len(request.body))
+    assert json.loads(request.body) == {"StartRequests": [{"EventId": "a"}, {"EventId": "b"}]}
 
 
 @pytest.mark.parametrize("code", [500, 503, 429, 410, 400])
-def test_approve_is_one_request_whatever_the_answer(code: int) -> None:
+def test_approve_is_one_request_whatever_the_answer(fake_imds: FakeIMDS, code: int) -> None:
     """Retries belong to the approver, which decides afresh before each one (approval.poster)."""
-    seen: list[httpx.Request] = []
+    fake_imds.respond = lambda seen: Answer(status=code, body=b'{"error": "x"}')
     with pytest.raises(IMDSHTTPError) as caught:
-        client_for(lambda r: httpx.Response(code, json={"error": "x"}), seen).approve(["a"])
-    assert len(seen) == 1
+        Client(fake_imds.url).approve(["a"])
+    assert len(fake_imds.requests) == 1
     assert caught.value.retryable == (code != 400)
 
 
@@ -94,71 +80,69 @@ def test_approve_is_one_request_whatever_the_answer(code: int) -> None:
         (500, "http_5xx", "answered 500"),
     ],
 )
-def test_http_errors_are_typed_and_explained(code: int, reason: str, explained: str) -> None:
-    client = client_for(lambda r: httpx.Response(code, text="nope"))
+def test_http_errors_are_typed_and_explained(fake_imds: FakeIMDS, code: int, reason: str, explained: str) -> None:
+    fake_imds.respond = lambda seen: Answer(status=code, body=b"nope")
+    client = Client(fake_imds.url)
     with pytest.raises(IMDSHTTPError) as caught:
         client.get_document()
-    assert caught.value.reason == reason
-    assert explained in str(caught.value)
-    assert client.responses[-1][:2] == ("GET", str(code))  # type: ignore[attr-defined]
+    assert caught.value.reason == reason and explained in str(caught.value) and "'nope'" in str(caught.value)
+    assert caught.value.retryable == (code != 400 and code != 404)
+    assert client.responses == [("GET", str(code))]
 
 
-def test_410_is_retryable() -> None:
-    assert IMDSHTTPError(410, "gone").retryable
-
-
-@pytest.mark.parametrize(
-    ("exception", "error_type"),
-    [
-        (httpx.ReadTimeout("slow"), IMDSTimeout),
-        (httpx.ConnectTimeout("slow"), IMDSTimeout),
-        (httpx.ConnectError("refused"), IMDSConnectionError),
-        (httpx.RemoteProtocolError("reset"), IMDSConnectionError),
-        (httpx.ReadError("reset"), IMDSConnectionError),
-    ],
-)
-def test_transport_failures_are_typed(exception: Exception, error_type: type) -> None:
-    def fail(request: httpx.Request) -> httpx.Response:
-        raise exception
-
-    client = client_for(fail)
-    with pytest.raises(error_type):
+def test_a_reset_connection_is_a_connection_error(fake_imds: FakeIMDS) -> None:
+    fake_imds.respond = lambda seen: Answer(reset=True)
+    client = Client(fake_imds.url)
+    with pytest.raises(IMDSConnectionError, match=f"IMDS GET {EVENTS} failed"):
         client.get_document()
-    assert client.responses[-1][:2] == ("GET", "error")  # type: ignore[attr-defined]
+    assert client.responses == [("GET", "error")]
 
 
-def test_oversized_body_is_invalid_and_not_read_whole() -> None:
+def test_nobody_listening_is_a_connection_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: the connection is refused
+    with pytest.raises(IMDSConnectionError, match="ConnectionRefusedError"):
+        Client(f"http://127.0.0.1:{port}").get_document()
+
+
+def test_an_answer_that_is_not_http_is_a_connection_error() -> None:
+    with RawPeer(lambda: [b"SSH-2.0-OpenSSH_9.2\r\n"]) as peer, pytest.raises(IMDSConnectionError):
+        Client(peer.url, timeout=2.0, first_call_timeout=2.0).get_document()
+
+
+def test_oversized_body_is_invalid_and_not_read_whole(fake_imds: FakeIMDS) -> None:
     huge = b'{"DocumentIncarnation": 1, "Events": [' + b" " * (MAX_BODY_BYTES + 10) + b"]}"
+    fake_imds.respond = lambda seen: Answer(body=huge)
     with pytest.raises(InvalidDocument, match="exceeds"):
-        client_for(lambda r: httpx.Response(200, content=huge)).get_document()
+        Client(fake_imds.url).get_document()
 
 
 @pytest.mark.parametrize(("code", "error_type"), [(200, InvalidDocument), (503, IMDSHTTPError)])
-def test_a_body_claiming_an_encoding_it_does_not_have_is_a_typed_error(code: int, error_type: type) -> None:
-    class Streamed(httpx.SyncByteStream):  # as from the network: decoded only when read
-        def __iter__(self) -> Iterator[bytes]:
-            yield b"not gzip"
-
-    client = client_for(lambda r: httpx.Response(code, stream=Streamed(), headers={"Content-Encoding": "gzip"}))
+def test_a_body_claiming_an_encoding_it_does_not_have_is_a_typed_error(
+    fake_imds: FakeIMDS, code: int, error_type: type
+) -> None:
+    fake_imds.respond = lambda seen: Answer(status=code, body=b"not gzip", headers={"Content-Encoding": "gzip"})
     with pytest.raises(error_type, match="cannot be decoded" if code == 200 else "answered 503"):
-        client.get_document()
+        Client(fake_imds.url).get_document()
 
 
-def test_compute_metadata_gives_identity() -> None:
-    seen: list[httpx.Request] = []
+def test_compute_metadata_gives_identity(fake_imds: FakeIMDS) -> None:
     compute = {"name": "WestNO_0", "vmId": "id-1", "location": "westeurope", "subscriptionId": "sub",
                "resourceId": "/subscriptions/sub/x", "vmSize": "Standard_D2s_v5", "vmScaleSetName": "WestNO"}
-    identity = client_for(lambda r: httpx.Response(200, json=compute), seen).get_identity()
+    fake_imds.compute = Answer(body=json.dumps(compute).encode())
+    identity = Client(fake_imds.url).get_identity()
     assert (identity.name, identity.vm_id, identity.location, identity.vm_scale_set_name) == (
         "WestNO_0", "id-1", "westeurope", "WestNO")
-    assert str(seen[0].url) == "http://169.254.169.254/metadata/instance/compute?api-version=2021-02-01"
+    assert fake_imds.requests[0].path == "/metadata/instance/compute?api-version=2021-02-01"
     assert identity.affects(("westno_0", "WestNO_1")) is True
     assert identity.affects(("WestNO_1",)) is False
 
 
-def test_compute_metadata_without_name_is_invalid() -> None:
+def test_compute_metadata_without_name_is_invalid(fake_imds: FakeIMDS) -> None:
+    fake_imds.compute = Answer(body=b'{"vmId": "x"}')
     with pytest.raises(InvalidDocument, match="no VM name"):
-        client_for(lambda r: httpx.Response(200, json={"vmId": "x"})).get_identity()
+        Client(fake_imds.url).get_identity()
 
 
 def test_rate_limiter_spaces_requests() -> None:
@@ -176,8 +160,6 @@ def test_rate_limiter_spaces_requests() -> None:
 
 
 def test_backoff_grows_jittered_and_capped() -> None:
-    import random
-
     backoff = Backoff(base=1.0, cap=8.0, rng=random.Random(7))
     delays = [backoff.next_delay() for _ in range(8)]
     ceilings = [1, 2, 4, 8, 8, 8, 8, 8]

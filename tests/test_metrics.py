@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
@@ -18,6 +15,7 @@ from se_exporter.metrics.counters import Counters
 from se_exporter.poller import POLL_ERROR_REASONS, PollResult, PollStatus
 from se_exporter.store import EventStore
 from tests.support import exposition
+from tests.support.tools import require
 
 TESTDATA = Path(__file__).parent / "testdata"
 GOLDEN = TESTDATA / "golden" / "exposition.prom"
@@ -139,12 +137,7 @@ def test_poll_errors_by_reason() -> None:
 
 
 def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is not installed (the README's test command installs Debian's prometheus)")
-        pytest.skip("promtool is not installed")
-    return path
+    return require("promtool")
 
 
 def test_golden_exposition_passes_promtool_check_metrics() -> None:

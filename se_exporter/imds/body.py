@@ -43,7 +43,7 @@ def read_body(answer: httpx.Response, deadline: float, what: str = "IMDS answer"
     chunks: list[bytes] = []
     size = 0
     try:
-        # An answer built in memory (a test's MockTransport) holds its raw bytes already.
+        # An answer built in memory (the in-process benchmarks' httpx.MockTransport) holds its raw bytes already.
         for raw in ([answer.content] if answer.is_stream_consumed else answer.iter_raw()):
             if monotonic() > deadline:
                 raise IMDSTimeout(f"{what} did not finish its answer in time (a slow or dripping answer)")

@@ -3,7 +3,7 @@
 IMDS is one plain-HTTP, link-local peer polled once a second. httpcore's pool, h11's state machine and
 its models are built for the general case and were most of an idle poll's CPU (BENCHMARKS.md);
 ``http.client`` over a persistent connection does the same job for a fraction. It stays an
-``httpx.BaseTransport``, so the client is unchanged and tests inject ``httpx.MockTransport`` as before.
+``httpx.BaseTransport``, so the client is unchanged and the in-process benchmarks inject ``httpx.MockTransport``.
 No proxy is ever used (IMDS rejects proxied requests), nothing is decompressed here (``imds.body``
 decodes, bounded), and a connection is reused only after an answer read to its end that the server
 did not ask to close. The whole answer, status line and headers included, is bounded by the request's

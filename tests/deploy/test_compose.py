@@ -18,10 +18,9 @@ from tests.deploy.support import (
     RULES_FILE,
     interpolate,
     load_yaml,
-    require_tool,
-    skip_if_pending,
     split_host_port,
 )
+from tests.support.tools import require
 
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 
@@ -200,7 +199,6 @@ def test_mount_sources_exist(compose: dict[str, Any], service: str, source: str,
         assert source in (compose.get("volumes") or {}), f"{service}: named volume {source} is not declared"
         return
     assert host.is_relative_to(REPO), f"{service}: {source} points outside the repository"
-    skip_if_pending(host)
     assert host.exists(), f"{service}: mounted host path {source} ({host}) does not exist"
 
 
@@ -291,7 +289,7 @@ def test_alertmanager_webhook_reaches_collector(services: dict[str, dict[str, An
 
 
 def test_promtool_check_config(services: dict[str, dict[str, Any]], tmp_path: Path) -> None:
-    promtool = require_tool("promtool", "apt-get install prometheus")
+    promtool = require("promtool")
     _, service, config_path = _prometheus(services)
     config = load_yaml(config_path)
     mounts = [(t, _bind_source(s)) for s, t in _mounts(service) if _bind_source(s) is not None]
@@ -300,7 +298,6 @@ def test_promtool_check_config(services: dict[str, dict[str, Any]], tmp_path: Pa
         target, host = max(((t, h) for t, h in mounts if pattern.startswith(t.rstrip("/") + "/")),
                            key=lambda m: len(m[0]), default=(None, None))
         assert target is not None and host is not None, f"rule_files {pattern}: not under a bind mount"
-        skip_if_pending(host)
         local = str(host) + pattern[len(target.rstrip("/")):]
         matches = sorted(Path(local).parent.glob(Path(local).name))
         assert matches, f"rule_files {pattern} matches nothing in {host}"
@@ -317,12 +314,11 @@ def test_promtool_check_config(services: dict[str, dict[str, Any]], tmp_path: Pa
 
 
 def test_amtool_check_config(services: dict[str, dict[str, Any]]) -> None:
-    amtool = require_tool("amtool", "apt-get install prometheus-alertmanager")
+    amtool = require("amtool")
     _, service = _by_image(services, "prom/alertmanager")
     config_file = _flag(_command(service), "--config.file")
     (host,) = [_bind_source(s) for s, t in _mounts(service) if t == config_file]
     assert host is not None
-    skip_if_pending(host)
     result = subprocess.run(
         [amtool, "check-config", str(host)], capture_output=True, text=True, timeout=60, check=False
     )
@@ -332,9 +328,6 @@ def test_amtool_check_config(services: dict[str, dict[str, Any]]) -> None:
 def test_alertmanager_routing_matches_project(services: dict[str, dict[str, Any]]) -> None:
     """The demo Alertmanager routes and inhibits exactly like alerts/alertmanager.yml (dummy receivers)."""
     project_file = REPO / "alerts" / "alertmanager.yml"
-    skip_if_pending(project_file)
-    if not project_file.exists():
-        pytest.skip("pending: alerts/alertmanager.yml does not exist yet (being written concurrently)")
     _, service = _by_image(services, "prom/alertmanager")
     config_file = _flag(_command(service), "--config.file")
     (host,) = [_bind_source(s) for s, t in _mounts(service) if t == config_file]
@@ -358,8 +351,6 @@ def test_alertmanager_routing_matches_project(services: dict[str, dict[str, Any]
 
 def test_rule_jobs_are_scraped(services: dict[str, dict[str, Any]]) -> None:
     """job="…" matchers in the alert rules name the exporter's scrape job."""
-    if not RULES_FILE.exists():
-        pytest.skip("pending: alerts/se-exporter.rules.yml does not exist yet (being written concurrently)")
     _, _, config_path = _prometheus(services)
     jobs = {job["job_name"] for job in load_yaml(config_path)["scrape_configs"]}
     referenced = set(re.findall(r'\bjob\s*=~?\s*"([^"]+)"', RULES_FILE.read_text(encoding="utf-8")))
@@ -369,13 +360,11 @@ def test_rule_jobs_are_scraped(services: dict[str, dict[str, Any]]) -> None:
 
 def test_grafana_provisioning_matches_mounts(services: dict[str, dict[str, Any]]) -> None:
     provisioning = DASHBOARDS_DIR / "provisioning"
-    skip_if_pending(provisioning)
     name, service = _by_image(services, "grafana/grafana")
     mounts = [(t, _bind_source(s)) for s, t in _mounts(service) if _bind_source(s) is not None]
     assert any(h == provisioning.resolve() and t == "/etc/grafana/provisioning" for t, h in mounts)
     providers = sorted((provisioning / "dashboards").glob("*.y*ml"))
-    if not providers:
-        pytest.skip("pending: no dashboard provider in dashboards/provisioning/dashboards/")
+    assert providers, "a dashboard provider in dashboards/provisioning/dashboards/"
     for provider_file in providers:
         for provider in load_yaml(provider_file).get("providers", []):
             path = str(provider["options"]["path"])
@@ -401,7 +390,6 @@ def test_grafana_file_settings_are_mounted(services: dict[str, dict[str, Any]]) 
                            key=lambda m: len(m[0]), default=(None, None))
         assert target is not None and host is not None, f"{key}={value}: not under a bind mount"
         local = Path(str(host) + value[len(target.rstrip("/")):])
-        skip_if_pending(local)
         assert local.exists(), f"{key}={value}: {local} does not exist"
 
 

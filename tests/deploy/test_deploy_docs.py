@@ -9,8 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy.support import REPO, require_tool
+from tests.deploy.support import REPO
 from tests.support.readme import DOCS, code_blocks
+from tests.support.tools import require
 
 DEPLOY = DOCS / "deploy.md"
 
@@ -27,7 +28,7 @@ def test_yaml_snippets_parse() -> None:
 
 
 def test_azure_sd_scrape_config(tmp_path: Path) -> None:
-    promtool = require_tool("promtool", "apt-get install prometheus")
+    promtool = require("promtool")
     (block,) = [b for b in _blocks("yaml") if "azure_sd_configs" in b]
     config = yaml.safe_load(block)
     (job,) = config["scrape_configs"]

@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from tests.deploy.support import SYSTEMD_DIR
 from tests.support.packaging import Distributions, install_into_clean_venv
 from tests.support.readme import DOCS, marked
+from tests.support.tools import require, unavailable
 
 UNIT = SYSTEMD_DIR / "se-exporter.service"
 ENV_FILE = SYSTEMD_DIR / "se-exporter.env"
@@ -43,12 +41,10 @@ def _directives(path: Path) -> dict[str, dict[str, list[str]]]:
 
 
 def _systemd_analyze() -> str:
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        pytest.skip("systemd-analyze not installed (apt-get install systemd)")
+    tool = require("systemd-analyze")
     probe = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30, check=False)
     if probe.returncode != 0:
-        pytest.skip(f"systemd-analyze does not run here: {probe.stderr.strip()[:200]}")
+        unavailable(f"systemd-analyze does not run here: {probe.stderr.strip()[:200]}")
     return tool
 
 
@@ -85,7 +81,7 @@ def _verify(unit_text: str, directory: Path) -> None:
     result = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
     output = result.stdout + result.stderr
     if result.returncode != 0 and ("System has not been booted" in output or "Failed to connect" in output):
-        pytest.skip(f"systemd-analyze verify cannot run in this environment: {output.strip()[:200]}")
+        unavailable(f"systemd-analyze verify cannot run in this environment: {output.strip()[:200]}")
     # Unknown keys and unparsable values are only warnings (exit 0): treat any mention as a failure.
     complaints = [line for line in output.splitlines() if unit.name in line or str(unit) in line]
     assert result.returncode == 0 and not complaints, output
@@ -104,7 +100,7 @@ def test_systemd_analyze_security(tmp_path: Path) -> None:
     )
     output = result.stdout + result.stderr
     if "--offline" in output and "unrecognized" in output:
-        pytest.skip("this systemd-analyze has no offline security analysis (systemd < 250)")
+        unavailable("this systemd-analyze has no offline security analysis (systemd < 250; Debian 12 has 252)")
     match = re.search(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)", output)
     assert match, output
     assert float(match.group(1)) <= 2.0, f"exposure {match.group(1)} > 2.0 (was 1.3):\n{output}"

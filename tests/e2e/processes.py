@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import signal
 import subprocess
 import threading
@@ -20,31 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
-from tests.rules.tools import in_ci
 from tests.support.exporter_process import free_port
+from tests.support.tools import require
 from tests.support.wait import wait_for
-
-INSTALL = {
-    "prometheus": "apt-get install prometheus",
-    "promtool": "apt-get install prometheus",
-    "alertmanager": "apt-get install prometheus-alertmanager",
-}
 
 
 def require_binary(*names: str) -> str:
-    """The first of ``names`` found on PATH; skip locally, fail when CI is set."""
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return path
-    hint = INSTALL.get(names[-1], names[-1])
-    message = f"{' or '.join(names)} not found on PATH (install: {hint})"
-    if in_ci():
-        pytest.fail(f"{message}; CI is set, so a missing binary is an error", pytrace=False)
-    pytest.skip(f"{message}; set CI=true to make this a failure")
+    """The first of ``names`` found (``tests.support.tools.require``: a skip locally, a failure under CI)."""
+    return require(*names)
 
 
 def tail(path: Path, chars: int = 4000) -> str:

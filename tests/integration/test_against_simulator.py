@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 
@@ -16,6 +14,7 @@ from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
 from se_exporter.simulator.model import SimulatedVM
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import samples, series, value
+from tests.support.tools import require
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
@@ -96,11 +95,7 @@ def test_older_api_version_lacks_source_and_duration(world: SimWorld, start_expo
 
 
 def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartExporter) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is not installed")
-        pytest.skip("promtool is not installed")
+    promtool = require("promtool")
     world.add_event(EventPlan("Freeze", notice=900, duration=5))
     world.add_event(EventPlan("Reboot", notice=None))
     gone = world.add_event(EventPlan("Preempt", notice=30))

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.support.tools import unavailable
 
 
 @contextlib.contextmanager
@@ -17,7 +17,7 @@ def small_tmpfs(where: Path, size_kib: int = 512, inodes: int | None = None) -> 
     CAP_SYS_ADMIN in a container)."""
     problem = mount_tmpfs(where, size_kib, inodes)
     if problem:
-        pytest.skip(f"cannot mount a tmpfs to make a full disk (needs root or CAP_SYS_ADMIN): {problem}")
+        unavailable(f"cannot mount a tmpfs to make a full disk (needs root or CAP_SYS_ADMIN): {problem}")
     try:
         yield where
     finally:
