@@ -86,7 +86,7 @@ def test_http_errors_are_typed_and_explained(fake_imds: FakeIMDS, code: int, rea
     with pytest.raises(IMDSHTTPError) as caught:
         client.get_document()
     assert caught.value.reason == reason and explained in str(caught.value) and "'nope'" in str(caught.value)
-    assert caught.value.retryable == (code != 400 and code != 404)
+    assert caught.value.retryable == (code not in {400, 404})
     assert client.responses == [("GET", str(code))]
 
 
