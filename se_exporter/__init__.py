@@ -4,5 +4,3 @@
 # release workflow tags and labels the image with it, and `se-exporter --version` prints it without
 # reading installed metadata (importlib.metadata alone would double the command's start-up time).
 __version__ = "0.2.0"
-
-DISTRIBUTION = "azure-scheduled-events-exporter"  # what pip installs; the import name stays se_exporter

@@ -232,3 +232,11 @@ def test_provisioning_files() -> None:
     (ds,) = datasources["datasources"]
     assert ds["type"] == "prometheus" and ds["uid"] == "prometheus"
     assert ds["url"] == "http://prometheus:9090"
+
+
+def test_every_impact_has_its_colour_in_the_timeline() -> None:
+    """One source: a new impact in se_exporter.imds.impact must get a colour, or the timeline hides it."""
+    from dashboards.mixin.grafana import IMPACT_COLOURS
+    from se_exporter.imds.impact import IMPACTS
+
+    assert sorted(impact for impact, _ in IMPACT_COLOURS) == sorted(IMPACTS)

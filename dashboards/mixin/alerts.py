@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import DISRUPTIVE, PAUSES, RUNBOOK_BASE, m
+from dashboards.mixin.config import DISRUPTIVE, IMMINENT, PAUSES, RUNBOOK_BASE, m
 from dashboards.mixin.recording import (
     APPROVALS_FAILED,
     EXPORTER_UP,
@@ -21,8 +21,7 @@ STARTED = 'event_status="Started"'
 NOT_PAUSE = f'impact!~"{PAUSES}"'
 DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
 REDEPLOY = 'event_type="Redeploy"'
-# A Spot eviction's 30 s notice is always "imminent": ImpactfulScheduled already pages for it.
-IMMINENT_IMPACTS = 'impact=~"reboot|redeploy|termination"'
+IMMINENT_IMPACTS = f'impact=~"{IMMINENT}"'
 NOT_USER = 'cause!="user"'
 # What each impact means for the workload, in the words of the runbook (a Go template).
 MEANING = (

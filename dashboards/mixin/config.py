@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, PAUSE_IMPACTS, Impact
 from se_exporter.metrics.names import PREFIX
 
 # Matches the job of every se-exporter scrape config or PodMonitor/ServiceMonitor we ship and
@@ -9,10 +10,12 @@ from se_exporter.metrics.names import PREFIX
 DEFAULT_JOB_SELECTOR = 'job=~".*se-exporter.*"'
 RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md"
 
-# Impacts (se_exporter.imds.impact) after which the VM is not the same running machine: these page.
-DISRUPTIVE = "reboot|redeploy|eviction|termination"
-# A pause of seconds: worth a warning (pause) or a note (live_migration), never a page.
-PAUSES = "pause|live_migration"
+# Impacts (se_exporter.imds.impact) after which the VM is not the same running machine: these page; and the
+# pauses of seconds, worth a warning (pause) or a note (live_migration), never a page. As label regexes.
+DISRUPTIVE = "|".join(DISRUPTIVE_IMPACTS)
+PAUSES = "|".join(PAUSE_IMPACTS)
+# A Spot eviction's 30 s notice is always "imminent": the impactful-scheduled alert already pages for it.
+IMMINENT = "|".join(impact for impact in DISRUPTIVE_IMPACTS if impact != Impact.EVICTION)
 
 FLEET_UID = "se-exporter-fleet"
 VM_UID = "se-exporter-vm"

@@ -28,7 +28,6 @@ from se_exporter.imds.impact import Cause, Classification, Impact, classify
 KIND = "approval config"
 Leader = Literal["first_resource", "any_listed"]
 LEADER_FIRST_RESOURCE, LEADER_ANY_LISTED = get_args(Leader)
-LEADERS: tuple[str, ...] = get_args(Leader)
 DEFAULT_HOOK_TIMEOUT_SECONDS = 300.0
 
 # Skip reasons of a Verdict.

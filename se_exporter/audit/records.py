@@ -17,6 +17,7 @@ import msgspec
 
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.store import Transition, TransitionKind
 from se_exporter.times import rfc3339, unix_nanos
 from se_exporter.uids import uuid5_text
@@ -24,7 +25,6 @@ from se_exporter.uids import uuid5_text
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
-DISRUPTIVE_TYPES = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})  # WARN when they come
 _APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
 
 AttributeValue = str | bool | int | float | tuple[str, ...]
@@ -104,7 +104,7 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         attributes["scheduled_event.changes"] = transition.changes
     attributes["log.record.uid"] = uid = transition.uid
     coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
-    severity = WARN if coming and event.event_type in DISRUPTIVE_TYPES else INFO
+    severity = WARN if coming and transition.impact in DISRUPTIVE_IMPACTS else INFO  # Reboot … Terminate
     return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects, not_before), attributes,
                        unix_nanos(transition.observed_at), uid)
 
