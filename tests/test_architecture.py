@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
 # Stage of each top-level module or subpackage, lowest first (docs/architecture.md has the same table).
 STAGES: dict[str, int] = {
     "__init__": 0, "errors": 0, "logs": 0, "times": 0, "uids": 0, "platform": 0, "state": 0, "httpio": 0,
-    "process": 0,  # foundation: no domain
+    "process": 0, "command": 0,  # foundation: no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
     "store": 3, "simulator": 3,  # the state machine; the simulator is a world of its own beside it

@@ -1,0 +1,121 @@
+"""Running an operator's command (the approval hook, an action): bounded in time and output, stopped whole.
+
+The command is an argument list (never a shell) and runs in a process group of its own (``platform``),
+so a timeout, a stop of the exporter, or a background process it left holding its output stops its
+children too: asked first, killed after ``kill_grace_seconds``. Its output is logged line by line (at
+most ``max_logged_lines``, each at most ``MAX_LINE_BYTES``); its last line is kept for the audit record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from se_exporter.platform import Platform, current
+
+MAX_LINE_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """How one run ended."""
+
+    exit_code: int | None  # None when it timed out or could not start; negative: killed by that signal
+    timed_out: bool
+    duration_seconds: float
+    summary: str  # "exited with status 3", "timed out after 300 s; ...", "could not start: ..."
+    last_output: str = ""  # the last line it printed (bounded), for the audit record
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class CommandRunner:
+    """Runs commands on the caller's thread; ``close`` stops every one still running. Thread-safe."""
+
+    def __init__(self, log: logging.Logger, what: str, *, kill_grace_seconds: float = 5.0,
+                 max_logged_lines: int = 200, platform: Platform | None = None) -> None:
+        self._log = log
+        self._what = what  # "approval hook", "action notify-team": how its lines are introduced
+        self._platform = platform or current()
+        self._grace = kill_grace_seconds
+        self._max_lines = max_logged_lines
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def run(self, command: Sequence[str], env: Mapping[str, str], limit: float, about: str) -> CommandResult:
+        """Run ``command`` to its end or ``limit`` seconds; ``about`` names what it runs for in the log."""
+        started = time.monotonic()
+        self._log.info("%s starting: %s command=%s", self._what, about, list(command))
+        try:
+            proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=dict(env), **self._platform.hook_popen_options())
+        except (OSError, ValueError) as exc:
+            self._log.warning("%s could not start: %s %s", self._what, about, exc)
+            return CommandResult(None, False, time.monotonic() - started, f"could not start: {exc}")
+        with self._lock:
+            self._running.add(proc)
+        tail: deque[str] = deque(maxlen=1)
+        if proc.stdout is None:  # stdout=PIPE always gives one: mypy cannot know
+            raise RuntimeError("a command started with stdout=PIPE has no stdout")
+        reader = threading.Thread(target=self._pump, args=(proc.stdout, about, tail), name="se-command-output",
+                                  daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            code = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            code = self._stop(proc)
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        reader.join(timeout=self._grace)
+        if reader.is_alive():  # something it started in the background holds its output: it ends with it
+            self._platform.kill(proc)
+            reader.join(timeout=self._grace)
+        summary = (f"timed out after {limit:g} s; its processes were stopped" if timed_out
+                   else f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
+        return CommandResult(None if timed_out else code, timed_out, time.monotonic() - started, summary,
+                             tail[0] if tail else "")
+
+    def close(self) -> None:
+        """Stop every command still running (the exporter is stopping): asked, then killed after the grace."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            self._platform.ask_to_stop(proc)
+        deadline = time.monotonic() + self._grace
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._platform.kill(proc)
+
+    def _stop(self, proc: subprocess.Popen[bytes]) -> int:
+        """Ask the group to stop, give it ``grace`` seconds to clean up, then kill whatever is left."""
+        self._platform.ask_to_stop(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=self._grace)
+        self._platform.kill(proc)
+        return proc.wait()
+
+    def _pump(self, stream: IO[bytes], about: str, tail: deque[str]) -> None:
+        lines = 0
+        with stream:
+            for raw in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                tail.append(line[:200])
+                lines += 1
+                if lines <= self._max_lines:
+                    self._log.info("%s output: %s %s", self._what, about, line)
+                elif lines == self._max_lines + 1:
+                    self._log.warning("%s output: %s further output not logged", self._what, about)
