@@ -21,3 +21,13 @@ def test_ruff() -> None:
 def test_mypy_strict() -> None:
     result = run("mypy")  # files and strictness come from pyproject.toml
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_assert_guards_an_invariant_in_the_package() -> None:
+    """``python -O`` drops asserts: a guard the code relies on must be a check that stays."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "se_exporter"
+    found = [f"{path.relative_to(package)}:{node.lineno}" for path in sorted(package.rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.Assert)]
+    assert found == []

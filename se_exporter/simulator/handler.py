@@ -58,7 +58,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
 
     @property
     def sim(self) -> SimHTTPServer:
-        assert isinstance(self.server, SimHTTPServer)
+        if not isinstance(self.server, SimHTTPServer):  # this handler is only ever given to SimHTTPServer
+            raise TypeError(f"the simulator's handler runs on a SimHTTPServer, not {type(self.server).__name__}")
         return self.server
 
     def version_string(self) -> str:

@@ -83,7 +83,8 @@ class Lifecycle:
     def apply(self, action: Action) -> Change | None:
         """Apply one action if it still makes sense."""
         if action.kind == "appear":
-            assert action.plan is not None
+            if action.plan is None:  # every "appear" action is made with its plan (Lifecycle.schedule)
+                raise ValueError(f"an appear action for {action.event_id} has no event plan")
             return self._appear(action.event_id, action.plan, action.due, action.reason)
         event = self.events.get(action.event_id)
         if event is None:

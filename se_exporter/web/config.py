@@ -46,7 +46,8 @@ import msgspec
 from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.tls_config import TLSServerConfig, TLSServerSpec, tls_config
+from se_exporter.web.tls_config import TLSServerSpec, tls_config
+from se_exporter.web.tls_context import TLSServerConfig
 
 log = logging.getLogger(__name__)
 KIND = "web config"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from se_exporter.errors import ConfigError
-from se_exporter.web.tls_config import TLSServerConfig
+from se_exporter.web.tls_context import TLSServerConfig
 
 log = logging.getLogger(__name__)
 

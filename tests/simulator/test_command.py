@@ -102,7 +102,7 @@ def test_cli_port_in_use() -> None:
         taken.listen()
         proc = simulate("--web.listen-address", f"127.0.0.1:{taken.getsockname()[1]}")
         _, stderr = proc.communicate(timeout=20)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad input, like every other command
     assert "cannot listen on 127.0.0.1:" in stderr
 
 

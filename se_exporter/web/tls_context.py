@@ -1,0 +1,143 @@
+"""The TLS context the web server hands each new connection, built from ``tls_server_config`` (whose schema
+is ``web/tls_config.py``): certificate, key, client CA, versions and ciphers, checked as they load, and
+the ``client_allowed_sans`` check of a verified client certificate."""
+
+from __future__ import annotations
+
+import ipaddress
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from se_exporter.config.files import os_problem
+from se_exporter.errors import ConfigError
+
+# Go's tls.CipherSuites() names -> OpenSSL names. TLS 1.3 suites map to None: Go ignores them in
+# cipher_suites and so does OpenSSL's cipher list (TLS 1.3 suites are always the safe defaults).
+CIPHER_SUITES: Mapping[str, str | None] = {
+    "TLS_AES_128_GCM_SHA256": None,
+    "TLS_AES_256_GCM_SHA384": None,
+    "TLS_CHACHA20_POLY1305_SHA256": None,
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TLSServerConfig:
+    """``tls_server_config`` with absolute paths; ``ssl_context()`` builds the server context."""
+
+    cert_file: Path
+    key_file: Path
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: Path | None = None
+    client_allowed_sans: tuple[str, ...] = ()  # IP addresses in canonical form (parse_tls)
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
+    cipher_suites: tuple[str, ...] = ()  # Go / IANA names, in preference order
+    prefer_server_cipher_suites: bool = True
+    source: str = field(default="<web config>", compare=False)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files the context is built from (watched for certificate rotation)."""
+        return (self.cert_file, self.key_file, *((self.client_ca_file,) if self.client_ca_file else ()))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A fresh server context from the files as they are now; ``ConfigError`` if one is unusable."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = self.min_version
+        context.maximum_version = self.max_version
+        context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+        if self.prefer_server_cipher_suites:
+            context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        tls12 = [name for suite in self.cipher_suites if (name := CIPHER_SUITES[suite])]
+        if tls12:
+            try:
+                context.set_ciphers(":".join(tls12))
+            except ssl.SSLError as exc:
+                self._fail("cipher_suites", f"OpenSSL accepts none of them: {exc}")
+        context.set_alpn_protocols(["http/1.1"])  # http2 is accepted in the file but not served
+        self._load_certificate(context)
+        if self.client_auth_type != "NoClientCert":
+            if self.client_ca_file is None:  # the schema requires it with client certificates
+                self._fail("client_ca_file", "is required with client_auth_type " + self.client_auth_type)
+            ca_text = _read_text(self, "client_ca_file", self.client_ca_file)
+            if "-----BEGIN CERTIFICATE-----" not in ca_text:
+                self._fail("client_ca_file", f"{self.client_ca_file} contains no PEM certificate")
+            try:
+                context.load_verify_locations(cafile=str(self.client_ca_file))
+            except (ssl.SSLError, OSError) as exc:
+                self._fail("client_ca_file", f"cannot load {self.client_ca_file}: {_ssl_problem(exc)}")
+            context.verify_mode = (
+                ssl.CERT_REQUIRED if self.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+            )
+        return context
+
+    def allows_peer(self, peer_certificate: Mapping[str, Any] | None) -> bool:
+        """``client_allowed_sans``: the verified client certificate has one of the listed SANs."""
+        if not self.client_allowed_sans:
+            return True
+        if not peer_certificate:
+            return False
+        names = {normalize_ip(str(value)) if kind == "IP Address" else str(value)
+                 for kind, value in peer_certificate.get("subjectAltName", ())}
+        return not names.isdisjoint(self.client_allowed_sans)
+
+    def _load_certificate(self, context: ssl.SSLContext) -> None:
+        cert_text = _read_text(self, "cert_file", self.cert_file)
+        if "-----BEGIN CERTIFICATE-----" not in cert_text:
+            self._fail("cert_file", f"{self.cert_file} contains no PEM certificate")
+        try:  # parse the certificates alone first, so a broken one is blamed on cert_file
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=cert_text)
+        except (ssl.SSLError, ValueError) as exc:
+            self._fail("cert_file", f"{self.cert_file} is not a valid PEM certificate: {_ssl_problem(exc)}")
+        key_text = _read_text(self, "key_file", self.key_file)
+        if "PRIVATE KEY-----" not in key_text:
+            self._fail("key_file", f"{self.key_file} contains no PEM private key")
+        if "ENCRYPTED" in key_text:
+            self._fail("key_file", f"{self.key_file} is encrypted; se-exporter needs an unencrypted key")
+
+        def no_password() -> str:  # never prompt on the terminal
+            raise ConfigError("encrypted key")
+
+        try:
+            context.load_cert_chain(str(self.cert_file), str(self.key_file), password=no_password)
+        except (ssl.SSLError, OSError, ConfigError) as exc:
+            self._fail("key_file", f"cannot use {self.key_file} with {self.cert_file}: {_ssl_problem(exc)}")
+
+    def _fail(self, key: str, problem: str) -> NoReturn:
+        raise ConfigError(f"web config {self.source}: tls_server_config.{key}: {problem}")
+
+
+
+
+def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        config._fail(key, f"cannot read {path}: {os_problem(exc)}")
+
+
+def _ssl_problem(exc: Exception) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return f"{exc.library or 'SSL'}: {exc.reason}"
+    return str(exc)
+
+
+def normalize_ip(value: str) -> str:
+    """An IP address in canonical form ("::0001" and "::1" compare equal); anything else unchanged."""
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return value
