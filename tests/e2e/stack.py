@@ -31,7 +31,7 @@ from tests.e2e.processes import (
     prometheus_config,
     write_yaml,
 )
-from tests.otlp.receiver import OTLPHttpReceiver
+from tests.otlp import OTLPHttpReceiver
 from tests.rules.promql import REPO_ROOT
 from tests.support.exporter_process import ExporterProcess
 from tests.support.wait import wait_for

@@ -84,7 +84,8 @@ def test_transitions_spans_and_resource(simulator: tuple[SimWorld, str], otlp_re
     assert exporter.stop() == 0
     lines = [line for line in exporter.logs().splitlines() if "event=scheduled_event.transition" in line]
     assert len(lines) == 6, "each record is also one structured stderr line"
-    assert "scheduled_event.affects_this_vm=true" in lines[0] and "level=warn" in lines[0]
+    assert "scheduled_event.transition=scheduled" in lines[0] and "level=warn" in lines[0]
+    assert "affects_this_vm" not in lines[0] and len(lines[0]) < 300, "at info, one short line; details at debug"
 
 
 def test_collector_unreachable_from_the_start_does_not_stop_monitoring(

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .receiver import OTLPGrpcReceiver, OTLPHttpReceiver, OTLPReceiver, TelemetryStore
+from . import OTLPGrpcReceiver, OTLPHttpReceiver, OTLPReceiver, TelemetryStore
 
 __all__ = ["otlp_grpc_receiver", "otlp_http_receiver", "otlp_receiver"]
 
