@@ -5,18 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from dashboards.mixin.config import JOB, SEL, m
-from dashboards.mixin.grafana import (
-    EVENT_STATE_EXPR,
-    GREEN,
-    IMPACT_MAPPINGS,
-    IMPACT_STATE_EXPR,
-    STATUS_MAPPINGS,
-    panel,
-    stat,
-    target,
-    thresholds,
-    timeseries,
-)
+from dashboards.mixin.grafana import GREEN, panel, stat, target, thresholds, timeseries
+from dashboards.mixin.mappings import EVENT_STATE_EXPR, IMPACT_MAPPINGS, IMPACT_STATE_EXPR, STATUS_MAPPINGS
 from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 

@@ -1,22 +1,40 @@
-"""The VM detail dashboard: one VM's events, from notice to completion, and its IMDS health."""
+"""The VM detail dashboard: one VM's events, from notice to completion, and its IMDS health.
+
+One function per row, in the order Grafana shows them; the notice and IMDS rows are in vm_history.py.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dashboards.mixin.config import SEL, VM_UID, m
-from dashboards.mixin.grafana import GREEN, Layout, bargauge, dashboard, stat, target, thresholds, timeseries, up_expr
+from dashboards.mixin.frame import dashboard
+from dashboards.mixin.grafana import Layout, stat, target, thresholds, timeseries
+from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import (
-    approvals_by_result,
     event_timeline,
     impact_timeline,
-    poll_errors_by_reason,
     soonest_not_before,
 )
+from dashboards.mixin.vm_history import imds_row, notice_row
 
 
 def vm_detail(job_selector: str) -> dict[str, Any]:
     lay = Layout()
+    now_row(lay, job_selector)
+    events_row(lay)
+    notice_row(lay)
+    imds_row(lay)
+    return dashboard(
+        VM_UID,
+        "Azure Scheduled Events / VM detail",
+        "One VM's Azure maintenance events over time, the notice it got, and its exporter's IMDS health.",
+        lay,
+        instance_all_default=False,
+    )
+
+
+def now_row(lay: Layout, job_selector: str) -> None:
     lay.row("Now")
     lay.add(
         stat(
@@ -102,6 +120,8 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         4,
     )
 
+
+def events_row(lay: Layout) -> None:
     lay.row("Events")
     lay.add(
         event_timeline(
@@ -184,177 +204,4 @@ def vm_detail(job_selector: str) -> dict[str, Any]:
         ),
         12,
         8,
-    )
-
-    lay.row("Notice and time in Started (completed events)")
-    lay.add(
-        bargauge(
-            "Notice received (time range)",
-            "Distribution of the notice given (NotBefore minus first sighting) for events first seen "
-            "Scheduled during the dashboard's time range, by histogram bucket (upper bound).",
-            [
-                target(
-                    f"sum by (le) (increase({m('notice_seconds_bucket')}{{{SEL}}}[$__range]))",
-                    "{{le}}",
-                    instant=True,
-                    fmt="heatmap",
-                )
-            ],
-            "short",
-        ),
-        8,
-        8,
-    )
-    lay.add(
-        bargauge(
-            "Mean notice by event type (time range)",
-            "Average notice (NotBefore minus first sighting) per event type during the time range.",
-            [
-                target(
-                    f"sum by (event_type) (increase({m('notice_seconds_sum')}{{{SEL}}}[$__range]))\n"
-                    f"/ sum by (event_type) (increase({m('notice_seconds_count')}{{{SEL}}}[$__range]))",
-                    "{{event_type}}",
-                    instant=True,
-                )
-            ],
-            "s",
-        ),
-        8,
-        8,
-    )
-    lay.add(
-        bargauge(
-            "Time in Started, p90 by event type (time range)",
-            "90th percentile of the total time completed events spent in Started, per event type, during "
-            "the time range (histogram estimate). Above 600 s is longer than the documented window.",
-            [
-                target(
-                    f"histogram_quantile(0.9, sum by (le, event_type) "
-                    f"(increase({m('started_duration_seconds_bucket')}{{{SEL}}}[$__range])))",
-                    "{{event_type}}",
-                    instant=True,
-                )
-            ],
-            "s",
-        ),
-        8,
-        8,
-    )
-    lay.add(
-        timeseries(
-            "Completed events: mean time in Started",
-            "Mean time in Started of the events that completed within each $__rate_interval window.",
-            [
-                target(
-                    f"sum by (event_type) (increase({m('started_duration_seconds_sum')}{{{SEL}}}[$__rate_interval]))\n"
-                    f"/ sum by (event_type) (increase({m('started_duration_seconds_count')}{{{SEL}}}"
-                    f"[$__rate_interval]))",
-                    "{{event_type}}",
-                )
-            ],
-            "s",
-            bars=True,
-        ),
-        12,
-        8,
-    )
-    lay.add(
-        approvals_by_result(
-            "Approval decisions for this VM's events over $__rate_interval windows (approved, dry_run, failed, "
-            "hook_failed).",
-        ),
-        12,
-        8,
-    )
-
-    lay.row("IMDS")
-    lay.add(
-        timeseries(
-            "IMDS request latency",
-            "IMDS request latency quantiles by method (histogram estimates over $__rate_interval).",
-            [
-                target(
-                    f"histogram_quantile({q}, sum by (le, method) "
-                    f"(rate({m('imds_request_duration_seconds_bucket')}{{{SEL}}}[$__rate_interval])))",
-                    f"p{int(q * 100)} {{{{method}}}}",
-                )
-                for q in (0.5, 0.9, 0.99)
-            ],
-            "s",
-        ),
-        12,
-        8,
-    )
-    lay.add(
-        timeseries(
-            "IMDS requests by code",
-            "IMDS requests per second by method and HTTP code ('error': no HTTP response). 410 and 429 are "
-            "retried; 400 is a bug (missing Metadata header or malformed approval).",
-            [
-                target(
-                    f"sum by (method, code) (rate({m('imds_requests_total')}{{{SEL}}}[$__rate_interval]))",
-                    "{{method}} {{code}}",
-                )
-            ],
-            "reqps",
-            stacked=True,
-        ),
-        12,
-        8,
-    )
-    lay.add(
-        poll_errors_by_reason(
-            "Failed polls per second by reason.",
-        ),
-        12,
-        8,
-    )
-    lay.add(
-        timeseries(
-            "IMDS up and poll freshness",
-            "imds_up (1: last poll succeeded) and the time since the last successful poll (right axis).",
-            [
-                target(f"{m('imds_up')}{{{SEL}}}", "{{instance}} imds_up"),
-                target(
-                    f"time() - {m('last_successful_poll_timestamp_seconds')}{{{SEL}}}",
-                    "{{instance}} since last good poll",
-                ),
-            ],
-            "none",
-        )
-        | {
-            "fieldConfig": {
-                "defaults": {
-                    "unit": "none",
-                    "min": 0,
-                    "color": {"mode": "palette-classic"},
-                    "thresholds": GREEN,
-                    "custom": {
-                        "drawStyle": "line",
-                        "fillOpacity": 10,
-                        "lineWidth": 1,
-                        "showPoints": "never",
-                        "spanNulls": False,
-                    },
-                },
-                "overrides": [
-                    {
-                        "matcher": {"id": "byFrameRefID", "options": "B"},
-                        "properties": [
-                            {"id": "unit", "value": "s"},
-                            {"id": "custom.axisPlacement", "value": "right"},
-                        ],
-                    }
-                ],
-            }
-        },
-        12,
-        8,
-    )
-    return dashboard(
-        VM_UID,
-        "Azure Scheduled Events / VM detail",
-        "One VM's Azure maintenance events over time, the notice it got, and its exporter's IMDS health.",
-        lay,
-        instance_all_default=False,
     )

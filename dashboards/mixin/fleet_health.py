@@ -1,0 +1,215 @@
+"""The fleet overview's lower rows: lifecycle and approvals, then the exporters' and IMDS's health."""
+
+from __future__ import annotations
+
+from dashboards.mixin.config import JOB, SEL, m
+from dashboards.mixin.grafana import Layout, override, panel, stat, target, thresholds, timeseries, vm_link
+from dashboards.mixin.mappings import up_expr
+from dashboards.mixin.panels import approvals_by_result, poll_errors_by_reason
+from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, PERSISTENCE_ERRORS
+
+
+def lifecycle_row(lay: Layout) -> None:
+    lay.row("Lifecycle and approvals")
+    lay.add(
+        timeseries(
+            "Transitions",
+            "Event lifecycle transitions (scheduled, started, completed, cancelled, rescheduled, updated) counted over "
+            "5-minute windows. Each VM that lists an event counts its transitions. From the recording rule "
+            + JOB_TRANSITIONS + ": the selected jobs, every instance (VM detail shows one VM's).",
+            [
+                target(
+                    f"sum by (event_type, transition) ({JOB_TRANSITIONS}{{{JOB}}})",
+                    "{{event_type}} {{transition}}",
+                )
+            ],
+            "short",
+            bars=True,
+            stacked=True,
+        ),
+        12,
+        8,
+    )
+    lay.add(
+        approvals_by_result(
+            "Approval decisions (POST StartRequests) by result over $__rate_interval windows: approved, "
+            "dry_run (decided, not sent), failed (IMDS refused or unreachable), hook_failed (the pre-approval "
+            "hook, e.g. a drain, failed: the event was not approved).",
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        stat(
+            "Approval failures (time range)",
+            "Approvals that failed, whose hook failed, or that NotBefore overtook (expired) during the "
+            "dashboard's time range.",
+            f'sum(increase({m("approvals_total")}{{{SEL}, result=~"failed|hook_failed|expired"}}[$__range]))'
+            " or vector(0)",
+            "short",
+            steps=thresholds((None, "green"), (0.5, "red")),
+            decimals=0,
+        ),
+        4,
+        8,
+    )
+
+
+def health_row(lay: Layout, job_selector: str) -> None:
+    lay.row("Exporter and IMDS health")
+    lay.add(
+        timeseries(
+            "Exporters with IMDS down",
+            "Number of exporters whose last IMDS poll failed (imds_up == 0), next to the number of exporters "
+            "reporting.",
+            [
+                target(f"count({m('imds_up')}{{{SEL}}} == 0) or vector(0)", "IMDS down"),
+                target(f"count({m('imds_up')}{{{SEL}}})", "exporters reporting"),
+            ],
+            "short",
+            decimals=0,
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        poll_errors_by_reason(
+            "Failed IMDS polls per second by reason (timeout, connection, http_4xx, http_5xx, throttled, "
+            "invalid_document), summed over every exporter of the selected jobs (recording rule, 5-minute "
+            "rate).",
+            fleet=True,
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "IMDS requests by code",
+            "IMDS HTTP requests per second by method and response code ('error': no HTTP response).",
+            [
+                target(
+                    f"sum by (method, code) (rate({m('imds_requests_total')}{{{SEL}}}[$__rate_interval]))",
+                    "{{method}} {{code}}",
+                )
+            ],
+            "reqps",
+            stacked=True,
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "Time since last successful poll",
+            "The oldest of the selected jobs' exporters: max of time() - "
+            "azure_scheduled_events_last_successful_poll_timestamp_seconds (recording rule " + JOB_POLL_AGE +
+            "). An exporter no longer scraped drops out; see 'Targets up / down'. Red: the alert threshold.",
+            [
+                target(
+                    f"max by (job) ({JOB_POLL_AGE}{{{JOB}}})",
+                    "{{job}}",
+                )
+            ],
+            "s",
+            steps=thresholds((None, "green"), (300, "red")),
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "Targets up / down",
+            "se-exporter scrape targets by Prometheus' up metric, per job.",
+            [
+                target(f"sum by (job) ({up_expr(job_selector)} == 1)", "{{job}} up"),
+                target(f"count by (job) ({up_expr(job_selector)} == 0)", "{{job}} down"),
+            ],
+            "short",
+            decimals=0,
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "Transition-log spool",
+            "OTLP transition-log spool: records waiting to be sent (depth), records dropped per second "
+            "(lost: the audit trail has gaps), and the exporters whose state file or spool failed to be "
+            "written in the last 15 minutes (a full or read-only disk: approvals wait meanwhile).",
+            [
+                target(f"sum by (instance) ({m('log_spool_depth')}{{{SEL}}})", "{{instance}} depth"),
+                target(
+                    f"sum by (instance) (rate({m('log_spool_dropped_total')}{{{SEL}}}[$__rate_interval]))",
+                    "{{instance}} dropped/s",
+                ),
+                target(  # only the exporters with failed writes: the recorded 15-minute increase, above 0
+                    f"sum by (instance, file) ({PERSISTENCE_ERRORS}{{{SEL}}}) > 0",
+                    "{{instance}} {{file}} failed writes (15 min)",
+                ),
+            ],
+            "short",
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        panel(
+            "table",
+            "Unhealthy exporters",
+            "Exporters that are down, fail to poll IMDS or have not polled successfully for over a minute, "
+            "with the value of each check. Empty is good. Click an instance for its VM detail.",
+            [
+                target(f"{up_expr(job_selector)} == 0", instant=True, fmt="table"),
+                target(f"{m('imds_up')}{{{SEL}}} == 0", instant=True, fmt="table"),
+                target(
+                    f"time() - {m('last_successful_poll_timestamp_seconds')}{{{SEL}}} > 60",
+                    instant=True,
+                    fmt="table",
+                ),
+            ],
+            "none",
+            defaults={"custom": {"align": "auto", "cellOptions": {"type": "auto"}}},
+            options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"]}},
+            transformations=[
+                {"id": "merge", "options": {}},
+                {
+                    "id": "organize",
+                    "options": {
+                        "excludeByName": {"Time": True, "__name__": True},
+                        "renameByName": {
+                            "Value #A": "up",
+                            "Value #B": "imds_up",
+                            "Value #C": "Since last good poll",
+                        },
+                    },
+                },
+            ],
+            overrides=[override("instance", links=vm_link()), override("Since last good poll", unit="s")],
+        ),
+        12,
+        8,
+    )
+    lay.add(
+        panel(
+            "table",
+            "Exporter versions",
+            "Number of exporters per se-exporter and Python version (azure_scheduled_events_exporter_build_info).",
+            [
+                target(
+                    f"count by (version, python_version) ({m('exporter_build_info')}{{{SEL}}})",
+                    instant=True,
+                    fmt="table",
+                )
+            ],
+            "short",
+            options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"]}},
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "Exporters"}},
+                }
+            ],
+        ),
+        12,
+        8,
+    )

@@ -1,0 +1,51 @@
+"""Value mappings and the series the timelines colour: one place for status, impact and duration."""
+
+from __future__ import annotations
+
+from dashboards.mixin.config import SEL, m
+
+STATUS_MAPPINGS = [
+    {
+        "type": "value",
+        "options": {
+            "1": {"text": "Scheduled", "color": "yellow", "index": 0},
+            "2": {"text": "Started", "color": "red", "index": 1},
+            "3": {"text": "Other status", "color": "purple", "index": 2},
+        },
+    }
+]
+# One series per event and instance, valued by status, for state timelines.
+EVENT_STATE_EXPR = (
+    f"max by (instance, event_type, event_id) (\n"
+    f'    {m("event_info")}{{{SEL}, event_status="Scheduled"}}\n'
+    f'  or {m("event_info")}{{{SEL}, event_status="Started"}} * 2\n'
+    f'  or {m("event_info")}{{{SEL}, event_status!~"Scheduled|Started"}} * 3\n'
+    f")"
+)
+# One series per event, valued by impact (se_exporter.imds.impact), for a timeline coloured by what it does.
+IMPACT_COLOURS = (
+    ("live_migration", "green"), ("pause", "blue"), ("reboot", "orange"), ("redeploy", "dark-orange"),
+    ("eviction", "red"), ("termination", "dark-red"), ("unknown", "purple"),
+)
+IMPACT_STATE_EXPR = "max by (instance, event_type, event_id) (\n" + "\n".join(
+    f'  {"or " if index > 1 else "   "}{m("event_info")}{{{SEL}, impact="{impact}"}} * {index}'
+    for index, (impact, _) in enumerate(IMPACT_COLOURS, start=1)
+) + "\n)"
+IMPACT_MAPPINGS = [
+    {
+        "type": "value",
+        "options": {
+            str(index): {"text": impact, "color": colour, "index": index - 1}
+            for index, (impact, colour) in enumerate(IMPACT_COLOURS, start=1)
+        },
+    }
+]
+IMPACT_TEXT_MAPPINGS = [
+    {"type": "value", "options": {impact: {"color": colour, "index": index} for index, (impact, colour)
+                                  in enumerate(IMPACT_COLOURS)}}
+]
+DURATION_MAPPINGS = [{"type": "value", "options": {"-1": {"text": "unknown", "index": 0}}}]
+
+
+def up_expr(job_selector: str) -> str:
+    return f"up{{{job_selector}, {SEL}}}"
