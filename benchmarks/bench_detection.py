@@ -26,6 +26,7 @@ and with 100 (99 more listed all along).
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import threading
 import time
@@ -160,9 +161,9 @@ def _run_listed(report: Report, mode: Mode, interval: float, listed: int) -> Non
                 world.cancel_event(event_id)
                 kind = "cancelled"
             change = next(c for c in reversed(world.truth.changes()) if c.event_id == event_id)
-            seen_metrics = wait_until(lambda c=change: scraper.first_at_least(c.incarnation, c.real_time),
+            seen_metrics = wait_until(functools.partial(scraper.first_at_least, change.incarnation, change.real_time),
                                       interval * 5 + 5, "change on /metrics")
-            seen_log = wait_until(lambda e=event_id, k=kind: _log_arrival(exporter, e, k), 5, "transition line")
+            seen_log = wait_until(functools.partial(_log_arrival, exporter, event_id, kind), 5, "transition line")
             polled = next((r.real_time for r in world.truth.requests()
                            if r.path.startswith("/metadata/scheduledevents") and r.real_time >= change.real_time), None)
             if polled is not None:

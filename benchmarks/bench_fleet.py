@@ -12,6 +12,7 @@ Needs Debian's ``prometheus`` package (``prometheus`` and ``promtool`` on PATH),
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -101,11 +102,11 @@ def _measure(base: str, hours: float, start: float, end: float) -> tuple[list[Pa
     from tests.rules.dashboard_queries import dashboard_queries
 
     _wait_ready(base)
-    window = {"rate_interval": "4m", "interval": f"{STEP:.0f}s", "range_": f"{hours:g}h"}
+    window = functools.partial(dashboard_queries, rate_interval="4m", interval=f"{STEP:.0f}s", range_=f"{hours:g}h",
+                               include_variables=False)
     # The fleet overview with every VM selected; the VM detail, as its name says, for one VM.
-    queries = [q for q in dashboard_queries(**window, include_variables=False) if "fleet" in q.dashboard_file]
-    queries += [q for q in dashboard_queries(instance=ONE_VM, **window, include_variables=False)
-                if "fleet" not in q.dashboard_file]
+    queries = [q for q in window() if "fleet" in q.dashboard_file]
+    queries += [q for q in window(instance=ONE_VM) if "fleet" not in q.dashboard_file]
     panels = [(q.dashboard_file, q.panel_title, q.ref_id, q.instant, _timed(base, q.expr, start, end, q.instant))
               for q in queries]
     rules = [(name, kind, _timed(base, expr, start, end, True)) for name, kind, expr in _rules()]
@@ -147,7 +148,7 @@ def _query(base: str, expr: str, start: float, end: float, instant: bool) -> dic
         params = {"query": expr, "start": f"{start:.0f}", "end": f"{end:.0f}", "step": f"{STEP:.0f}"}
         path = "/api/v1/query_range"
     status, body = http_get(f"{base}{path}?{urllib.parse.urlencode(params)}", timeout=120)
-    answer = json.loads(body)
+    answer: dict[str, Any] = json.loads(body)
     if status != 200 or answer.get("status") != "success":
         raise RuntimeError(f"query failed ({status}): {expr}: {body[:300]!r}")
     return answer

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from email.utils import formatdate
-from typing import Any
+from typing import Any, cast
 
 from benchmarks.common import Mode, Report, percentile
 
@@ -132,6 +132,7 @@ def wired_exporter(environ: dict[str, str] | None = None) -> Iterator[Any]:
     from se_exporter import logs
     from se_exporter.app import Exporter
     from se_exporter.config.options import ExporterConfig
+    from se_exporter.imds.client import IMDSClient
 
     logs.configure("info", "logfmt", stream=io.StringIO())  # every line formatted in full, written nowhere
 
@@ -139,10 +140,9 @@ def wired_exporter(environ: dict[str, str] | None = None) -> Iterator[Any]:
         return httpx.Response(503)
 
     config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self")
-    kwargs = {"environ": environ} if environ is not None else {}
-    exporter = Exporter(config, transport=httpx.MockTransport(refuse), **kwargs)
+    exporter = Exporter(config, transport=httpx.MockTransport(refuse), environ=environ)
     exporter.start()
-    exporter.poller.client = _StubClient(exporter.poller.client)
+    exporter.poller.client = cast(IMDSClient, _StubClient(exporter.poller.client))
     gc.freeze()  # as cli.run_exporter does once the exporter is built: start-up objects out of full collections
     try:
         yield exporter

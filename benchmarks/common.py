@@ -6,7 +6,6 @@ Everything here is stdlib (plus se_exporter itself): the benchmarks must start o
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
@@ -18,12 +17,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.support.wait import wait_for
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "benchmarks" / "results"
@@ -167,8 +168,9 @@ def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5
         return error.code, error.read()
 
 
-# The tests' waiter; a connection error (exporter not listening yet) counts as "not yet".
-wait_until = functools.partial(wait_for, interval=0.01, retry_on=(OSError,))
+def wait_until(condition: Callable[[], T | None], timeout: float, what: str, interval: float = 0.01) -> T:
+    """The tests' waiter; a connection error (exporter not listening yet) counts as "not yet"."""
+    return wait_for(condition, timeout, what, interval=interval, retry_on=(OSError,))
 
 
 # ----- subprocesses ----------------------------------------------------------------------------

@@ -17,20 +17,21 @@ import urllib.request
 API_VERSION = "2020-07-01"
 
 
-def get_scheduled_events(opener, url):
+def get_scheduled_events(opener: urllib.request.OpenerDirector, url: str) -> dict[str, object]:
     request = urllib.request.Request(url, headers={"Metadata": "true"})
     with opener.open(request, timeout=5) as response:
-        return json.loads(response.read())
+        document: dict[str, object] = json.loads(response.read())
+        return document
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("base_url", nargs="?", default="http://169.254.169.254")
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
     url = f"{args.base_url.rstrip('/')}/metadata/scheduledevents?api-version={API_VERSION}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # IMDS must not be proxied
-    last_incarnation = -1
+    last_incarnation: object = -1
     while True:
         try:
             document = get_scheduled_events(opener, url)

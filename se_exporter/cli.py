@@ -81,7 +81,7 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
     args = parser.parse_args(argv)
     from se_exporter.config.flags import apply_environment
 
-    apply_environment(_subparser(parser, args.command), args, argv[1:], environ)
+    apply_environment(subparser(parser, args.command), args, argv[1:], environ)
     if args.command == "simulate":
         import se_exporter.simulator.command as simulator_command
 
@@ -159,7 +159,8 @@ def _configure_logging(level: str, fmt: str) -> None:
     route_sdk_logs(handler, logs.LEVELS[level])
 
 
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The parser of ``command`` (the docs' flags table and the tests read the run command's)."""
     for action in parser._actions:  # argparse offers no public lookup of subparsers
         if isinstance(action, argparse._SubParsersAction):
             chosen: argparse.ArgumentParser = action.choices[command]

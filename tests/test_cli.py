@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from se_exporter import __version__
-from se_exporter.cli import build_parser, main
+from se_exporter.cli import build_parser, main, subparser
 from se_exporter.config.flags import apply_environment, duration, env_name
-from se_exporter.config.options import config_from_args
+from se_exporter.config.options import ExporterConfig, config_from_args
 
 
-def parse(argv: list[str], environ: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> ExporterConfig:
     parser = build_parser()
     args = parser.parse_args(["run", *argv])
-    run_parser = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-    apply_environment(run_parser, args, argv, environ or {})
+    apply_environment(subparser(parser, "run"), args, argv, environ or {})
     return config_from_args(args)
 
 

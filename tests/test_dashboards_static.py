@@ -11,14 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-try:  # tests/ is not a package: pytest puts tests/ (or, if it becomes one, the repo root) on sys.path
-    from rules import dashboard_queries as dq
-    from rules.promql import DESIGN_METRICS, PROMETHEUS_METRICS, SPOOL_METRICS, exposed_names, metric_names
-    from rules.tools import require, run
-except ImportError:  # pragma: no cover
-    from tests.rules import dashboard_queries as dq
-    from tests.rules.promql import DESIGN_METRICS, PROMETHEUS_METRICS, SPOOL_METRICS, exposed_names, metric_names
-    from tests.rules.tools import require, run
+from tests.rules import dashboard_queries as dq
+from tests.rules.promql import DESIGN_METRICS, PROMETHEUS_METRICS, SPOOL_METRICS, exposed_names, metric_names
+from tests.rules.tools import require, run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = REPO_ROOT / "dashboards"
@@ -236,7 +231,7 @@ def test_provisioning_files() -> None:
 
 def test_every_impact_has_its_colour_in_the_timeline() -> None:
     """One source: a new impact in se_exporter.imds.impact must get a colour, or the timeline hides it."""
-    from dashboards.mixin.grafana import IMPACT_COLOURS
+    from dashboards.mixin.mappings import IMPACT_COLOURS
     from se_exporter.imds.impact import IMPACTS
 
     assert sorted(impact for impact, _ in IMPACT_COLOURS) == sorted(IMPACTS)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.cli import build_parser
+from se_exporter.cli import build_parser, subparser
 from tests.rules.promql import DESIGN_METRICS
 from tests.support.readme import DOCS, README, REPO, code_blocks, marked, section
 
@@ -59,7 +59,7 @@ def test_the_readme_links_into_every_docs_page() -> None:
 
 
 def test_the_flags_table_is_the_exporters_flags() -> None:
-    run = build_parser(("run",))._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    run = subparser(build_parser(("run",)), "run")
     flags = {option for action in run._actions for option in action.option_strings if option.startswith("--")}
     flags -= {"--help"}
     table = set(re.findall(r"^\| `(--[\w.-]+)` \|", section("Configuration"), flags=re.M))

@@ -96,26 +96,27 @@ def test_a_year_not_written_with_four_digits_is_refused_not_guessed(text: str) -
         parse_not_before(text)
 
 
-@pytest.mark.parametrize(
-    ("fixture", "message"),
-    [
-        ("truncated.json", "body is not JSON"),
-        ("empty.json", "body is not JSON"),
-        ("not-utf8.json", "body is not JSON"),
-        ("not-an-object.json", "Expected `object`, got `array`"),
-        ("missing-incarnation.json", "Object missing required field `DocumentIncarnation`"),
-        ("incarnation-string.json", "Expected `int`, got `str` - at `$.DocumentIncarnation`"),
-        ("incarnation-bool.json", "Expected `int`, got `bool` - at `$.DocumentIncarnation`"),
-        ("events-not-list.json", "Expected `array`, got `object` - at `$.Events`"),
-        ("event-not-object.json", "Expected `object`, got `str` - at `$.Events[0]`"),
-        ("missing-event-id.json", "Object missing required field `EventId` - at `$.Events[0]`"),
-        ("event-id-number.json", "Expected `str`, got `int` - at `$.Events[0].EventId`"),
-        ("resources-string.json", "Expected `array`, got `str` - at `$.Events[0].Resources`"),
-        ("bad-not-before.json", "NotBefore is neither RFC 1123 nor ISO 8601: 'tomorrow-ish'"),
-        ("duration-string.json", "Expected `int`, got `str` - at `$.Events[0].DurationInSeconds`"),
-        ("duplicate-event-id.json", "EventId 'x' is listed twice"),
-    ],
-)
+MALFORMED = {
+    "truncated.json": "body is not JSON",
+    "empty.json": "body is not JSON",
+    "not-utf8.json": "body is not JSON",
+    "not-an-object.json": "Expected `object`, got `array`",
+    "missing-incarnation.json": "Object missing required field `DocumentIncarnation`",
+    "incarnation-string.json": "Expected `int`, got `str` - at `$.DocumentIncarnation`",
+    "incarnation-bool.json": "Expected `int`, got `bool` - at `$.DocumentIncarnation`",
+    "events-not-list.json": "Expected `array`, got `object` - at `$.Events`",
+    "event-not-object.json": "Expected `object`, got `str` - at `$.Events[0]`",
+    "missing-event-id.json": "Object missing required field `EventId` - at `$.Events[0]`",
+    "event-id-number.json": "Expected `str`, got `int` - at `$.Events[0].EventId`",
+    "resources-string.json": "Expected `array`, got `str` - at `$.Events[0].Resources`",
+    "bad-not-before.json": "NotBefore is neither RFC 1123 nor ISO 8601: 'tomorrow-ish'",
+    "duration-string.json": "Expected `int`, got `str` - at `$.Events[0].DurationInSeconds`",
+    "duplicate-event-id.json": "EventId 'x' is listed twice",
+}
+"""Each malformed fixture (testdata) and the words its error must hold."""
+
+
+@pytest.mark.parametrize(("fixture", "message"), sorted(MALFORMED.items()))
 def test_malformed_documents_name_the_problem(fixture: str, message: str) -> None:
     with pytest.raises(InvalidDocument) as caught:
         parse_document(load(f"malformed/{fixture}"))
@@ -124,8 +125,7 @@ def test_malformed_documents_name_the_problem(fixture: str, message: str) -> Non
 
 
 def test_every_malformed_fixture_is_covered() -> None:
-    covered = {p[0] for p in test_malformed_documents_name_the_problem.pytestmark[0].args[1]}
-    assert covered == {p.name for p in (IMDS / "malformed").iterdir()}
+    assert set(MALFORMED) == {p.name for p in (IMDS / "malformed").iterdir()}
 
 
 def test_deeply_nested_json_is_invalid_not_a_crash() -> None:

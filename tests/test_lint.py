@@ -1,4 +1,4 @@
-"""ruff and mypy (strict on se_exporter/) are part of the test run."""
+"""ruff (lint and format) and mypy (strict on se_exporter/, tests/, benchmarks/ and dashboards/) run with the tests."""
 
 from __future__ import annotations
 

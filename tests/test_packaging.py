@@ -38,7 +38,7 @@ def test_the_wheel_names_itself_and_its_license(built: Distributions) -> None:
     assert metadata.get_all("License-File") == ["LICENSE"]
     assert f"{dist_info}/licenses/LICENSE" in names
     assert "se-exporter = se_exporter.cli:main" in entry_points
-    assert metadata.get_payload().startswith("# se-exporter"), "the README is the long description"
+    assert str(metadata.get_payload()).startswith("# se-exporter"), "the README is the long description"
 
 
 def test_the_sdist_carries_the_license_and_the_docs(built: Distributions) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -24,9 +25,12 @@ def ev(event_id: str = "e1", status: str = "Scheduled", not_before: datetime | N
                           resources=("vm-a",), not_before=not_before if status == "Scheduled" else None)
 
 
-def play(steps: list[tuple[float, list[ScheduledEvent]]], store: EventStore | None = None) -> list[tuple]:
+Step = tuple[str, str, str, float, float | None]
+
+
+def play(steps: Sequence[tuple[float, list[ScheduledEvent]]], store: EventStore | None = None) -> list[Step]:
     store = store or EventStore()
-    seen = []
+    seen: list[Step] = []
     for incarnation, (at, events) in enumerate(steps, start=1):
         for t in store.reconcile(Document(incarnation, tuple(events)), T0 + at):
             seen.append((t.event.event_id, t.kind, t.previous_status, t.observed_at - T0, t.started_seconds))

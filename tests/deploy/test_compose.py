@@ -41,7 +41,8 @@ def compose() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return compose["services"]
+    services: dict[str, dict[str, Any]] = compose["services"]
+    return services
 
 
 def _by_image(services: dict[str, dict[str, Any]], prefix: str) -> tuple[str, dict[str, Any]]:

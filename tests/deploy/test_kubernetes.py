@@ -93,7 +93,7 @@ def _pod(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _main_container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
     (container,) = [c for c in _pod(objects)["containers"] if c["name"] == "se-exporter"]
-    return container
+    return dict(container)
 
 
 def test_daemonset_security(objects: dict[str, dict[str, Any]]) -> None:

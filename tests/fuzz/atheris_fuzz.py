@@ -53,7 +53,7 @@ def document(data: bytes) -> None:
 
 
 def _text(data: bytes) -> str:
-    return atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(len(data))
+    return str(atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(len(data)))
 
 
 def policy(data: bytes) -> None:

@@ -4,6 +4,7 @@ record is lost once space is back (issue 17, points 4 and 10)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,10 @@ def reboot(event_id: str) -> dict[str, object]:
             "EventSource": "User", "DurationInSeconds": -1}
 
 
+def failed_writes(exporter: ExporterProcess, file: str) -> bool:
+    return (value(exporter.metrics(), ERRORS, file=file) or 0) > 0
+
+
 def freeze(event_id: str) -> dict[str, object]:
     return {**reboot(event_id), "EventType": "Freeze", "EventSource": "Platform", "DurationInSeconds": 5}
 
@@ -49,7 +54,7 @@ def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
         filler = fill(fs)
         answer[0] = document(2, freeze("F1"))  # not for approval; its transition cannot be saved
         for file in ("state", "spool"):
-            wait_for(lambda f=file: (value(exporter.metrics(), ERRORS, file=f) or 0) > 0, 20, f"a failed {file} write")
+            wait_for(functools.partial(failed_writes, exporter, file), 20, f"a failed {file} write")
         answer[0] = document(3, freeze("F1"), reboot("R1"))
         wait_for(lambda: "state_unsaved" in exporter.logs(), 20, "the approval held back")
         assert not [s for s in fake_imds.requests if s.method == "POST"], "no approval while it cannot be saved"

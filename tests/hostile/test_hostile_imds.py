@@ -89,7 +89,7 @@ def promtool_check(text: str) -> None:
 
 
 HUGE = 50 * 1024 * 1024
-HOSTILE_BODIES = {
+HOSTILE_BODIES: dict[str, tuple[Callable[[], Answer], str, str]] = {
     # name: (answer, poll error reason, words the log must say)
     "50MB-document": (lambda: Answer(body=b'{"DocumentIncarnation": 1, "Events": [], "x": "' + b"x" * HUGE + b'"}'),
                       "invalid_document", f"exceeds {MAX_BODY_BYTES} bytes"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import re
+import functools
+import json
 import subprocess
 from collections.abc import Callable, Iterator
 
@@ -30,14 +31,23 @@ def world() -> Iterator[SimWorld]:
 
 
 def logged(exporter: ExporterProcess) -> list[tuple[str, str]]:
-    """(transition, event_id) pairs from the exporter's structured transition lines, in order."""
-    return re.findall(r"scheduled_event\.transition=(\w+) scheduled_event\.id=(\S+)", exporter.logs())
+    """(transition, event_id) pairs from the exporter's transition lines (``--log.format=json``), in order."""
+    lines = [json.loads(line) for line in exporter.logs().splitlines() if line.startswith("{")]
+    return [(line["scheduled_event.transition"], line["scheduled_event.id"]) for line in lines
+            if line.get("event") == "scheduled_event.transition"]
+
+
+def reports(exporter: ExporterProcess, expected: list[tuple[str, str]]) -> bool:
+    return logged(exporter) == expected
 
 
 def truth_transitions(world: SimWorld) -> list[tuple[str, str]]:
     """What the exporter must report, derived from the simulator's record of its own changes."""
-    expected, status = [], {}
+    expected: list[tuple[str, str]] = []
+    status: dict[str, str | None] = {}
     for change in world.truth.changes():
+        if change.event_id is None:  # an incarnation reset names no event
+            continue
         if change.kind == "appeared":
             expected.append(("scheduled" if change.status == "Scheduled" else "started", change.event_id))
         elif change.kind == "started":
@@ -51,7 +61,8 @@ def truth_transitions(world: SimWorld) -> list[tuple[str, str]]:
 
 
 def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExporter) -> None:
-    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms")  # type: ignore[attr-defined]
+    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms",  # type: ignore[attr-defined]
+                              "--log.format=json")
     exporter.wait_ready()
     freeze = world.add_event(EventPlan("Freeze", notice=900, duration=5, started_for=3600))
     failure = world.add_event(EventPlan("Reboot", notice=None, started_for=3600))
@@ -66,12 +77,14 @@ def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExp
     until = value(text, "azure_scheduled_events_event_seconds_until_not_before", event_id=freeze, event_type="Freeze")
     assert until is not None and 880 < until <= 900
 
-    for step in (lambda: world.start_event(freeze), lambda: world.reschedule(moved, 1800),
-                 lambda: world.cancel_event(dropped), lambda: world.complete_event(failure),
-                 lambda: world.complete_event(freeze)):
+    steps: list[Callable[[], object]] = [
+        lambda: world.start_event(freeze), lambda: world.reschedule(moved, 1800),
+        lambda: world.cancel_event(dropped), lambda: world.complete_event(failure),
+        lambda: world.complete_event(freeze)]
+    for step in steps:
         step()
         expected = truth_transitions(world)
-        wait_for(lambda expected=expected: logged(exporter) == expected, 10, f"exporter to report {expected[-1]}")
+        wait_for(functools.partial(reports, exporter, expected), 10, f"exporter to report {expected[-1]}")
 
     text = exporter.metrics()
     assert value(text, T, event_type="Freeze", transition="completed") == 1
@@ -99,7 +112,8 @@ def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartE
     world.add_event(EventPlan("Freeze", notice=900, duration=5))
     world.add_event(EventPlan("Reboot", notice=None))
     gone = world.add_event(EventPlan("Preempt", notice=30))
-    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms")  # type: ignore[attr-defined]
+    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms",  # type: ignore[attr-defined]
+                              "--log.format=json")
     exporter.wait_ready()
     world.cancel_event(gone)
     wait_for(lambda: ("cancelled", gone) in logged(exporter), 10, "the cancellation")

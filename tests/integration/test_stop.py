@@ -72,7 +72,8 @@ def test_a_hook_that_ignores_sigterm_is_killed_and_the_stop_takes_seconds(
     fake_imds.respond = lambda seen: document(1, REBOOT)
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
                               f"--approval.config={policy}")
-    hook_pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 20, "the hook to start"))
+    hook_pid = int(wait_for(lambda: (pid_file.exists() and pid_file.read_text().strip()) or None, 20,
+                            "the hook to start"))
     assert stopped_within(exporter, signal.SIGTERM, 12) == 0  # the hook's 5 s grace, not its 300 s timeout
     wait_for(lambda: not _alive(hook_pid), 5, "the hook to be gone")
     assert [s for s in fake_imds.requests if s.method == "POST"] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.simulator import SimWorld, builtin_names, builtin_scenario
+from se_exporter.simulator.clock import ManualClock
 from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPReceiver
 
@@ -48,7 +49,9 @@ def test_every_scenario_has_its_impact_and_cause_on_metrics_logs_and_spans(
     }
     assert info == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}
 
-    world.clock.advance(5000)  # every scenario runs to its end: completed or cancelled
+    clock = world.clock
+    assert isinstance(clock, ManualClock), "the simulator fixture runs on a manual clock"
+    clock.advance(5000)  # every scenario runs to its end: completed or cancelled
     spans = otlp_receiver.wait_for_spans(name="scheduled_event.lifecycle", count=len(EXPECTED), timeout=20)
     assert {span["scheduled_event.id"]: (span["scheduled_event.impact"], span["scheduled_event.cause"])
             for span in spans} == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}

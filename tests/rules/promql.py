@@ -44,7 +44,7 @@ _KEYWORDS = frozenset(
 
 def exposed_names(metrics: dict[str, str]) -> set[str]:
     """Series names a set of metric families exposes (histograms: _bucket, _sum, _count)."""
-    names = set()
+    names: set[str] = set()
     for name, kind in metrics.items():
         if kind == "histogram":
             names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))

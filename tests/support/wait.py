@@ -9,7 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: str = "condition",
              interval: float = 0.02, retry_on: tuple[type[Exception], ...] = (Exception,)) -> T:
     """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout`` s.
 

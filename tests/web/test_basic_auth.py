@@ -62,7 +62,7 @@ def test_basic_auth_over_https(serve: Serve, write_config: WriteConfig, pki: PKI
 def test_malformed_authorization_is_401(serve: Serve, write_config: WriteConfig, authorization: str) -> None:
     server = serve(write_config(users(prometheus=HASH)))
     response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5,
-                         headers={"Authorization": authorization.encode("utf-8")})
+                         headers={b"Authorization": authorization.encode("utf-8")})
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"] == CHALLENGE
 

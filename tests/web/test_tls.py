@@ -81,10 +81,10 @@ def test_mutual_tls(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
 
 def test_mutual_tls_with_tls12(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
     server = serve(write_config(MTLS_CONFIG))
-    tls12 = {"maximum_version": ssl.TLSVersion.TLSv1_2}
+    tls12 = ssl.TLSVersion.TLSv1_2
     with pytest.raises(httpx.TransportError):
-        https_get(server, client_context(pki, **tls12))
-    assert https_get(server, client_context(pki, "client", **tls12)).status_code == 200
+        https_get(server, client_context(pki, maximum_version=tls12))
+    assert https_get(server, client_context(pki, "client", maximum_version=tls12)).status_code == 200
 
 
 def test_client_allowed_sans(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
@@ -131,7 +131,7 @@ def test_max_version_and_cipher_suites(serve: Serve, write_config: WriteConfig, 
     server = serve(write_config(config))
     with tls_connect(server, client_context(pki)) as conn:
         assert conn.version() == "TLSv1.2"
-        assert conn.cipher()[0] == "ECDHE-ECDSA-CHACHA20-POLY1305"
+        assert (conn.cipher() or ("none",))[0] == "ECDHE-ECDSA-CHACHA20-POLY1305"
     only_gcm = client_context(pki)
     only_gcm.set_ciphers("ECDHE-ECDSA-AES128-GCM-SHA256")
     with pytest.raises(ssl.SSLError):
