@@ -29,18 +29,29 @@ def main(argv: list[str] | None = None) -> int:
     speed = parser.add_mutually_exclusive_group()
     speed.add_argument("--quick", action="store_true", help="short runs (~10 s windows), for a first look")
     speed.add_argument("--tiny", action="store_true", help="a few seconds in all: checks the benchmarks start")
-    parser.add_argument("--only", action="append", choices=sorted(BENCHMARKS), metavar="NAME",
-                        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}")
-    parser.add_argument("--duration", type=float, default=None,
-                        help="measuring window in seconds of footprint (default 120, --quick 15) and outage "
-                             "(default 600, --quick 60)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="measuring window in seconds of footprint (default 120, --quick 15) and outage (default 600, --quick 60)",
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write JSON results")
     args = parser.parse_args(argv)
     mode = Mode("quick" if args.quick else "tiny" if args.tiny else "full")
     machine = machine_info()
     print(f"# se-exporter benchmarks ({mode.name})\n")
-    print(f"machine: {machine['nproc']} x {machine['cpu_model']}, {machine['mem_gib']} GiB, "
-          f"{machine['implementation']} {machine['python']}, Linux {machine['kernel']}\n", flush=True)
+    print(
+        f"machine: {machine['nproc']} x {machine['cpu_model']}, {machine['mem_gib']} GiB, "
+        f"{machine['implementation']} {machine['python']}, Linux {machine['kernel']}\n",
+        flush=True,
+    )
     failed = []
     for name in args.only or list(BENCHMARKS):
         module = importlib.import_module(BENCHMARKS[name])
@@ -54,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if not args.no_save:
             path = write_results(report, mode)
-            print(f"({name}: {time.monotonic() - began:.1f} s, results in {path.relative_to(path.parents[2])})\n",
-                  flush=True)
+            print(
+                f"({name}: {time.monotonic() - began:.1f} s, results in {path.relative_to(path.parents[2])})\n",
+                flush=True,
+            )
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

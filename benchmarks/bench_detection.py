@@ -110,8 +110,10 @@ class _OTLPWatcher(threading.Thread):
             for record in self.receiver.store.logs:
                 if record.event_name != "scheduled_event.transition":
                     continue
-                key = (str(record.attributes.get("scheduled_event.id")),
-                       str(record.attributes.get("scheduled_event.transition")))
+                key = (
+                    str(record.attributes.get("scheduled_event.id")),
+                    str(record.attributes.get("scheduled_event.transition")),
+                )
                 self.seen.setdefault(key, now)
 
 
@@ -137,8 +139,9 @@ def _run_listed(report: Report, mode: Mode, interval: float, listed: int) -> Non
         sim = stack.enter_context(simulator(listed - 1))
         world = sim.world
         env = otel_env(receiver) if receiver is not None else None
-        exporter = ExporterProc(sim.url, otel_env=env, interval=f"{interval}s",
-                                extra_args=["--vm.name=sim-vm-0"], name="exporter")
+        exporter = ExporterProc(
+            sim.url, otel_env=env, interval=f"{interval}s", extra_args=["--vm.name=sim-vm-0"], name="exporter"
+        )
         stack.callback(exporter.stop)
         exporter.wait_ready()
         scraper = _Scraper(exporter.url, 0.01)
@@ -161,11 +164,20 @@ def _run_listed(report: Report, mode: Mode, interval: float, listed: int) -> Non
                 world.cancel_event(event_id)
                 kind = "cancelled"
             change = next(c for c in reversed(world.truth.changes()) if c.event_id == event_id)
-            seen_metrics = wait_until(functools.partial(scraper.first_at_least, change.incarnation, change.real_time),
-                                      interval * 5 + 5, "change on /metrics")
+            seen_metrics = wait_until(
+                functools.partial(scraper.first_at_least, change.incarnation, change.real_time),
+                interval * 5 + 5,
+                "change on /metrics",
+            )
             seen_log = wait_until(functools.partial(_log_arrival, exporter, event_id, kind), 5, "transition line")
-            polled = next((r.real_time for r in world.truth.requests()
-                           if r.path.startswith("/metadata/scheduledevents") and r.real_time >= change.real_time), None)
+            polled = next(
+                (
+                    r.real_time
+                    for r in world.truth.requests()
+                    if r.path.startswith("/metadata/scheduledevents") and r.real_time >= change.real_time
+                ),
+                None,
+            )
             if polled is not None:
                 pickup.append((seen_metrics - polled) * 1000)
             metrics_lat.append((seen_metrics - change.real_time) * 1000)
@@ -176,14 +188,29 @@ def _run_listed(report: Report, mode: Mode, interval: float, listed: int) -> Non
                 event_id = None
         ready_code = http_get(exporter.url + "/-/ready")[0]
     theory = interval / 2 * 1000
-    _table(report, interval, theory, listed, {
-        "visible on /metrics": metrics_lat, "transition line on stderr": log_lat,
-        "OTLP log record at receiver": otlp_lat, "poll request → visible on /metrics": pickup})
+    _table(
+        report,
+        interval,
+        theory,
+        listed,
+        {
+            "visible on /metrics": metrics_lat,
+            "transition line on stderr": log_lat,
+            "OTLP log record at receiver": otlp_lat,
+            "poll request → visible on /metrics": pickup,
+        },
+    )
     if not otlp_lat:
         report.note("no OTLP transition records arrived: OTel is not wired yet (or disabled); OTLP row is n/a")
     report.data[f"{listed}_listed"] = {
-        "interval_s": interval, "theory_mean_ms": theory, "metrics_ms": metrics_lat, "log_ms": log_lat,
-        "otlp_ms": otlp_lat, "pickup_ms": pickup, "ready_after": ready_code}
+        "interval_s": interval,
+        "theory_mean_ms": theory,
+        "metrics_ms": metrics_lat,
+        "log_ms": log_lat,
+        "otlp_ms": otlp_lat,
+        "pickup_ms": pickup,
+        "ready_after": ready_code,
+    }
 
 
 def _table(report: Report, interval: float, theory: float, listed: int, series: dict[str, list[float]]) -> None:
@@ -193,8 +220,12 @@ def _table(report: Report, interval: float, theory: float, listed: int, series: 
             rows.append([what, 0, "n/a", "n/a", "n/a", "n/a"])
             continue
         mean = sum(values) / len(values)
-        rows.append([what, len(values), *(round(v, 1) for v in (mean, percentile(values, 99), max(values),
-                                                                 mean - theory))])
-    report.table(f"Detection latency at {interval:g} s polling, {listed} event(s) listed (ms; theory: mean "
-                 f"{theory:.0f} ms, p99 {interval * 990:.0f} ms)",
-                 ["signal", "changes", "mean ms", "p99 ms", "max ms", "mean - theory ms"], rows)
+        rows.append(
+            [what, len(values), *(round(v, 1) for v in (mean, percentile(values, 99), max(values), mean - theory))]
+        )
+    report.table(
+        f"Detection latency at {interval:g} s polling, {listed} event(s) listed (ms; theory: mean "
+        f"{theory:.0f} ms, p99 {interval * 990:.0f} ms)",
+        ["signal", "changes", "mean ms", "p99 ms", "max ms", "mean - theory ms"],
+        rows,
+    )

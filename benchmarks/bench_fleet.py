@@ -55,8 +55,11 @@ def run(mode: Mode, vms: int | None = None) -> Report:
         figures["generated"] = time.monotonic() - began
         figures["text_bytes"] = (tmp / "fleet.om").stat().st_size
         began = time.monotonic()
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"),
-                        str(tmp / "data")], check=True, capture_output=True)
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"), str(tmp / "data")],
+            check=True,
+            capture_output=True,
+        )
         figures["backfilled"] = time.monotonic() - began
         (tmp / "fleet.om").unlink()
         figures["blocks"] = _blocks(tmp / "data")
@@ -82,9 +85,22 @@ def _backfill_rules(promtool: str, prometheus: str, tmp: Path, port: int, *, sta
     try:
         _wait_ready(f"http://127.0.0.1:{port}")
         began = time.monotonic()
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "rules", f"--start={start:.0f}", f"--end={end:.0f}",
-                        f"--url=http://127.0.0.1:{port}", "--eval-interval=60s", f"--output-dir={tmp / 'recorded'}",
-                        str(RULES)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "rules",
+                f"--start={start:.0f}",
+                f"--end={end:.0f}",
+                f"--url=http://127.0.0.1:{port}",
+                "--eval-interval=60s",
+                f"--output-dir={tmp / 'recorded'}",
+                str(RULES),
+            ],
+            check=True,
+            capture_output=True,
+        )
         took = time.monotonic() - began
     finally:
         server.terminate()
@@ -102,30 +118,45 @@ def _measure(base: str, hours: float, start: float, end: float) -> tuple[list[Pa
     from tests.rules.dashboard_queries import dashboard_queries
 
     _wait_ready(base)
-    window = functools.partial(dashboard_queries, rate_interval="4m", interval=f"{STEP:.0f}s", range_=f"{hours:g}h",
-                               include_variables=False)
+    window = functools.partial(
+        dashboard_queries, rate_interval="4m", interval=f"{STEP:.0f}s", range_=f"{hours:g}h", include_variables=False
+    )
     # The fleet overview with every VM selected; the VM detail, as its name says, for one VM.
     queries = [q for q in window() if "fleet" in q.dashboard_file]
     queries += [q for q in window(instance=ONE_VM) if "fleet" not in q.dashboard_file]
-    panels = [(q.dashboard_file, q.panel_title, q.ref_id, q.instant, _timed(base, q.expr, start, end, q.instant))
-              for q in queries]
+    panels = [
+        (q.dashboard_file, q.panel_title, q.ref_id, q.instant, _timed(base, q.expr, start, end, q.instant))
+        for q in queries
+    ]
     rules = [(name, kind, _timed(base, expr, start, end, True)) for name, kind, expr in _rules()]
     return panels, rules
 
 
 def _serve(prometheus: str, tmp: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=30d"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            prometheus,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _blocks(data: Path) -> dict[str, float]:
     stats = [json.loads(meta.read_text())["stats"] for meta in data.glob("*/meta.json")]
     size = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
     samples = sum(s["numSamples"] for s in stats)
-    return {"blocks": len(stats), "series": max((s["numSeries"] for s in stats), default=0), "samples": samples,
-            "bytes": size, "bytes_per_sample": size / samples if samples else 0.0}
+    return {
+        "blocks": len(stats),
+        "series": max((s["numSeries"] for s in stats), default=0),
+        "samples": samples,
+        "bytes": size,
+        "bytes_per_sample": size / samples if samples else 0.0,
+    }
 
 
 def _wait_ready(base: str, timeout: float = 120) -> None:
@@ -171,8 +202,11 @@ def _instant(base: str, expr: str, at: float) -> int:
 
 def _rules() -> list[tuple[str, str, str]]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
-    return [(rule.get("alert") or rule["record"], "alert" if "alert" in rule else "record", rule["expr"])
-            for group in groups for rule in group["rules"]]
+    return [
+        (rule.get("alert") or rule["record"], "alert" if "alert" in rule else "record", rule["expr"])
+        for group in groups
+        for rule in group["rules"]
+    ]
 
 
 def _print(report: Report, figures: dict[str, Any], panels: list[Panel], rules: list[Rule]) -> None:
@@ -181,29 +215,46 @@ def _print(report: Report, figures: dict[str, Any], panels: list[Panel], rules: 
     report.table(
         f"Fleet of {count:,} VMs, {hours:g} h at a {STEP:.0f} s interval, in a real Prometheus",
         ["figure", "value"],
-        [["samples backfilled", f"{figures['samples']:,}"],
-         ["OpenMetrics text", f"{figures['text_bytes'] / 2**20:,.0f} MiB"],
-         ["generated in / backfilled in (promtool)", f"{figures['generated']:.0f} s / {figures['backfilled']:.0f} s"],
-         ["recording rules backfilled in (promtool)", f"{figures['rules_backfilled']:.0f} s"],
-         ["series in the blocks", f"{blocks['series']:,.0f}"],
-         ["series at the end of the window", f"{figures['series_end']:,}"],
-         ["blocks on disk", f"{blocks['bytes'] / 2**20:,.1f} MiB in {blocks['blocks']:.0f} block(s)"],
-         ["bytes per sample on disk", f"{blocks['bytes_per_sample']:.2f}"],
-         ["Prometheus peak RSS after the queries", f"{figures['prometheus_peak_rss_mib']:,.0f} MiB"],
-         ["slowest dashboard query (median of 3)", f"{slowest * 1000:,.0f} ms"]])
+        [
+            ["samples backfilled", f"{figures['samples']:,}"],
+            ["OpenMetrics text", f"{figures['text_bytes'] / 2**20:,.0f} MiB"],
+            [
+                "generated in / backfilled in (promtool)",
+                f"{figures['generated']:.0f} s / {figures['backfilled']:.0f} s",
+            ],
+            ["recording rules backfilled in (promtool)", f"{figures['rules_backfilled']:.0f} s"],
+            ["series in the blocks", f"{blocks['series']:,.0f}"],
+            ["series at the end of the window", f"{figures['series_end']:,}"],
+            ["blocks on disk", f"{blocks['bytes'] / 2**20:,.1f} MiB in {blocks['blocks']:.0f} block(s)"],
+            ["bytes per sample on disk", f"{blocks['bytes_per_sample']:.2f}"],
+            ["Prometheus peak RSS after the queries", f"{figures['prometheus_peak_rss_mib']:,.0f} MiB"],
+            ["slowest dashboard query (median of 3)", f"{slowest * 1000:,.0f} ms"],
+        ],
+    )
     report.table(
         f"Every dashboard query over {hours:g} h ({len(panels)} queries, slowest first; median of 3)",
         ["dashboard", "panel", "ref", "kind", "ms", "series"],
-        [[file.removesuffix(".json"), title, ref, "instant" if instant else "range", f"{seconds * 1000:.0f}", n]
-         for file, title, ref, instant, (seconds, n) in sorted(panels, key=lambda p: -p[4][0])])
+        [
+            [file.removesuffix(".json"), title, ref, "instant" if instant else "range", f"{seconds * 1000:.0f}", n]
+            for file, title, ref, instant, (seconds, n) in sorted(panels, key=lambda p: -p[4][0])
+        ],
+    )
     report.table(
         f"Every rule's expression at the end of the window ({len(rules)} rules; median of 3)",
         ["rule", "kind", "ms", "series"],
-        [[name, kind, f"{seconds * 1000:.0f}", n]
-         for name, kind, (seconds, n) in sorted(rules, key=lambda r: -r[2][0])])
-    report.data.update({
-        **figures, "slowest_panel_seconds": slowest,
-        "panels": [{"dashboard": f, "panel": t, "ref": r, "instant": i, "seconds": s, "series": n}
-                   for f, t, r, i, (s, n) in panels],
-        "rules": [{"rule": name, "kind": kind, "seconds": s, "series": n} for name, kind, (s, n) in rules],
-    })
+        [
+            [name, kind, f"{seconds * 1000:.0f}", n]
+            for name, kind, (seconds, n) in sorted(rules, key=lambda r: -r[2][0])
+        ],
+    )
+    report.data.update(
+        {
+            **figures,
+            "slowest_panel_seconds": slowest,
+            "panels": [
+                {"dashboard": f, "panel": t, "ref": r, "instant": i, "seconds": s, "series": n}
+                for f, t, r, i, (s, n) in panels
+            ],
+            "rules": [{"rule": name, "kind": kind, "seconds": s, "series": n} for name, kind, (s, n) in rules],
+        }
+    )

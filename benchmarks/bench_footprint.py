@@ -44,7 +44,8 @@ def _spawn(sims: dict[str, Any], receiver: Any) -> dict[Key, Proc]:
         processes[("exporter, OTel off", load)] = ExporterProc(sim.url, name=f"exporter-off-{load}")
         if receiver is not None:
             processes[("exporter, OTel on", load)] = ExporterProc(
-                sim.url, otel_env=otel_env(receiver), name=f"exporter-on-{load}")
+                sim.url, otel_env=otel_env(receiver), name=f"exporter-on-{load}"
+            )
     wait_all_started(processes.values())
     return processes
 
@@ -89,8 +90,7 @@ def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0
         logs = len(receiver.store.logs) if receiver is not None else 0
 
     rows: list[list[Any]] = []
-    data: dict[str, Any] = {"window_s": wall, "warmup_s": warmup, "scrape_interval_s": scrape_interval,
-                            "results": []}
+    data: dict[str, Any] = {"window_s": wall, "warmup_s": warmup, "scrape_interval_s": scrape_interval, "results": []}
     for load in LOADS:
         ref_cpu = measured[("reference loop", load)][0]
         for what in KINDS:
@@ -100,8 +100,17 @@ def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0
             share = 100.0 * cpu / wall
             ratio = cpu / ref_cpu if ref_cpu > 0 else float("nan")
             rows.append([what, load, round(share, 3), round(ratio, 2), round(hwm / 1024, 1), round(rss / 1024, 1)])
-            data["results"].append({"process": what, "load": load, "cpu_s": cpu, "cpu_pct_of_core": share,
-                                    "ratio_to_reference": ratio, "peak_rss_mib": hwm / 1024, "rss_mib": rss / 1024})
+            data["results"].append(
+                {
+                    "process": what,
+                    "load": load,
+                    "cpu_s": cpu,
+                    "cpu_pct_of_core": share,
+                    "ratio_to_reference": ratio,
+                    "peak_rss_mib": hwm / 1024,
+                    "rss_mib": rss / 1024,
+                }
+            )
     report.table(
         f"CPU and memory at 1 s polling ({wall:.0f} s window, /metrics scraped every {scrape_interval:g} s)",
         ["process", "documents", "CPU % of one core", "CPU x reference", "peak RSS MiB", "RSS at end MiB"],
@@ -110,8 +119,10 @@ def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0
     data["otel"] = {"telemetry_module": telemetry_module_present(), "receiver_spans": spans, "receiver_logs": logs}
     report.data = data
     if receiver is not None and spans == 0 and logs == 0:
-        report.note("the OTLP receiver got nothing: OTel is not wired into the exporter yet, so 'OTel on' "
-                    "equals 'OTel off'; re-run once se_exporter/telemetry.py exists")
+        report.note(
+            "the OTLP receiver got nothing: OTel is not wired into the exporter yet, so 'OTel on' "
+            "equals 'OTel off'; re-run once se_exporter/telemetry.py exists"
+        )
     elif receiver is not None:
         report.note(f"OTLP receiver got {spans} spans and {logs} log records during the run (OTel is wired)")
     return report

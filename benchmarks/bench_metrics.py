@@ -26,7 +26,7 @@ NAME = "metrics"
 SIZES = (0, 10, 100, 1000)
 PROMETHEUS_HEADERS = {
     "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
     "Accept-Encoding": "gzip",
 }
 CURL_HEADERS = {"Accept": "*/*"}
@@ -71,8 +71,7 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], 
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=body, headers={"Content-Type": "application/json"})
 
-    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid",
-                            vm_name="vm-self")
+    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid", vm_name="vm-self")
     exporter = Exporter(config, transport=httpx.MockTransport(answer))
     exporter.start()  # close() shuts the web server down, which waits for it to have started
     try:
@@ -113,10 +112,13 @@ def _http_samples(size: int, repeats: int) -> dict[str, Any]:
         exporter = ExporterProc(url, extra_args=["--vm.name=sim-vm-0"], name=f"exporter-{size}")
         try:
             exporter.wait_ready()
-            wait_until(lambda: "azure_scheduled_events_event_info{" in exporter.metrics() or size == 0,
-                       10, "events visible")
-            for label, headers in (("Prometheus headers (text, gzip)", PROMETHEUS_HEADERS),
-                                   ("curl (text 0.0.4)", CURL_HEADERS)):
+            wait_until(
+                lambda: "azure_scheduled_events_event_info{" in exporter.metrics() or size == 0, 10, "events visible"
+            )
+            for label, headers in (
+                ("Prometheus headers (text, gzip)", PROMETHEUS_HEADERS),
+                ("curl (text 0.0.4)", CURL_HEADERS),
+            ):
                 for _ in range(3):
                     _scrape(exporter.port, headers)  # warm
                 samples, size_bytes = [], 0
@@ -143,19 +145,46 @@ def run(mode: Mode) -> Report:
     for size in sizes:
         samples, reference, series, length = _render_samples(size, render_repeats)
         rows.append(["render (in-process)", size, percentile(samples, 50), percentile(samples, 99), series, length])
-        data["cells"].append({"how": "render", "events": size, "p50_ms": percentile(samples, 50),
-                              "p99_ms": percentile(samples, 99), "series": series, "bytes": length,
-                              "plain_p50_ms": percentile(reference, 50), "plain_p99_ms": percentile(reference, 99)})
-        plain_rows.append([size, series, percentile(samples, 50), percentile(reference, 50),
-                           f"{percentile(samples, 50) / percentile(reference, 50):.2f}x"])
-    report.table("/metrics render vs a plain prometheus_client registry with the same series (ms, p50)",
-                 ["events", "series", "se-exporter", "plain prometheus_client", "ratio"], plain_rows)
+        data["cells"].append(
+            {
+                "how": "render",
+                "events": size,
+                "p50_ms": percentile(samples, 50),
+                "p99_ms": percentile(samples, 99),
+                "series": series,
+                "bytes": length,
+                "plain_p50_ms": percentile(reference, 50),
+                "plain_p99_ms": percentile(reference, 99),
+            }
+        )
+        plain_rows.append(
+            [
+                size,
+                series,
+                percentile(samples, 50),
+                percentile(reference, 50),
+                f"{percentile(samples, 50) / percentile(reference, 50):.2f}x",
+            ]
+        )
+    report.table(
+        "/metrics render vs a plain prometheus_client registry with the same series (ms, p50)",
+        ["events", "series", "se-exporter", "plain prometheus_client", "ratio"],
+        plain_rows,
+    )
     for size in sizes:
         for label, cell in _http_samples(size, http_repeats).items():
             p50, p99 = percentile(cell["samples"], 50), percentile(cell["samples"], 99)
             rows.append([f"HTTP, {label}", size, p50, p99, cell["series"], cell["bytes"]])
-            data["cells"].append({"how": f"HTTP {label}", "events": size, "p50_ms": p50, "p99_ms": p99,
-                                  "series": cell["series"], "bytes": cell["bytes"]})
+            data["cells"].append(
+                {
+                    "how": f"HTTP {label}",
+                    "events": size,
+                    "p50_ms": p50,
+                    "p99_ms": p99,
+                    "series": cell["series"],
+                    "bytes": cell["bytes"],
+                }
+            )
     report.table("/metrics latency (ms)", ["how", "events", "p50 ms", "p99 ms", "series", "bytes"], rows)
     report.data = data
     return report

@@ -49,17 +49,31 @@ def fill_spool(state_file: Path, count: int) -> None:
     from se_exporter.audit.spool import Spool
 
     spool = Spool(state_file.with_name(state_file.name + ".spool"))
-    spool.append(AuditRecord("scheduled_event.transition", "INFO", f"Freeze scheduled (benchmark record {n})",
-                             {"scheduled_event.id": f"bench-{n}", "scheduled_event.type": "Freeze",
-                              "scheduled_event.transition": "scheduled",
-                              "scheduled_event.description": "Host server is undergoing maintenance."},
-                             1_700_000_000_000_000_000 + n, f"bench-uid-{n}") for n in range(count))
+    spool.append(
+        AuditRecord(
+            "scheduled_event.transition",
+            "INFO",
+            f"Freeze scheduled (benchmark record {n})",
+            {
+                "scheduled_event.id": f"bench-{n}",
+                "scheduled_event.type": "Freeze",
+                "scheduled_event.transition": "scheduled",
+                "scheduled_event.description": "Host server is undergoing maintenance.",
+            },
+            1_700_000_000_000_000_000 + n,
+            f"bench-uid-{n}",
+        )
+        for n in range(count)
+    )
     spool.close()
 
 
 def _dead_endpoint() -> dict[str, str]:
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": "se-exporter-bench"}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "se-exporter-bench",
+    }
 
 
 def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
@@ -68,12 +82,14 @@ def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
     processes: dict[str, Proc] = {
         "reference loop": ReferenceProc(url, name="reference"),
         "exporter, OTel off": ExporterProc(url, name="exporter-off"),
-        DEAD: ExporterProc(url, otel_env=_dead_endpoint(), extra_args=[f"--state.file={state_file}"],
-                           name="exporter-dead-collector"),
+        DEAD: ExporterProc(
+            url, otel_env=_dead_endpoint(), extra_args=[f"--state.file={state_file}"], name="exporter-dead-collector"
+        ),
     }
     if receiver is not None:
-        processes["exporter, OTel on, live collector"] = ExporterProc(url, otel_env=otel_env(receiver),
-                                                                      name="exporter-live-collector")
+        processes["exporter, OTel on, live collector"] = ExporterProc(
+            url, otel_env=otel_env(receiver), name="exporter-live-collector"
+        )
     wait_all_started(processes.values())
     return processes
 
@@ -127,13 +143,21 @@ def run(mode: Mode, duration: float | None = None) -> Report:
         figures = measured[kind]
         ratio = figures["cpu_s"] / reference if reference > 0 else float("nan")
         per_slice = " / ".join(f"{1000 * s:.0f}" for s in figures["slices_s"])
-        rows.append([kind, round(100 * figures["cpu_s"] / wall, 3), round(ratio, 2), per_slice,
-                     round(figures["peak_rss_kib"] / 1024, 1)])
+        rows.append(
+            [
+                kind,
+                round(100 * figures["cpu_s"] / wall, 3),
+                round(ratio, 2),
+                per_slice,
+                round(figures["peak_rss_kib"] / 1024, 1),
+            ]
+        )
     report.table(
         f"Idle CPU with the collector dead and {WAITING} records waiting ({wall:.0f} s window, "
         f"{SLICES} slices of {wall / SLICES:.0f} s)",
-        ["process", "CPU % of one core", "CPU x reference", "CPU ms per slice", "peak RSS MiB"], rows)
+        ["process", "CPU % of one core", "CPU x reference", "CPU ms per slice", "peak RSS MiB"],
+        rows,
+    )
     report.note(f"records still waiting at the end (dead collector): {measured[DEAD]['spool_depth_at_end']}")
-    report.data = {"window_s": wall, "warmup_s": warmup, "slices": SLICES, "waiting": WAITING,
-                   "results": measured}
+    report.data = {"window_s": wall, "warmup_s": warmup, "slices": SLICES, "waiting": WAITING, "results": measured}
     return report

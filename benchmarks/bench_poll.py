@@ -43,17 +43,19 @@ def make_body(size: int, incarnation: int, variant: int = 0) -> bytes:
     events = []
     for index in range(size):
         suffix = f"v{variant}" if index == size - 1 else "v0"
-        events.append({
-            "EventId": f"{index:08X}-1B2C-4D3E-8F40-{suffix}{index:010d}"[:36],
-            "EventType": TYPES[index % len(TYPES)],
-            "ResourceType": "VirtualMachine",
-            "Resources": [f"vm-{index % 3}", "vm-self"],
-            "EventStatus": "Scheduled",
-            "NotBefore": formatdate(BASE_TIME + 900 + index, usegmt=True),
-            "Description": "Host server is undergoing maintenance.",
-            "EventSource": "Platform",
-            "DurationInSeconds": 9,
-        })
+        events.append(
+            {
+                "EventId": f"{index:08X}-1B2C-4D3E-8F40-{suffix}{index:010d}"[:36],
+                "EventType": TYPES[index % len(TYPES)],
+                "ResourceType": "VirtualMachine",
+                "Resources": [f"vm-{index % 3}", "vm-self"],
+                "EventStatus": "Scheduled",
+                "NotBefore": formatdate(BASE_TIME + 900 + index, usegmt=True),
+                "Description": "Host server is undergoing maintenance.",
+                "EventSource": "Platform",
+                "DurationInSeconds": 9,
+            }
+        )
     return json.dumps({"DocumentIncarnation": incarnation, "Events": events}).encode()
 
 
@@ -185,8 +187,9 @@ def _pipeline_cases(size: int, exporter: Any) -> dict[str, tuple[Callable[[], An
     }
 
 
-def _measure(fn: Callable[[], Any], setup: Callable[[], None], budget: float, minimum: int,
-             setup_each: bool) -> list[float]:
+def _measure(
+    fn: Callable[[], Any], setup: Callable[[], None], budget: float, minimum: int, setup_each: bool
+) -> list[float]:
     setup()
     fn()  # warm
     if setup_each:
@@ -218,8 +221,17 @@ def run(mode: Mode) -> Report:
     def record(layer: str, size: int, case: str, samples: list[float]) -> None:
         p50, p99 = percentile(samples, 50), percentile(samples, 99)
         rows.append([layer, size, case, round(p50, 1), round(p99, 1), len(samples)])
-        data["cells"].append({"layer": layer, "events": size, "case": case, "p50_us": p50, "p99_us": p99,
-                              "mean_us": sum(samples) / len(samples), "repeats": len(samples)})
+        data["cells"].append(
+            {
+                "layer": layer,
+                "events": size,
+                "case": case,
+                "p50_us": p50,
+                "p99_us": p99,
+                "mean_us": sum(samples) / len(samples),
+                "repeats": len(samples),
+            }
+        )
 
     sizes = SIZES if mode.name != "tiny" else SIZES[:4]
     for size in sizes:
@@ -233,7 +245,6 @@ def run(mode: Mode) -> Report:
                     record("pipeline", size, case, samples)
     finally:
         logging.getLogger("se_exporter").handlers[:] = [logging.NullHandler()]
-    report.table("Cost per poll, fetch excluded (µs)", ["layer", "events", "case", "p50 µs", "p99 µs", "repeats"],
-                 rows)
+    report.table("Cost per poll, fetch excluded (µs)", ["layer", "events", "case", "p50 µs", "p99 µs", "repeats"], rows)
     report.data = data
     return report

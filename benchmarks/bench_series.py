@@ -23,8 +23,9 @@ INCARNATION = "azure_scheduled_events_document_incarnation"
 
 def _families(text: str) -> dict[str, int]:
     """Series per metric family (histogram _bucket/_sum/_count lines counted under the family)."""
-    histograms = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE") and
-                  line.endswith(" histogram")}
+    histograms = {
+        line.split()[2] for line in text.splitlines() if line.startswith("# TYPE") and line.endswith(" histogram")
+    }
     counts: collections.Counter[str] = collections.Counter()
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -52,17 +53,23 @@ def run(mode: Mode) -> Report:
             incarnation = world.snapshot().incarnation
             states["1 event (Scheduled)"] = wait_until(
                 lambda: (t := exporter.metrics()) and (metric_value(t, INCARNATION) or 0) >= incarnation and t,
-                10, "event visible")
+                10,
+                "event visible",
+            )
             world.start_event(event_id)
             incarnation = world.snapshot().incarnation
             states["1 event (Started)"] = wait_until(
                 lambda: (t := exporter.metrics()) and (metric_value(t, INCARNATION) or 0) >= incarnation and t,
-                10, "event started")
+                10,
+                "event started",
+            )
             wait_until(lambda: not world.snapshot().events, 10, "event completed")
             incarnation = world.snapshot().incarnation
             states["idle after 1 event"] = wait_until(
                 lambda: (t := exporter.metrics()) and (metric_value(t, INCARNATION) or 0) >= incarnation and t,
-                10, "event gone")
+                10,
+                "event gone",
+            )
         finally:
             exporter.stop()
     rows: list[list[Any]] = []
@@ -72,9 +79,11 @@ def run(mode: Mode) -> Report:
         fleet = series * FLEET
         rows.append([state, series, len(text.encode()), f"{fleet:,}", f"{fleet * BYTES_PER_SERIES / 2**30:.1f}"])
         data["states"][state] = {"series": series, "bytes": len(text.encode()), "families": _families(text)}
-    report.table(f"Series per VM and for a {FLEET:,}-VM fleet",
-                 ["state", "series / VM", "scrape bytes", f"series x {FLEET:,}", "Prometheus head GiB (≈2 KiB/series)"],
-                 rows)
+    report.table(
+        f"Series per VM and for a {FLEET:,}-VM fleet",
+        ["state", "series / VM", "scrape bytes", f"series x {FLEET:,}", "Prometheus head GiB (≈2 KiB/series)"],
+        rows,
+    )
     idle = data["states"]["idle"]["families"]
     rows = [[name, count] for name, count in sorted(idle.items(), key=lambda item: -item[1])]
     report.table("Idle series by family", ["family", "series"], rows)

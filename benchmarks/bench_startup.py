@@ -40,8 +40,13 @@ def _wall(code: str) -> float:
 
 def importtime(module: str) -> tuple[float, list[tuple[str, float]], int]:
     """(total ms, top-level imports by cumulative ms, number of modules) of importing ``module``."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}, sys; print(len(sys.modules))"],
-                          env=clean_env(), capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}, sys; print(len(sys.modules))"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     top: list[tuple[str, float]] = []
     for line in done.stderr.splitlines():
         match = _IMPORTTIME.match(line)
@@ -52,8 +57,13 @@ def importtime(module: str) -> tuple[float, list[tuple[str, float]], int]:
 
 def nested_imports(module: str, limit: int = 12) -> list[tuple[str, float]]:
     """The heaviest imports anywhere in the tree (cumulative ms), for finding lazy-import candidates."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"],
-                          env=clean_env(), capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = []
     for line in done.stderr.splitlines():
         match = _IMPORTTIME.match(line)
@@ -68,8 +78,12 @@ def nested_imports(module: str, limit: int = 12) -> list[tuple[str, float]]:
 def run(mode: Mode) -> Report:
     report = Report(NAME)
     repeats = mode.pick(10, 4, 1)
-    ready: dict[str, list[float]] = {"exporter, OTel off": [], "exporter, OTel off, --vm.name": [],
-                                     "exporter, OTel on": [], "reference loop": []}
+    ready: dict[str, list[float]] = {
+        "exporter, OTel off": [],
+        "exporter, OTel off, --vm.name": [],
+        "exporter, OTel on": [],
+        "reference loop": [],
+    }
     with otlp_receiver() as receiver, simulator(0) as sim:
         for _ in range(repeats):
             proc = ExporterProc(sim.url, name="exporter")
@@ -93,10 +107,11 @@ def run(mode: Mode) -> Report:
                 ready["reference loop"].append(ref.wait_first_document() * 1000)
             finally:
                 ref.stop()
-    report.table("Start-up: spawn → ready (exporter: /-/ready 200; reference: first document printed), ms",
-                 ["process", "runs", "p50 ms", "min ms", "max ms"],
-                 [[k, len(v), round(percentile(v, 50), 1), round(min(v), 1), round(max(v), 1)]
-                  for k, v in ready.items() if v])
+    report.table(
+        "Start-up: spawn → ready (exporter: /-/ready 200; reference: first document printed), ms",
+        ["process", "runs", "p50 ms", "min ms", "max ms"],
+        [[k, len(v), round(percentile(v, 50), 1), round(min(v), 1), round(max(v), 1)] for k, v in ready.items() if v],
+    )
 
     baseline = [_wall("pass") for _ in range(repeats)]
     rows: list[list[Any]] = []
@@ -107,12 +122,23 @@ def run(mode: Mode) -> Report:
         walls[module] = (min(samples) - min(baseline)) * 1000
         rows.append([module, round(walls[module], 1), round(total, 1), modules])
     rows.append(["(python -c pass)", round(min(baseline) * 1000, 1), 0.0, "-"])
-    report.table("Import time (best of runs; wall minus interpreter start-up)",
-                 ["import", "wall ms", "-X importtime ms", "modules loaded"], rows)
+    report.table(
+        "Import time (best of runs; wall minus interpreter start-up)",
+        ["import", "wall ms", "-X importtime ms", "modules loaded"],
+        rows,
+    )
     _, top, _ = importtime("se_exporter.app")
     heavy = nested_imports("se_exporter.app")
-    report.table("Heaviest imports under se_exporter.app (cumulative ms, -X importtime)",
-                 ["module", "cumulative ms"], [[name, round(ms, 1)] for name, ms in heavy])
-    report.data = {"ready_ms": ready, "import_wall_ms": walls, "python_pass_ms": min(baseline) * 1000,
-                   "heaviest_imports": heavy, "top_level": top}
+    report.table(
+        "Heaviest imports under se_exporter.app (cumulative ms, -X importtime)",
+        ["module", "cumulative ms"],
+        [[name, round(ms, 1)] for name, ms in heavy],
+    )
+    report.data = {
+        "ready_ms": ready,
+        "import_wall_ms": walls,
+        "python_pass_ms": min(baseline) * 1000,
+        "heaviest_imports": heavy,
+        "top_level": top,
+    }
     return report

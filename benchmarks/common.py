@@ -124,8 +124,14 @@ def write_results(report: Report, mode: Mode) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     path = RESULTS_DIR / f"{report.name}-{mode.name}-{stamp}.json"
-    payload = {"benchmark": report.name, "mode": mode.name, "machine": machine_info(),
-               "data": report.data, "notes": report.notes, "tables": report.tables}
+    payload = {
+        "benchmark": report.name,
+        "mode": mode.name,
+        "machine": machine_info(),
+        "data": report.data,
+        "notes": report.notes,
+        "tables": report.tables,
+    }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return path
 
@@ -137,7 +143,7 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (every thread, also exited ones), in seconds."""
     with open(f"/proc/{pid}/stat") as stat:
         text = stat.read()
-    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -194,8 +200,13 @@ class Proc:
         self.spawned_at = time.time()
         self.spawned_mono = time.monotonic()
         self.proc = subprocess.Popen(
-            list(argv), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, bufsize=0,
+            list(argv),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            bufsize=0,
         )
         self.output: list[str] = []
         self.stamped: list[tuple[float, str]] = []  # (wall time the line arrived, line)
@@ -243,12 +254,27 @@ class Proc:
 class ExporterProc(Proc):
     """``python -m se_exporter run`` on a free loopback port."""
 
-    def __init__(self, imds_url: str, *, otel_env: dict[str, str] | None = None, interval: str = "1s",
-                 extra_args: Sequence[str] = (), name: str = "exporter") -> None:
+    def __init__(
+        self,
+        imds_url: str,
+        *,
+        otel_env: dict[str, str] | None = None,
+        interval: str = "1s",
+        extra_args: Sequence[str] = (),
+        name: str = "exporter",
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", "se_exporter", "run", f"--web.listen-address=127.0.0.1:{self.port}",
-                f"--imds.url={imds_url}", f"--poll.interval={interval}", *extra_args]
+        argv = [
+            sys.executable,
+            "-m",
+            "se_exporter",
+            "run",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--imds.url={imds_url}",
+            f"--poll.interval={interval}",
+            *extra_args,
+        ]
         super().__init__(argv, env=clean_env(otel_env, otel=otel_env is not None), name=name)
 
     def ready(self) -> bool:
@@ -275,8 +301,12 @@ class ReferenceProc(Proc):
 
     def wait_first_document(self, timeout: float = 30.0) -> float:
         """Block until the loop printed its first document; return seconds since spawn."""
-        wait_until(lambda: self.alive() and any("DocumentIncarnation" in line for line in self.output),
-                   timeout, f"{self.name} first document", interval=0.005)
+        wait_until(
+            lambda: self.alive() and any("DocumentIncarnation" in line for line in self.output),
+            timeout,
+            f"{self.name} first document",
+            interval=0.005,
+        )
         return time.monotonic() - self.spawned_mono
 
 
@@ -300,8 +330,14 @@ def simulator(events: int = 0, *, seed: int = 0) -> Iterator[Any]:
     world = SimWorld(clock=SimClock(speed=1.0), rng=random.Random(seed))
     types = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
     for index in range(events):
-        world.add_event(EventPlan(event_type=types[index % len(types)], notice=FAR_NOTICE, duration=-1,
-                                  description=f"benchmark event {index}"))
+        world.add_event(
+            EventPlan(
+                event_type=types[index % len(types)],
+                notice=FAR_NOTICE,
+                duration=-1,
+                description=f"benchmark event {index}",
+            )
+        )
     server = SimulatorServer(world, tick_interval=0.05)
     with server:
         yield server
@@ -310,8 +346,14 @@ def simulator(events: int = 0, *, seed: int = 0) -> Iterator[Any]:
 @contextlib.contextmanager
 def simulator_process(events: int = 0, *, seed: int = 0) -> Iterator[str]:
     """Like :func:`simulator`, in a child process (off the driver's GIL); yields its base URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.sim_server", f"--events={events}", f"--seed={seed}"],
-                            cwd=REPO, env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.sim_server", f"--events={events}", f"--seed={seed}"],
+        cwd=REPO,
+        env=clean_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()

@@ -59,12 +59,12 @@ def fleet(vms: int, start: float, hours: float) -> list[VM]:
         fault_domain = i % 5
         if i % 10 < 3:  # the wave, one fault domain after the other
             at = start + 3600 * min(1.0, hours / 6) + fault_domain * 2400 * hours / 6
-            events.append(Event(f"wave-{fault_domain}", "Reboot", "Platform", "reboot", "platform", at, at + 900,
-                                at + 1200))
+            events.append(
+                Event(f"wave-{fault_domain}", "Reboot", "Platform", "reboot", "platform", at, at + 900, at + 1200)
+            )
         if i % 10 == 3:
             at = start + hours * 3600 / 3 + (i % 120) * 60 * hours / 6
-            events.append(Event(f"lm-{i}", "Freeze", "Platform", "live_migration", "platform", at, at + 900,
-                                at + 960))
+            events.append(Event(f"lm-{i}", "Freeze", "Platform", "live_migration", "platform", at, at + 900, at + 960))
         gone = float("inf")
         if i % 20 == 7:
             at = start + hours * 3600 * 2 / 3
@@ -93,13 +93,26 @@ Series = tuple[str, str, list[tuple[float, float]]]  # name, labels, (time, valu
 
 def _families(vms: list[VM], times: list[float]) -> Iterator[tuple[str, str, Iterator[Series]]]:
     yield "up", "gauge", _per_vm(vms, times, lambda vm, t: [("up", "", 1.0)])
-    yield P + "exporter_build_info", "gauge", _per_vm(vms, times, lambda vm, t: [
-        (P + "exporter_build_info", f'version="{__version__}",python_version="3.11.7"', 1.0)])
+    yield (
+        P + "exporter_build_info",
+        "gauge",
+        _per_vm(
+            vms,
+            times,
+            lambda vm, t: [(P + "exporter_build_info", f'version="{__version__}",python_version="3.11.7"', 1.0)],
+        ),
+    )
     yield P + "imds_up", "gauge", _per_vm(vms, times, lambda vm, t: [(P + "imds_up", "", 1.0)])
-    yield P + "last_successful_poll_timestamp_seconds", "gauge", _per_vm(vms, times, lambda vm, t: [
-        (P + "last_successful_poll_timestamp_seconds", "", t - 0.4)])
-    yield P + "document_incarnation", "gauge", _per_vm(vms, times, lambda vm, t: [
-        (P + "document_incarnation", "", 1.0 + _changes(vm, t))])
+    yield (
+        P + "last_successful_poll_timestamp_seconds",
+        "gauge",
+        _per_vm(vms, times, lambda vm, t: [(P + "last_successful_poll_timestamp_seconds", "", t - 0.4)]),
+    )
+    yield (
+        P + "document_incarnation",
+        "gauge",
+        _per_vm(vms, times, lambda vm, t: [(P + "document_incarnation", "", 1.0 + _changes(vm, t))]),
+    )
     yield P + "pending", "gauge", _per_vm(vms, times, _pending)
     yield P + "event_info", "gauge", _per_vm(vms, times, _info)
     yield P + "event_seconds_until_not_before", "gauge", _per_vm(vms, times, _until)
@@ -107,12 +120,27 @@ def _families(vms: list[VM], times: list[float]) -> Iterator[tuple[str, str, Ite
     yield P + "event_duration_seconds", "gauge", _per_vm(vms, times, _duration)
     yield P + "event_started_seconds", "gauge", _per_vm(vms, times, _started_for)
     yield P + "transitions", "counter", _per_vm(vms, times, _transitions)
-    yield P + "poll_errors", "counter", _per_vm(vms, times, lambda vm, t: [
-        (P + "poll_errors_total", f'reason="{reason}"', 0.0) for reason in POLL_ERROR_REASONS])
-    yield P + "imds_requests", "counter", _per_vm(vms, times, lambda vm, t: [
-        (P + "imds_requests_total", 'method="GET",code="200"', t - times[0] + 3600.0)])
-    yield P + "persistence_errors", "counter", _per_vm(vms, times, lambda vm, t: [
-        (P + "persistence_errors_total", 'file="state"', 0.0)])
+    yield (
+        P + "poll_errors",
+        "counter",
+        _per_vm(
+            vms,
+            times,
+            lambda vm, t: [(P + "poll_errors_total", f'reason="{reason}"', 0.0) for reason in POLL_ERROR_REASONS],
+        ),
+    )
+    yield (
+        P + "imds_requests",
+        "counter",
+        _per_vm(
+            vms, times, lambda vm, t: [(P + "imds_requests_total", 'method="GET",code="200"', t - times[0] + 3600.0)]
+        ),
+    )
+    yield (
+        P + "persistence_errors",
+        "counter",
+        _per_vm(vms, times, lambda vm, t: [(P + "persistence_errors_total", 'file="state"', 0.0)]),
+    )
     yield P + "imds_request_duration_seconds", "histogram", _per_vm(vms, times, _request_durations)
     yield P + "notice_seconds", "histogram", _per_vm(vms, times, _notice)
     yield P + "started_duration_seconds", "histogram", _per_vm(vms, times, _started_duration)
@@ -140,15 +168,28 @@ def _changes(vm: VM, t: float) -> int:
 
 def _pending(vm: VM, t: float) -> list[tuple[str, str, float]]:
     listed = _listed(vm, t)
-    return [(P + "pending", f'event_type="{kind}",event_status="{status}"',
-             float(sum(1 for e, s in listed if e.event_type == kind and s == status)))
-            for kind in TYPES for status in STATUSES]
+    return [
+        (
+            P + "pending",
+            f'event_type="{kind}",event_status="{status}"',
+            float(sum(1 for e, s in listed if e.event_type == kind and s == status)),
+        )
+        for kind in TYPES
+        for status in STATUSES
+    ]
 
 
 def _info(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return [(P + "event_info", f'event_id="{e.event_id}",event_type="{e.event_type}",event_status="{status}",'
-             f'event_source="{e.source}",resource_type="VirtualMachine",affects_this_vm="true",'
-             f'impact="{e.impact}",cause="{e.cause}"', 1.0) for e, status in _listed(vm, t)]
+    return [
+        (
+            P + "event_info",
+            f'event_id="{e.event_id}",event_type="{e.event_type}",event_status="{status}",'
+            f'event_source="{e.source}",resource_type="VirtualMachine",affects_this_vm="true",'
+            f'impact="{e.impact}",cause="{e.cause}"',
+            1.0,
+        )
+        for e, status in _listed(vm, t)
+    ]
 
 
 def _ids(e: Event) -> str:
@@ -156,18 +197,21 @@ def _ids(e: Event) -> str:
 
 
 def _until(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return [(P + "event_seconds_until_not_before", _ids(e), e.started - t) for e, s in _listed(vm, t)
-            if s == "Scheduled"]
+    return [
+        (P + "event_seconds_until_not_before", _ids(e), e.started - t) for e, s in _listed(vm, t) if s == "Scheduled"
+    ]
 
 
 def _not_before(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return [(P + "event_not_before_timestamp_seconds", _ids(e), e.started) for e, s in _listed(vm, t)
-            if s == "Scheduled"]
+    return [
+        (P + "event_not_before_timestamp_seconds", _ids(e), e.started) for e, s in _listed(vm, t) if s == "Scheduled"
+    ]
 
 
 def _duration(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return [(P + "event_duration_seconds", _ids(e), 5.0 if e.event_type == "Freeze" else -1.0)
-            for e, _ in _listed(vm, t)]
+    return [
+        (P + "event_duration_seconds", _ids(e), 5.0 if e.event_type == "Freeze" else -1.0) for e, _ in _listed(vm, t)
+    ]
 
 
 def _started_for(vm: VM, t: float) -> list[tuple[str, str, float]]:
@@ -180,8 +224,10 @@ def _transitions(vm: VM, t: float) -> list[tuple[str, str, float]]:
         counts[(e.event_type, "scheduled")] += e.scheduled <= t
         counts[(e.event_type, "started")] += e.started <= t
         counts[(e.event_type, "completed")] += e.ended <= t
-    return [(P + "transitions_total", f'event_type="{kind}",transition="{step}"', value)
-            for (kind, step), value in counts.items()]
+    return [
+        (P + "transitions_total", f'event_type="{kind}",transition="{step}"', value)
+        for (kind, step), value in counts.items()
+    ]
 
 
 Row = tuple[str, str, float]
@@ -189,8 +235,10 @@ Row = tuple[str, str, float]
 
 def _histogram(name: str, labels: str, buckets: tuple[float, ...], observed: list[float]) -> list[Row]:
     sep = "," if labels else ""
-    rows = [(name + "_bucket", f'{labels}{sep}le="{bound:g}"', float(sum(v <= bound for v in observed)))
-            for bound in buckets]
+    rows = [
+        (name + "_bucket", f'{labels}{sep}le="{bound:g}"', float(sum(v <= bound for v in observed)))
+        for bound in buckets
+    ]
     rows.append((name + "_bucket", f'{labels}{sep}le="+Inf"', float(len(observed))))
     rows.append((name + "_count", labels, float(len(observed))))
     rows.append((name + "_sum", labels, float(sum(observed))))
@@ -201,22 +249,29 @@ def _request_durations(vm: VM, t: float) -> list[tuple[str, str, float]]:
     polls = t - 1_000_000.0  # a poll a second since long before the window; 1.5 ms each, all under 5 ms
     name = P + "imds_request_duration_seconds"
     rows = [(name + "_bucket", f'method="GET",le="{bound:g}"', polls) for bound in REQUEST_BUCKETS]
-    return [*rows, (name + "_bucket", 'method="GET",le="+Inf"', polls), (name + "_count", 'method="GET"', polls),
-            (name + "_sum", 'method="GET"', polls * 0.0015)]
+    return [
+        *rows,
+        (name + "_bucket", 'method="GET",le="+Inf"', polls),
+        (name + "_count", 'method="GET"', polls),
+        (name + "_sum", 'method="GET"', polls * 0.0015),
+    ]
 
 
 def _notice(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return _per_type(vm, "notice_seconds", NOTICE_BUCKETS, lambda e: e.scheduled <= t,
-                     lambda e: e.started - e.scheduled)
+    return _per_type(
+        vm, "notice_seconds", NOTICE_BUCKETS, lambda e: e.scheduled <= t, lambda e: e.started - e.scheduled
+    )
 
 
 def _started_duration(vm: VM, t: float) -> list[tuple[str, str, float]]:
-    return _per_type(vm, "started_duration_seconds", STARTED_BUCKETS, lambda e: e.ended <= t,
-                     lambda e: e.ended - e.started)
+    return _per_type(
+        vm, "started_duration_seconds", STARTED_BUCKETS, lambda e: e.ended <= t, lambda e: e.ended - e.started
+    )
 
 
-def _per_type(vm: VM, name: str, buckets: tuple[float, ...], seen: Callable[[Event], bool],
-              value: Callable[[Event], float]) -> list[tuple[str, str, float]]:
+def _per_type(
+    vm: VM, name: str, buckets: tuple[float, ...], seen: Callable[[Event], bool], value: Callable[[Event], float]
+) -> list[tuple[str, str, float]]:
     """A histogram per EventType of what ``value`` gives for the events ``seen`` so far."""
     rows = []
     for kind in sorted({e.event_type for e in vm.events if seen(e)}):

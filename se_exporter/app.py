@@ -73,9 +73,11 @@ class Exporter:
         try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
             self.persistence = Persistence(config.state_file)
         except LockHeld as error:
-            raise ConfigError(f"--state.file: {config.state_file} is in use by another se-exporter (pid "
-                              f"{error.holder or 'unknown'}); two on one state file would approve every event "
-                              "twice") from None
+            raise ConfigError(
+                f"--state.file: {config.state_file} is in use by another se-exporter (pid "
+                f"{error.holder or 'unknown'}); two on one state file would approve every event "
+                "twice"
+            ) from None
         except OSError as error:
             raise ConfigError(f"--state.file: cannot write {config.state_file}: {os_problem(error)}") from None
         store = self.persistence.restore("store", EventStore.from_state, EventStore)
@@ -92,18 +94,23 @@ class Exporter:
             from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
 
             identity = self._startup_identity(settings, limiter, transport, identity)
-            self.telemetry = build_telemetry(otel, resource_attributes(otel, identity, __version__),
-                                             _spool_path(config.state_file), __version__)
+            self.telemetry = build_telemetry(
+                otel, resource_attributes(otel, identity, __version__), _spool_path(config.state_file), __version__
+            )
         tracer_provider = tracer_provider or self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__)
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
         if not isinstance(tracer_provider, trace.NoOpTracerProvider):  # else no lifecycle span is ever sent
-            lifecycle = self.persistence.restore("lifecycle", functools.partial(LifecycleSpans.from_state, tracer),
-                                                 functools.partial(LifecycleSpans, tracer))
+            lifecycle = self.persistence.restore(
+                "lifecycle",
+                functools.partial(LifecycleSpans.from_state, tracer),
+                functools.partial(LifecycleSpans, tracer),
+            )
             self.persistence.track("lifecycle", lifecycle)
             sinks.append(lifecycle)
-        self.client = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response,
-                                 tracer=tracer)
+        self.client = IMDSClient(
+            settings, limiter, transport=transport, on_response=self.counters.observe_response, tracer=tracer
+        )
         approver = self._approver(policy) if policy is not None else None
         self.persistence.save()  # the restored state, as it will be saved from now on
         self.poller = Poller(
@@ -118,9 +125,17 @@ class Exporter:
             tracer=tracer,
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(store=store, poller=self.poller, counters=self.counters, clock=clock,
-                                                 version=__version__, spool=self.telemetry.spool,
-                                                 state=self.persistence if config.state_file else None))
+        self.registry.register(
+            SnapshotCollector(
+                store=store,
+                poller=self.poller,
+                counters=self.counters,
+                clock=clock,
+                version=__version__,
+                spool=self.telemetry.spool,
+                state=self.persistence if config.state_file else None,
+            )
+        )
         app = make_app(self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__)
         try:
             self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
@@ -161,16 +176,26 @@ class Exporter:
 
         options: dict[str, Any] = {"can_remember": lambda: self.persistence.ok}
         approver = self.persistence.restore(
-            "approvals", lambda section: Approver.from_state(section, policy, self.client.approve, **options),
-            lambda: Approver(policy, self.client.approve, **options))
+            "approvals",
+            lambda section: Approver.from_state(section, policy, self.client.approve, **options),
+            lambda: Approver(policy, self.client.approve, **options),
+        )
         self.persistence.track("approvals", approver)
         mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
-        log.info("approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules),
-                 policy.leader, mode)
+        log.info(
+            "approval policy %s loaded: %d rule(s), leader=%s, %s",
+            policy.source,
+            len(policy.rules),
+            policy.leader,
+            mode,
+        )
         return approver
 
     def _startup_identity(
-        self, settings: ClientSettings, limiter: RateLimiter, transport: httpx.BaseTransport | None,
+        self,
+        settings: ClientSettings,
+        limiter: RateLimiter,
+        transport: httpx.BaseTransport | None,
         given: VMIdentity | None,
     ) -> VMIdentity | None:
         """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""
@@ -180,8 +205,7 @@ class Exporter:
             with self._stop.interruptible(lambda: probe.is_waiting(thread)):
                 learned = probe.get_identity()
         except IMDSError as error:
-            log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s",
-                        error)
+            log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s", error)
             return given
         finally:
             probe.close()

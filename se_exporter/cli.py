@@ -27,8 +27,11 @@ COMMANDS = {
     "demo": "simulator and exporter in one process",
     "check": "validate configuration files without starting (like promtool check config)",
 }
-_OTHERS = "other commands:\n" + "\n".join(f"  {name:9} {summary}" for name, summary in COMMANDS.items()
-                                         if name != "run") + f"\n\n{PROG} COMMAND --help shows a command's flags."
+_OTHERS = (
+    "other commands:\n"
+    + "\n".join(f"  {name:9} {summary}" for name, summary in COMMANDS.items() if name != "run")
+    + f"\n\n{PROG} COMMAND --help shows a command's flags."
+)
 log = logging.getLogger("se_exporter")
 
 
@@ -40,15 +43,22 @@ def report(message: str) -> int:
 
 def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
     """The parser; each subcommand in ``commands`` gets its flags (the others only their name)."""
-    parser = Parser(prog=PROG, description="Prometheus metrics and OTLP logs for Azure Scheduled Events.",
-                     allow_abbrev=False)
+    parser = Parser(
+        prog=PROG, description="Prometheus metrics and OTLP logs for Azure Scheduled Events.", allow_abbrev=False
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS.items():
         run = name == "run"  # the default: `se-exporter --help` is its help, and names the other commands
-        sub = subparsers.add_parser(name, help=summary, description=summary, allow_abbrev=False,
-                                    prog=f"{PROG} [run]" if run else None, epilog=_OTHERS if run else None,
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = subparsers.add_parser(
+            name,
+            help=summary,
+            description=summary,
+            allow_abbrev=False,
+            prog=f"{PROG} [run]" if run else None,
+            epilog=_OTHERS if run else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         if name in commands:
             _add_arguments(name, sub)
     return parser
@@ -123,8 +133,11 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
         config = dataclasses.replace(config, state_file=default)  # a Windows service keeps its state
         log.info("running as a service: state and log spool in %s", default.parent)
     if untrusted_imds_url(config.imds_url):
-        log.warning("--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
-                    "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)", config.imds_url)
+        log.warning(
+            "--imds.url=%s is neither link-local nor loopback: whatever answers there decides what is "
+            "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)",
+            config.imds_url,
+        )
     exporter = Exporter(config, environ=environ, stop=stop)
     # Start-up objects live forever: keep them out of every later full collection (its pauses
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).

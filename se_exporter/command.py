@@ -41,8 +41,15 @@ class CommandResult:
 class CommandRunner:
     """Runs commands on the caller's thread; ``close`` stops every one still running. Thread-safe."""
 
-    def __init__(self, log: logging.Logger, what: str, *, kill_grace_seconds: float = 5.0,
-                 max_logged_lines: int = 200, platform: Platform | None = None) -> None:
+    def __init__(
+        self,
+        log: logging.Logger,
+        what: str,
+        *,
+        kill_grace_seconds: float = 5.0,
+        max_logged_lines: int = 200,
+        platform: Platform | None = None,
+    ) -> None:
         self._log = log
         self._what = what  # "approval hook", "action notify-team": how its lines are introduced
         self._platform = platform or current()
@@ -56,8 +63,14 @@ class CommandRunner:
         started = time.monotonic()
         self._log.info("%s starting: %s command=%s", self._what, about, list(command))
         try:
-            proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=dict(env), **self._platform.hook_popen_options())
+            proc = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=dict(env),
+                **self._platform.hook_popen_options(),
+            )
         except (OSError, ValueError) as exc:
             self._log.warning("%s could not start: %s %s", self._what, about, exc)
             return CommandResult(None, False, time.monotonic() - started, f"could not start: {exc}")
@@ -66,8 +79,9 @@ class CommandRunner:
         tail: deque[str] = deque(maxlen=1)
         if proc.stdout is None:  # stdout=PIPE always gives one: mypy cannot know
             raise RuntimeError("a command started with stdout=PIPE has no stdout")
-        reader = threading.Thread(target=self._pump, args=(proc.stdout, about, tail), name="se-command-output",
-                                  daemon=True)
+        reader = threading.Thread(
+            target=self._pump, args=(proc.stdout, about, tail), name="se-command-output", daemon=True
+        )
         reader.start()
         timed_out = False
         try:
@@ -82,10 +96,16 @@ class CommandRunner:
         if reader.is_alive():  # something it started in the background holds its output: it ends with it
             self._platform.kill(proc)
             reader.join(timeout=self._grace)
-        summary = (f"timed out after {limit:g} s; its processes were stopped" if timed_out
-                   else f"killed by signal {-code}" if code < 0 else f"exited with status {code}")
-        return CommandResult(None if timed_out else code, timed_out, time.monotonic() - started, summary,
-                             tail[0] if tail else "")
+        summary = (
+            f"timed out after {limit:g} s; its processes were stopped"
+            if timed_out
+            else f"killed by signal {-code}"
+            if code < 0
+            else f"exited with status {code}"
+        )
+        return CommandResult(
+            None if timed_out else code, timed_out, time.monotonic() - started, summary, tail[0] if tail else ""
+        )
 
     def close(self) -> None:
         """Stop every command still running (the exporter is stopping): asked, then killed after the grace."""

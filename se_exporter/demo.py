@@ -25,18 +25,39 @@ log = logging.getLogger(__name__)
 DEMO_POLICY = Path(__file__).parent / "approval" / "demo-policy.yaml"
 DEMO_VM = "sim-vm-0"
 # Something starts at once (a hardware failure), then the documented maintenance kinds follow.
-DEMO_ORDER = ("hardware-failure", "user-reboot", "freeze-live-migration", "spot-preempt", "reschedule",
-              "host-maintenance-freeze", "terminate", "cancelled-maintenance", "platform-redeploy-failure",
-              "user-redeploy")  # every impact and every cause
+DEMO_ORDER = (
+    "hardware-failure",
+    "user-reboot",
+    "freeze-live-migration",
+    "spot-preempt",
+    "reschedule",
+    "host-maintenance-freeze",
+    "terminate",
+    "cancelled-maintenance",
+    "platform-redeploy-failure",
+    "user-redeploy",
+)  # every impact and every cause
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_exporter_flags(parser, imds_url=False)  # the demo's IMDS is its own simulator
     demo = parser.add_argument_group("demo")
-    demo.add_argument("--demo.speed", dest="demo_speed", type=speed, default=30.0, metavar="FACTOR",
-                      help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)")
-    demo.add_argument("--demo.gap", dest="demo_gap", type=float, default=60.0, metavar="SECONDS",
-                      help="simulated seconds between scenarios (default 60)")
+    demo.add_argument(
+        "--demo.speed",
+        dest="demo_speed",
+        type=speed,
+        default=30.0,
+        metavar="FACTOR",
+        help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)",
+    )
+    demo.add_argument(
+        "--demo.gap",
+        dest="demo_gap",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="simulated seconds between scenarios (default 60)",
+    )
     # At 30x a Freeze stays Started for about a second: poll fast enough to see it.
     parser.set_defaults(poll_interval=0.25)
 

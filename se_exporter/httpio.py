@@ -58,9 +58,11 @@ class _DeadlineResponse(http.client.HTTPResponse):
         self.fp = io.BufferedReader(_DeadlineReader(sock, deadline, monotonic))
 
 
-def get_response(connection: http.client.HTTPConnection, deadline: float,
-                 monotonic: Monotonic = time.monotonic) -> http.client.HTTPResponse:
+def get_response(
+    connection: http.client.HTTPConnection, deadline: float, monotonic: Monotonic = time.monotonic
+) -> http.client.HTTPResponse:
     """``connection.getresponse()``, the whole answer bounded by ``deadline`` (a ``monotonic`` time)."""
+
     def response(sock: socket.socket, *args: Any, **kwargs: Any) -> http.client.HTTPResponse:
         return _DeadlineResponse(sock, *args, deadline=deadline, monotonic=monotonic, **kwargs)
 

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 FORMATS = ("logfmt", "json")
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
-_BARE_ASCII = re.compile(r'[!#-<>-\[\]-~]+')  # printable ASCII but for those: bare, no further check
+_BARE_ASCII = re.compile(r"[!#-<>-\[\]-~]+")  # printable ASCII but for those: bare, no further check
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
 # ``extra={FIELDS: (summary, details...)}`` hands a line's fields over as mappings, in order: for lines
 # with many fields (the audit trail's), cheaper than one record attribute each. A logfmt line at info

@@ -66,9 +66,19 @@ class PosixPlatform:
     # SIGHUP too: a closed terminal or a supervisor's hang-up is a clean stop, not a death without a save.
     stop_signals: tuple[int, ...] = (signal.SIGTERM.value, SIGINT, SIGHUP)
     hook_base_env: tuple[str, ...] = (
-        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-        "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-    )  # fmt: skip
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "TMPDIR",
+        "KUBECONFIG",
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_SERVICE_PORT",
+    )
     default_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
     def hook_popen_options(self) -> dict[str, Any]:
@@ -130,11 +140,30 @@ class WindowsPlatform:
     name: str = "nt"
     stop_signals: tuple[int, ...] = (SIGINT, SIGBREAK)  # CTRL+C (a WinSW service stop, a console), CTRL+BREAK
     hook_base_env: tuple[str, ...] = (
-        "PATH", "PATHEXT", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "TEMP", "TMP", "USERPROFILE",
-        "HOMEDRIVE", "HOMEPATH", "APPDATA", "LOCALAPPDATA", "PROGRAMDATA", "PROGRAMFILES", "PSMODULEPATH",
-        "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "USERNAME", "TZ",
-        "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-    )  # fmt: skip  # without SYSTEMROOT and friends, Windows programs (PowerShell, Python) cannot start
+        "PATH",
+        "PATHEXT",
+        "SYSTEMROOT",
+        "SYSTEMDRIVE",
+        "WINDIR",
+        "COMSPEC",
+        "TEMP",
+        "TMP",
+        "USERPROFILE",
+        "HOMEDRIVE",
+        "HOMEPATH",
+        "APPDATA",
+        "LOCALAPPDATA",
+        "PROGRAMDATA",
+        "PROGRAMFILES",
+        "PSMODULEPATH",
+        "NUMBER_OF_PROCESSORS",
+        "PROCESSOR_ARCHITECTURE",
+        "USERNAME",
+        "TZ",
+        "KUBECONFIG",
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_SERVICE_PORT",
+    )  # without SYSTEMROOT and friends, Windows programs (PowerShell, Python) cannot start
     default_path: str = r"C:\Windows\System32;C:\Windows;C:\Windows\System32\WindowsPowerShell\v1.0"
 
     def __init__(self, run: Run | None = None, lock_byte: LockByte | None = None) -> None:

@@ -72,8 +72,9 @@ class Decider(Protocol):
     """The approver, seen from the loop: it decides on every good poll and never blocks it. It returns
     (work settled before the document was read, decisions made on it)."""
 
-    def on_poll(self, events: Sequence[EventState],
-                vm_name: str | None) -> tuple[Sequence[ApprovalDecision], Sequence[ApprovalDecision]]: ...
+    def on_poll(
+        self, events: Sequence[EventState], vm_name: str | None
+    ) -> tuple[Sequence[ApprovalDecision], Sequence[ApprovalDecision]]: ...
 
     def close(self) -> Sequence[ApprovalDecision]: ...
 
@@ -133,8 +134,9 @@ class Poller:
         if self._approver is not None:
             decisions = self._approver.close()
             if decisions:  # the outcome of a POST that ended at shutdown
-                self._publish(PollResult(self._last_document, (), (), False, self.identity, self._clock(),
-                                         settled=decisions))
+                self._publish(
+                    PollResult(self._last_document, (), (), False, self.identity, self._clock(), settled=decisions)
+                )
         self._persistence.save()
 
     def refresh_identity(self) -> None:
@@ -202,4 +204,3 @@ class Poller:
             self._failing_reason = error.reason
         else:
             log.debug("IMDS poll failed again (reason=%s): %s", error.reason, error)
-

@@ -65,8 +65,13 @@ class StopRequest:
             raise StopNow
 
 
-def serve(stop: StopRequest, start: Callable[[], None], run: Callable[[threading.Event], None],
-          close: Callable[[], None], waiting: Callable[[], bool] = lambda: False) -> int:
+def serve(
+    stop: StopRequest,
+    start: Callable[[], None],
+    run: Callable[[threading.Event], None],
+    close: Callable[[], None],
+    waiting: Callable[[], bool] = lambda: False,
+) -> int:
     """Run until a stop is requested (perhaps already), then shut down cleanly and exit 0.
 
     ``waiting()`` is asked in the signal handler (on the thread that runs ``run``): True means that

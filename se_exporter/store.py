@@ -85,8 +85,11 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     def uid(self) -> str:
         """Stable id of this transition: the same if it is ever emitted again after a crash (per new NotBefore
         for "rescheduled", per new content for "updated")."""
-        not_before = self.event.not_before.isoformat() if self.kind is TransitionKind.RESCHEDULED and \
-            self.event.not_before is not None else None
+        not_before = (
+            self.event.not_before.isoformat()
+            if self.kind is TransitionKind.RESCHEDULED and self.event.not_before is not None
+            else None
+        )
         detail = _content_digest(self.event) if self.kind is TransitionKind.UPDATED else not_before
         return _transition_uid(self.event.event_id, self.life, self.kind, detail)
 
@@ -156,9 +159,7 @@ class EventStore:
             return True
         if document.incarnation != self.incarnation or len(document.events) != len(self._events):
             return False
-        return all(
-            (state := self._events.get(e.event_id)) is not None and state.event == e for e in document.events
-        )
+        return all((state := self._events.get(e.event_id)) is not None and state.event == e for e in document.events)
 
     def reconcile(self, document: Document, now: float) -> list[Transition]:
         """Adopt ``document`` as the current truth and return the transitions it implies."""
@@ -177,9 +178,12 @@ class EventStore:
             updated[event.event_id] = state
             updates = previous is not None and any(kind is TransitionKind.UPDATED for kind, _ in emitted)
             changes = describe_change(previous.event, event, with_not_before=False) if previous and updates else ""
-            transitions += [_transition(kind, state, prev, now, incarnation,
-                                        changes=changes if kind is TransitionKind.UPDATED else "")
-                            for kind, prev in emitted]
+            transitions += [
+                _transition(
+                    kind, state, prev, now, incarnation, changes=changes if kind is TransitionKind.UPDATED else ""
+                )
+                for kind, prev in emitted
+            ]
         for event_id, state in self._events.items():
             if event_id in updated:
                 continue
@@ -249,8 +253,9 @@ def _removal(state: EventState) -> TransitionKind | None:
     return None
 
 
-def _transition(kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int, *,
-                changes: str = "") -> Transition:
+def _transition(
+    kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int, *, changes: str = ""
+) -> Transition:
     return Transition(
         kind=kind,
         event=state.event,

@@ -34,8 +34,7 @@ def start_exporter(tmp_path: Path) -> Iterator[Callable[..., ExporterProcess]]:
     started: list[ExporterProcess] = []
 
     def start(*args: str, env: dict[str, str] | None = None, command: str = "run") -> ExporterProcess:
-        process = ExporterProcess(*args, env=env, command=command,
-                                  log_path=tmp_path / f"exporter-{len(started)}.log")
+        process = ExporterProcess(*args, env=env, command=command, log_path=tmp_path / f"exporter-{len(started)}.log")
         started.append(process)
         return process
 
@@ -56,22 +55,39 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Distributions:
 # not posix"`), these are deselected, and on Windows a posix test is skipped with its reason. Node ids by
 # prefix: a module, or one test of it.
 NEEDS_DEBIAN = (  # promtool, prometheus, alertmanager, amtool or systemd-analyze (the README's test command)
-    "tests/rules/test_promtool.py", "tests/e2e/", "tests/deploy/test_compose.py", "tests/deploy/test_systemd.py",
-    "tests/deploy/test_kubernetes.py::test_prometheusrule_structure", "tests/hostile/",
+    "tests/rules/test_promtool.py",
+    "tests/e2e/",
+    "tests/deploy/test_compose.py",
+    "tests/deploy/test_systemd.py",
+    "tests/deploy/test_kubernetes.py::test_prometheusrule_structure",
+    "tests/hostile/",
     "tests/deploy/test_deploy_docs.py::test_azure_sd_scrape_config",
     "tests/test_dashboards_static.py::test_dashboard_queries_parse_with_promtool",
     "tests/test_metrics.py::test_golden_exposition_passes_promtool_check_metrics",
-    "tests/integration/test_against_simulator.py", "tests/web/test_exporter_web_config.py",
+    "tests/integration/test_against_simulator.py",
+    "tests/web/test_exporter_web_config.py",
 )
 NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM/SIGKILL, POSIX shells and groups
-    "tests/approval/test_approval_exporter.py", "tests/approval/test_approval_hook.py",
-    "tests/approval/test_approval_approver.py", "tests/approval/test_approval_policy.py::test_valid_policies_load",
-    "tests/approval/test_approval_policy.py::test_all_keys_are_parsed", "tests/integration/",
-    "tests/otel/test_export.py", "tests/otel/test_modes.py", "tests/otel/test_outage.py", "tests/otel/test_quiet.py",
+    "tests/approval/test_approval_exporter.py",
+    "tests/approval/test_approval_hook.py",
+    "tests/approval/test_approval_approver.py",
+    "tests/approval/test_approval_policy.py::test_valid_policies_load",
+    "tests/approval/test_approval_policy.py::test_all_keys_are_parsed",
+    "tests/integration/",
+    "tests/otel/test_export.py",
+    "tests/otel/test_modes.py",
+    "tests/otel/test_outage.py",
+    "tests/otel/test_quiet.py",
     "tests/soak/",
-    "tests/simulator/test_command.py", "tests/hostile/", "tests/e2e/", "tests/deploy/test_dockerfile.py",
-    "tests/web/test_exporter_web_config.py", "tests/test_benchmarks_smoke.py", "tests/fuzz/test_atheris.py",
-    "tests/test_cli.py::test_simulate_without_a_scenario", "tests/test_cli.py::test_an_unwritable_state_file",
+    "tests/simulator/test_command.py",
+    "tests/hostile/",
+    "tests/e2e/",
+    "tests/deploy/test_dockerfile.py",
+    "tests/web/test_exporter_web_config.py",
+    "tests/test_benchmarks_smoke.py",
+    "tests/fuzz/test_atheris.py",
+    "tests/test_cli.py::test_simulate_without_a_scenario",
+    "tests/test_cli.py::test_an_unwritable_state_file",
     "tests/test_platform.py::test_serve_listens",
 )
 WHY = {

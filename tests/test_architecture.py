@@ -16,18 +16,32 @@ PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
 
 # Stage of each top-level module or subpackage, lowest first (docs/architecture.md has the same table).
 STAGES: dict[str, int] = {
-    "__init__": 0, "errors": 0, "logs": 0, "times": 0, "uids": 0, "platform": 0, "state": 0, "httpio": 0,
-    "process": 0, "command": 0,  # foundation: no domain
+    "__init__": 0,
+    "errors": 0,
+    "logs": 0,
+    "times": 0,
+    "uids": 0,
+    "platform": 0,
+    "state": 0,
+    "httpio": 0,
+    "process": 0,
+    "command": 0,  # foundation: no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
-    "store": 3, "simulator": 3,  # the state machine; the simulator is a world of its own beside it
+    "store": 3,
+    "simulator": 3,  # the state machine; the simulator is a world of its own beside it
     "approval": 4,  # decides on the store's events
     "poller": 5,  # drives IMDS → store → approver → sinks
-    "metrics": 6, "audit": 6, "otel": 6, "web": 6,  # sinks and the HTTP side
+    "metrics": 6,
+    "audit": 6,
+    "otel": 6,
+    "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
-    "demo": 8, "check": 8,
-    "cli": 9, "__main__": 9,
-}  # fmt: skip
+    "demo": 8,
+    "check": 8,
+    "cli": 9,
+    "__main__": 9,
+}
 SIMULATOR_MAY_USE = {"errors", "logs", "times", "platform", "config", "simulator", "__init__"}
 
 
@@ -44,16 +58,21 @@ def stage_key(module: str) -> str:
 def imports(path: Path) -> tuple[set[str], set[str]]:
     """(every se_exporter module imported, those imported only for type checking)."""
     tree = ast.parse(path.read_text(), str(path))
-    type_only = {id(child) for node in ast.walk(tree)
-                 if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test) for child in ast.walk(node)}
+    type_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
     runtime: set[str] = set()
     typing: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            targets = {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
-                       for a in node.names}
+            targets = {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+            }
         else:
             continue
         (typing if id(node) in type_only else runtime).update(target for target in targets if target in MODULES)
@@ -72,7 +91,8 @@ def test_every_module_has_a_stage() -> None:
 def test_no_import_from_a_lower_stage_to_a_higher_one(module: str) -> None:
     stage = STAGES[stage_key(module)]
     upward = sorted(
-        target for target in GRAPH[module][0]
+        target
+        for target in GRAPH[module][0]
         if stage_key(target) != stage_key(module) and STAGES[stage_key(target)] > stage
     )
     assert not upward, f"{module} (stage {stage}) imports higher stages: {upward}"
@@ -85,8 +105,10 @@ def test_the_simulator_stands_apart_from_the_exporter() -> None:
 
 
 def test_no_import_loops() -> None:
-    runtime = {module: {t for t in targets - typing if t in MODULES and t != module}
-               for module, (targets, typing) in GRAPH.items()}
+    runtime = {
+        module: {t for t in targets - typing if t in MODULES and t != module}
+        for module, (targets, typing) in GRAPH.items()
+    }
     loops = [cycle for cycle in _cycles(runtime) if len(cycle) > 1]
     assert not loops, f"modules importing each other: {loops}"
 

@@ -33,7 +33,11 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--tiny", "--no-save"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=110,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]

@@ -21,8 +21,14 @@ GOOD_POLICY = "rules:\n  - name: user-initiated\n    event_sources: [User]\n"
 
 def check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
-    return subprocess.run([sys.executable, "-m", "se_exporter", "check", *args], capture_output=True, text=True,
-                          timeout=30, env={**environ, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "se_exporter", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**environ, **(env or {})},
+        check=False,
+    )
 
 
 def test_valid_files_are_ok(tmp_path: Path) -> None:
@@ -49,14 +55,16 @@ def test_every_problem_of_every_file_is_one_line(tmp_path: Path) -> None:
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and all(line.startswith("se-exporter: error: ") for line in lines)
     assert lines[0].startswith(f"se-exporter: error: web config {tmp_path / 'web.yml'}: tls_server_config.cert_file")
-    assert lines[1] == (f"se-exporter: error: approval config {tmp_path / 'policy.yaml'}: "
-                        'rules[0].max_duration_seconds: must be an integer >= 0, got "1:30"')
+    assert lines[1] == (
+        f"se-exporter: error: approval config {tmp_path / 'policy.yaml'}: "
+        'rules[0].max_duration_seconds: must be an integer >= 0, got "1:30"'
+    )
 
 
 def test_a_hook_that_is_not_executable_is_refused_as_at_start(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(GOOD_POLICY + "hook:\n  command: [/no/such/drain]\n")
     result = check(f"--approval.config={tmp_path / 'policy.yaml'}")
-    assert result.returncode == 2 and "hook.command[0]: \"/no/such/drain\" is not an executable file" in result.stderr
+    assert result.returncode == 2 and 'hook.command[0]: "/no/such/drain" is not an executable file' in result.stderr
 
 
 @pytest.mark.parametrize("good", sorted((WEB_CONFIGS / "good").glob("*.yml")), ids=lambda path: path.stem)
@@ -65,8 +73,12 @@ def test_the_shipped_good_web_configs_are_ok_and_read_from_the_environment_twin(
     make_pki(tmp_path / "conf")  # the certificates they name by relative paths, next to them
     shutil.copy(good, tmp_path / "conf" / good.name)
     (tmp_path / "policy.yaml").write_text(GOOD_POLICY)
-    result = check(env={"SE_EXPORTER_APPROVAL_CONFIG": str(tmp_path / "policy.yaml"),
-                        "SE_EXPORTER_WEB_CONFIG_FILE": str(tmp_path / "conf" / good.name)})
+    result = check(
+        env={
+            "SE_EXPORTER_APPROVAL_CONFIG": str(tmp_path / "policy.yaml"),
+            "SE_EXPORTER_WEB_CONFIG_FILE": str(tmp_path / "conf" / good.name),
+        }
+    )
     assert (result.returncode, result.stdout) == (0, "ok\n")
     assert "error" not in result.stderr  # the exporter's own notes (an option accepted and ignored) may show
 
@@ -74,5 +86,7 @@ def test_the_shipped_good_web_configs_are_ok_and_read_from_the_environment_twin(
 def test_nothing_to_check_says_what_to_give() -> None:
     result = check()
     assert result.returncode == 2
-    assert result.stderr == ("se-exporter: error: nothing to check: give --approval.config, --web.config.file "
-                             "(or their SE_EXPORTER_* variables)\n")
+    assert result.stderr == (
+        "se-exporter: error: nothing to check: give --approval.config, --web.config.file "
+        "(or their SE_EXPORTER_* variables)\n"
+    )

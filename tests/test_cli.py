@@ -62,8 +62,9 @@ ENV_BAD = [
 
 
 @pytest.mark.parametrize(("environ", "message"), ENV_BAD)
-def test_bad_environment_values_name_the_variable(environ: dict[str, str], message: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_environment_values_name_the_variable(
+    environ: dict[str, str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as caught:
         main([], environ=environ)
     assert caught.value.code == 2
@@ -79,9 +80,14 @@ def test_defaults_match_the_design() -> None:
 
 
 def test_environment_twins_and_flags_win() -> None:
-    environ = {"SE_EXPORTER_POLL_INTERVAL": "2m", "SE_EXPORTER_VM_NAME": "vm-env",
-               "SE_EXPORTER_WEB_LISTEN_ADDRESS": "[::1]:9999", "SE_EXPORTER_STATE_FILE": "/tmp/s.json",
-               "SE_EXPORTER_IMDS_API_VERSION": "2019-08-01", "SE_EXPORTER_LOG_FORMAT": "json"}
+    environ = {
+        "SE_EXPORTER_POLL_INTERVAL": "2m",
+        "SE_EXPORTER_VM_NAME": "vm-env",
+        "SE_EXPORTER_WEB_LISTEN_ADDRESS": "[::1]:9999",
+        "SE_EXPORTER_STATE_FILE": "/tmp/s.json",
+        "SE_EXPORTER_IMDS_API_VERSION": "2019-08-01",
+        "SE_EXPORTER_LOG_FORMAT": "json",
+    }
     config = parse([], environ)
     assert (config.poll_interval, config.vm_name) == (120, "vm-env")
     assert (config.listen_host, config.listen_port) == ("::1", 9999)
@@ -90,8 +96,9 @@ def test_environment_twins_and_flags_win() -> None:
     assert (flagged.poll_interval, flagged.vm_name) == (0.25, "vm-flag")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("250ms", 0.25), ("1s", 1), ("2m", 120), ("1h", 3600), ("1.5", 1.5),
-                                               ("30", 30)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("250ms", 0.25), ("1s", 1), ("2m", 120), ("1h", 3600), ("1.5", 1.5), ("30", 30)]
+)
 def test_durations(text: str, seconds: float) -> None:
     assert duration(text) == seconds
 
@@ -102,8 +109,9 @@ def test_env_name_rule() -> None:
 
 
 def test_module_entry_point_and_version() -> None:
-    result = subprocess.run([sys.executable, "-m", "se_exporter", "--version"], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "se_exporter", "--version"], capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 0
     assert result.stdout.strip() == f"se-exporter {__version__}"
 
@@ -120,17 +128,21 @@ def test_listen_failure_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> 
     assert "--web.listen-address: cannot listen on" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("url", "warned"), [
-    ("http://10.0.0.4", True),
-    ("http://imds.example.com", True),
-    ("http://169.254.169.254", False),
-    ("http://127.0.0.1:8080", False),
-    ("http://localhost:8080", False),
-    ("http://[::1]:8080", False),
-    ("http://[fe80::1]", False),
-])
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://10.0.0.4", True),
+        ("http://imds.example.com", True),
+        ("http://169.254.169.254", False),
+        ("http://127.0.0.1:8080", False),
+        ("http://localhost:8080", False),
+        ("http://[::1]:8080", False),
+        ("http://[fe80::1]", False),
+    ],
+)
 def test_an_imds_url_that_is_neither_link_local_nor_loopback_is_warned_about(
-        url: str, warned: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    url: str, warned: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     import socket
 
     with socket.socket() as busy:  # the exporter stops at the listen step: no request is ever sent
@@ -143,18 +155,27 @@ def test_an_imds_url_that_is_neither_link_local_nor_loopback_is_warned_about(
 
 def se_exporter(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
-    return subprocess.run([sys.executable, "-m", "se_exporter", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "se_exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["run", "--poll.interval=soon"],
-    ["--poll.interval=soon"],
-    ["demo", "--demo.speed=0"],
-    ["simulate", "--speed=0"],
-    ["simulate", "--scenario=no-such-scenario"],
-    ["run", "--approval.config=/nonexistent/policy.yaml"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--poll.interval=soon"],
+        ["--poll.interval=soon"],
+        ["demo", "--demo.speed=0"],
+        ["simulate", "--speed=0"],
+        ["simulate", "--scenario=no-such-scenario"],
+        ["run", "--approval.config=/nonexistent/policy.yaml"],
+    ],
+)
 def test_one_error_prefix_for_every_command(args: list[str]) -> None:
     result = se_exporter(*args)
     assert result.returncode == 2
@@ -164,11 +185,16 @@ def test_one_error_prefix_for_every_command(args: list[str]) -> None:
 def test_an_unwritable_state_file_is_one_line(tmp_path: Path) -> None:
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("")
-    result = se_exporter(f"--state.file={not_a_directory}/state.json", "--imds.url=http://127.0.0.1:9",
-                         "--web.listen-address=127.0.0.1:0")
+    result = se_exporter(
+        f"--state.file={not_a_directory}/state.json",
+        "--imds.url=http://127.0.0.1:9",
+        "--web.listen-address=127.0.0.1:0",
+    )
     assert result.returncode == 2
-    assert result.stderr == f"se-exporter: error: --state.file: cannot write {not_a_directory}/state.json: " \
-                            "Not a directory\n"
+    assert (
+        result.stderr == f"se-exporter: error: --state.file: cannot write {not_a_directory}/state.json: "
+        "Not a directory\n"
+    )
 
 
 @pytest.mark.parametrize("command", ["demo", "simulate"])
@@ -182,8 +208,9 @@ def test_a_busy_port_is_one_line_and_exit_2_for_every_command(command: str) -> N
         port = busy.getsockname()[1]
         result = se_exporter(command, f"--web.listen-address=127.0.0.1:{port}")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == (f"se-exporter: error: --web.listen-address: cannot listen on "
-                                              f"127.0.0.1:{port}: Address already in use")
+    assert result.stderr.splitlines()[-1] == (
+        f"se-exporter: error: --web.listen-address: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -205,8 +232,12 @@ def test_demo_does_not_offer_a_flag_it_would_ignore() -> None:
 
 
 def test_simulate_without_a_scenario_says_how_to_pick_one() -> None:
-    with subprocess.Popen([sys.executable, "-m", "se_exporter", "simulate", "--web.listen-address=127.0.0.1:0"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "se_exporter", "simulate", "--web.listen-address=127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         hint = proc.stderr.readline()
         assert proc.stdout.readline().startswith("listening on http://127.0.0.1:")
@@ -218,10 +249,18 @@ def test_simulate_without_a_scenario_says_how_to_pick_one() -> None:
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["run", "--help"]])
 def test_version_and_help_import_neither_the_simulator_nor_otel_nor_approval(args: list[str]) -> None:
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "se_exporter", *args], capture_output=True,
-                            text=True, timeout=30, check=False)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "se_exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 0
     imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if "|" in line}
-    heavy = sorted(m for m in imported if m.startswith(("se_exporter.simulator", "se_exporter.approval",
-                                                        "opentelemetry", "se_exporter.app", "httpx")))
+    heavy = sorted(
+        m
+        for m in imported
+        if m.startswith(("se_exporter.simulator", "se_exporter.approval", "opentelemetry", "se_exporter.app", "httpx"))
+    )
     assert not heavy, heavy

@@ -76,13 +76,19 @@ def test_the_metrics_table_is_the_contracts() -> None:
 
 def test_every_flag_the_docs_use_exists() -> None:
     parser = build_parser()
-    known = {option for sub in parser._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
-             for action in sub._actions for option in action.option_strings}
+    known = {
+        option
+        for sub in parser._subparsers._group_actions[0].choices.values()  # type: ignore[union-attr]
+        for action in sub._actions
+        for option in action.option_strings
+    }
     for page in PAGES:
         for block in code_blocks(page.read_text(), "sh"):
             for line in block.splitlines():
                 words = line.split("#")[0].split()
-                starts = [i for i, w in enumerate(words) if w.endswith("se-exporter") and words[i - 1:i] != ["--name"]]
+                starts = [
+                    i for i, w in enumerate(words) if w.endswith("se-exporter") and words[i - 1 : i] != ["--name"]
+                ]
                 for start in starts:
-                    used = {w.split("=")[0] for w in words[start + 1:] if w.startswith("--")}
+                    used = {w.split("=")[0] for w in words[start + 1 :] if w.startswith("--")}
                     assert used <= known, f"{page.name}: {sorted(used - known)} in {line!r}"

@@ -38,13 +38,17 @@ def answer(
 
 
 def split(data: bytes, size: int = 65536) -> list[bytes]:
-    return [data[i:i + size] for i in range(0, len(data), size)]
+    return [data[i : i + size] for i in range(0, len(data), size)]
 
 
 @pytest.mark.parametrize("encoding", [None, "identity", "gzip", "x-gzip", "deflate", "GZIP "])
 def test_a_small_document_reads_back_whatever_its_encoding(encoding: str | None) -> None:
     compressors: dict[str, Callable[[bytes], bytes]] = {
-        "gzip": gzip.compress, "x-gzip": gzip.compress, "deflate": zlib.compress, "GZIP ": gzip.compress}
+        "gzip": gzip.compress,
+        "x-gzip": gzip.compress,
+        "deflate": zlib.compress,
+        "GZIP ": gzip.compress,
+    }
     raw = compressors.get(encoding or "", bytes)(DOC)
     assert read_body(answer(split(raw, 7), encoding=encoding), deadline=float("inf")) == DOC
 

@@ -26,8 +26,11 @@ class Client(IMDSClient):
 
     def __init__(self, url: str, **settings: object) -> None:
         self.responses: list[tuple[str, str]] = []
-        super().__init__(ClientSettings(base_url=url, **settings),  # type: ignore[arg-type]
-                         RateLimiter(min_interval=0), on_response=lambda m, c, _s: self.responses.append((m, c)))
+        super().__init__(
+            ClientSettings(base_url=url, **settings),  # type: ignore[arg-type]
+            RateLimiter(min_interval=0),
+            on_response=lambda m, c, _s: self.responses.append((m, c)),
+        )
 
 
 def test_get_sends_metadata_header_and_api_version(fake_imds: FakeIMDS) -> None:
@@ -128,12 +131,23 @@ def test_a_body_claiming_an_encoding_it_does_not_have_is_a_typed_error(
 
 
 def test_compute_metadata_gives_identity(fake_imds: FakeIMDS) -> None:
-    compute = {"name": "WestNO_0", "vmId": "id-1", "location": "westeurope", "subscriptionId": "sub",
-               "resourceId": "/subscriptions/sub/x", "vmSize": "Standard_D2s_v5", "vmScaleSetName": "WestNO"}
+    compute = {
+        "name": "WestNO_0",
+        "vmId": "id-1",
+        "location": "westeurope",
+        "subscriptionId": "sub",
+        "resourceId": "/subscriptions/sub/x",
+        "vmSize": "Standard_D2s_v5",
+        "vmScaleSetName": "WestNO",
+    }
     fake_imds.compute = Answer(body=json.dumps(compute).encode())
     identity = Client(fake_imds.url).get_identity()
     assert (identity.name, identity.vm_id, identity.location, identity.vm_scale_set_name) == (
-        "WestNO_0", "id-1", "westeurope", "WestNO")
+        "WestNO_0",
+        "id-1",
+        "westeurope",
+        "WestNO",
+    )
     assert fake_imds.requests[0].path == "/metadata/instance/compute?api-version=2021-02-01"
     assert identity.affects(("westno_0", "WestNO_1")) is True
     assert identity.affects(("WestNO_1",)) is False

@@ -62,8 +62,12 @@ def server() -> Iterator[CountingServer]:
 
 
 def get(transport: IMDSTransport, port: int, read: float = 5.0, *, consume: bool = True) -> httpx.Response:
-    request = httpx.Request("GET", f"http://127.0.0.1:{port}/metadata/scheduledevents?api-version=2020-07-01",
-                            headers={"Metadata": "true"}, extensions={"timeout": {"connect": 2.0, "read": read}})
+    request = httpx.Request(
+        "GET",
+        f"http://127.0.0.1:{port}/metadata/scheduledevents?api-version=2020-07-01",
+        headers={"Metadata": "true"},
+        extensions={"timeout": {"connect": 2.0, "read": read}},
+    )
     answer = transport.handle_request(request)
     if consume:
         answer.read()
@@ -123,9 +127,13 @@ def test_a_post_always_takes_a_new_connection_so_it_is_never_sent_twice(server: 
     transport = IMDSTransport()
     port = server.server_address[1]
     get(transport, port)
-    request = httpx.Request("POST", f"http://127.0.0.1:{port}/metadata/scheduledevents?api-version=2020-07-01",
-                            headers={"Metadata": "true"}, content=b'{"StartRequests": []}',
-                            extensions={"timeout": {"connect": 2.0, "read": 5.0}})
+    request = httpx.Request(
+        "POST",
+        f"http://127.0.0.1:{port}/metadata/scheduledevents?api-version=2020-07-01",
+        headers={"Metadata": "true"},
+        content=b'{"StartRequests": []}',
+        extensions={"timeout": {"connect": 2.0, "read": 5.0}},
+    )
     answer = transport.handle_request(request)
     answer.read()
     answer.close()

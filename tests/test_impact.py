@@ -45,15 +45,25 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1] or 'nosource'}-{c[3]}-{i}" for i, c in enumerate(CASES)])
 def test_classify(case: tuple[str, str, str, str, str, str]) -> None:
     event_type, source, description, first_seen, impact, cause = case
-    raw = {"EventId": "E", "EventType": event_type, "EventStatus": first_seen, "Resources": ["vm-a"],
-           "NotBefore": "", "Description": description, "EventSource": source, "DurationInSeconds": 5}
+    raw = {
+        "EventId": "E",
+        "EventType": event_type,
+        "EventStatus": first_seen,
+        "Resources": ["vm-a"],
+        "NotBefore": "",
+        "Description": description,
+        "EventSource": source,
+        "DurationInSeconds": 5,
+    }
     event = parse_document(json.dumps({"DocumentIncarnation": 1, "Events": [raw]})).events[0]
     assert classify(event, first_seen) == (impact, cause)
 
 
 def test_older_api_version_document_without_source_or_description() -> None:
-    body = '{"DocumentIncarnation": 3, "Events": [{"EventId": "A", "EventType": "Freeze", "EventStatus": "Scheduled",' \
-           ' "ResourceType": "VirtualMachine", "Resources": ["vm-a"], "NotBefore": "Mon, 11 Apr 2022 22:26:58 GMT"}]}'
+    body = (
+        '{"DocumentIncarnation": 3, "Events": [{"EventId": "A", "EventType": "Freeze", "EventStatus": "Scheduled",'
+        ' "ResourceType": "VirtualMachine", "Resources": ["vm-a"], "NotBefore": "Mon, 11 Apr 2022 22:26:58 GMT"}]}'
+    )
     event = parse_document(body).events[0]
     assert classify(event, "Scheduled") == (Impact.PAUSE, Cause.UNKNOWN)
 
@@ -61,4 +71,3 @@ def test_older_api_version_document_without_source_or_description() -> None:
 def test_the_value_lists_are_the_contracts() -> None:
     assert IMPACTS == ("live_migration", "pause", "reboot", "redeploy", "eviction", "termination", "unknown")
     assert CAUSES == ("failure", "user", "platform", "unknown")
-

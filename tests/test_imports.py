@@ -21,8 +21,18 @@ REPO = Path(__file__).resolve().parents[1]
 def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> set[str]:
     """The modules a started exporter imported (until its first successful poll)."""
     log = tmp_path / "importtime.log"
-    command = [sys.executable, "-X", "importtime", "-m", "se_exporter", "run", "--web.listen-address=127.0.0.1:0",
-               f"--imds.url={fake_imds.url}", "--vm.name=vm-a", *flags]
+    command = [
+        sys.executable,
+        "-X",
+        "importtime",
+        "-m",
+        "se_exporter",
+        "run",
+        "--web.listen-address=127.0.0.1:0",
+        f"--imds.url={fake_imds.url}",
+        "--vm.name=vm-a",
+        *flags,
+    ]
     base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     with log.open("wb") as err:
         proc = subprocess.Popen(command, cwd=REPO, stderr=err, env={**base, **(env or {})})
@@ -37,8 +47,15 @@ def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[
 def test_without_otlp_or_policy_no_sdk_no_approval_no_simulator(fake_imds: FakeIMDS, tmp_path: Path) -> None:
     modules = imported_by_run(fake_imds, tmp_path)
     assert "se_exporter.poller" in modules  # it did run
-    for heavy in ("opentelemetry.sdk", "opentelemetry.exporter", "google.protobuf", "grpc", "yaml",
-                  "se_exporter.approval.approver", "se_exporter.simulator"):
+    for heavy in (
+        "opentelemetry.sdk",
+        "opentelemetry.exporter",
+        "google.protobuf",
+        "grpc",
+        "yaml",
+        "se_exporter.approval.approver",
+        "se_exporter.simulator",
+    ):
         assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")], heavy
 
 
@@ -47,8 +64,9 @@ def test_what_is_configured_is_imported(fake_imds: FakeIMDS, tmp_path: Path, wha
     policy = tmp_path / "policy.yaml"
     policy.write_text("rules:\n  - name: users\n    causes: [user]\n")
     if what == "otlp":
-        modules = imported_by_run(fake_imds, tmp_path, env={"OTEL_TRACES_EXPORTER": "console",
-                                                            "OTEL_LOGS_EXPORTER": "none"})
+        modules = imported_by_run(
+            fake_imds, tmp_path, env={"OTEL_TRACES_EXPORTER": "console", "OTEL_LOGS_EXPORTER": "none"}
+        )
         assert "opentelemetry.sdk.trace" in modules
     else:
         modules = imported_by_run(fake_imds, tmp_path, f"--approval.config={policy}")

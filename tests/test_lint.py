@@ -18,6 +18,12 @@ def test_ruff() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_ruff_format() -> None:
+    """One formatting rule, ruff's (black's style at 120 columns): run ``ruff format .`` to apply it."""
+    result = run("ruff", "format", "--check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_strict() -> None:
     result = run("mypy")  # files and strictness come from pyproject.toml
     assert result.returncode == 0, result.stdout + result.stderr
@@ -28,6 +34,10 @@ def test_no_assert_guards_an_invariant_in_the_package() -> None:
     import ast
 
     package = Path(__file__).resolve().parents[1] / "se_exporter"
-    found = [f"{path.relative_to(package)}:{node.lineno}" for path in sorted(package.rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(node, ast.Assert)]
+    found = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Assert)
+    ]
     assert found == []

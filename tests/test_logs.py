@@ -28,26 +28,29 @@ def value_of(line: str, key: str) -> str:
     return rest.split(" ", 1)[0]
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    ("Reboot", "Reboot"),
-    ("vm-a,vm-b", "vm-a,vm-b"),
-    ("Überwartung", "Überwartung"),
-    ("two words", '"two words"'),
-    ("a=b", '"a=b"'),
-    ('say "hi"', '"say \\"hi\\""'),
-    ("back\\slash", '"back\\\\slash"'),
-    ("line\nbreak", '"line\\nbreak"'),
-    ("tab\there", '"tab\\there"'),
-    ("bell\x07", '"bell\\u0007"'),
-    ("next\x85line", '"next\\u0085line"'),  # NEL: a line break to some readers
-    ("para\u2029graph", '"para\\u2029graph"'),
-    ("evil\u202etxt.exe", '"evil\\u202etxt.exe"'),  # a right-to-left override turns what follows around
-    ("\ufeffbom", '"\\ufeffbom"'),
-    ("", '""'),
-    (True, "true"),
-    (("vm-a", "vm-b"), "vm-a,vm-b"),
-    (42, "42"),
-])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("Reboot", "Reboot"),
+        ("vm-a,vm-b", "vm-a,vm-b"),
+        ("Überwartung", "Überwartung"),
+        ("two words", '"two words"'),
+        ("a=b", '"a=b"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("back\\slash", '"back\\\\slash"'),
+        ("line\nbreak", '"line\\nbreak"'),
+        ("tab\there", '"tab\\there"'),
+        ("bell\x07", '"bell\\u0007"'),
+        ("next\x85line", '"next\\u0085line"'),  # NEL: a line break to some readers
+        ("para\u2029graph", '"para\\u2029graph"'),
+        ("evil\u202etxt.exe", '"evil\\u202etxt.exe"'),  # a right-to-left override turns what follows around
+        ("\ufeffbom", '"\\ufeffbom"'),
+        ("", '""'),
+        (True, "true"),
+        (("vm-a", "vm-b"), "vm-a,vm-b"),
+        (42, "42"),
+    ],
+)
 def test_logfmt_values(value: object, shown: str) -> None:
     line = logfmt_line(field=value)
     assert f" field={shown}" in line, line

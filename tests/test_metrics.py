@@ -31,8 +31,12 @@ class Clock:
         return self.now
 
 
-def status(up: bool = False, last_success: float | None = None, identity: VMIdentity = THIS_VM,
-           errors: tuple[IMDSError, ...] = ()) -> PollStatus:
+def status(
+    up: bool = False,
+    last_success: float | None = None,
+    identity: VMIdentity = THIS_VM,
+    errors: tuple[IMDSError, ...] = (),
+) -> PollStatus:
     counts = dict.fromkeys(POLL_ERROR_REASONS, 0)
     for error in errors:
         counts[error.reason] += 1
@@ -42,15 +46,20 @@ def status(up: bool = False, last_success: float | None = None, identity: VMIden
 def render(store: EventStore, counters: Counters, clock: Clock, poll_status: PollStatus) -> str:
     text = exposition.render(store, counters, poll_status, clock=clock, version="1.2.3")
     # the build info carries the running interpreter's version; pin it for the golden file
-    return "\n".join(
-        'azure_scheduled_events_exporter_build_info{python_version="3.x",version="1.2.3"} 1.0'
-        if line.startswith("azure_scheduled_events_exporter_build_info{") else line
-        for line in text.splitlines()
-    ) + "\n"
+    return (
+        "\n".join(
+            'azure_scheduled_events_exporter_build_info{python_version="3.x",version="1.2.3"} 1.0'
+            if line.startswith("azure_scheduled_events_exporter_build_info{")
+            else line
+            for line in text.splitlines()
+        )
+        + "\n"
+    )
 
 
-def reconcile(store: EventStore, counters: Counters, document: Document, now: float,
-              decisions: tuple[ApprovalDecision, ...] = ()) -> None:
+def reconcile(
+    store: EventStore, counters: Counters, document: Document, now: float, decisions: tuple[ApprovalDecision, ...] = ()
+) -> None:
     """One poll's facts, delivered to the counters as the poller delivers them."""
     transitions = store.reconcile(document, now)
     counters.on_poll(PollResult(document, transitions, decisions, True, THIS_VM, now))
@@ -64,8 +73,14 @@ def fixed_scenario() -> tuple[EventStore, Counters, Clock]:
     clock = Clock(T0)
     store, counters = EventStore(), Counters(approval_enabled=True)
     scheduled = parse_document((TESTDATA / "imds" / "docs-example-2-scheduled.json").read_bytes())
-    reboot = ScheduledEvent(event_id="R1", event_type="Reboot", event_status="Started",
-                            resources=("WestNO_1",), event_source="Platform", duration_seconds=-1)
+    reboot = ScheduledEvent(
+        event_id="R1",
+        event_type="Reboot",
+        event_status="Started",
+        resources=("WestNO_1",),
+        event_source="Platform",
+        duration_seconds=-1,
+    )
     reconcile(store, counters, scheduled, clock.now)
     clock.now += 30
     dry_run = ApprovalDecision(scheduled.events[0], ApprovalResult.DRY_RUN, "short-freeze", "dry_run", None, clock.now)
@@ -88,12 +103,16 @@ def test_golden_exposition() -> None:
 def test_scrape_time_values() -> None:
     store, counters, clock = fixed_scenario()
     text = render(store, counters, clock, status(True, clock.now))
-    assert ('azure_scheduled_events_event_seconds_until_not_before{event_id="C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
-            'event_type="Freeze"} 375.5') in text
+    assert (
+        'azure_scheduled_events_event_seconds_until_not_before{event_id="C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
+        'event_type="Freeze"} 375.5'
+    ) in text
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 12.5' in text
-    assert ('azure_scheduled_events_event_info{affects_this_vm="false",cause="failure",event_id="R1",'
-            'event_source="Platform",event_status="Started",event_type="Reboot",impact="reboot",'
-            'resource_type="VirtualMachine"} 1.0') in text  # first seen Started: the hardware-failure path
+    assert (
+        'azure_scheduled_events_event_info{affects_this_vm="false",cause="failure",event_id="R1",'
+        'event_source="Platform",event_status="Started",event_type="Reboot",impact="reboot",'
+        'resource_type="VirtualMachine"} 1.0'
+    ) in text  # first seen Started: the hardware-failure path
     clock.now += 100
     later = render(store, counters, clock, status(True, clock.now))
     assert 'azure_scheduled_events_event_started_seconds{event_id="R1",event_type="Reboot"} 112.5' in later
@@ -120,8 +139,17 @@ def test_before_the_first_poll() -> None:
 
 def test_unknown_vm_name_and_long_labels() -> None:
     store = EventStore()
-    store.reconcile(Document(1, (ScheduledEvent(event_id="x" * 500, event_type="Brand\"New\nType",
-                                                event_status="Scheduled", resources=("vm-a",)),)), T0)
+    store.reconcile(
+        Document(
+            1,
+            (
+                ScheduledEvent(
+                    event_id="x" * 500, event_type='Brand"New\nType', event_status="Scheduled", resources=("vm-a",)
+                ),
+            ),
+        ),
+        T0,
+    )
     text = render(store, Counters(), Clock(T0), status(True, T0, VMIdentity()))
     assert 'affects_this_vm="unknown"' in text
     assert "x" * 500 not in text and "x" * 127 + "…" in text
@@ -141,8 +169,9 @@ def promtool() -> str:
 
 
 def test_golden_exposition_passes_promtool_check_metrics() -> None:
-    result = subprocess.run([promtool(), "check", "metrics"], input=GOLDEN.read_bytes(),
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [promtool(), "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 
 
@@ -154,8 +183,21 @@ def test_invented_event_types_leave_a_bounded_number_of_series_behind() -> None:
     reconcile(store, counters, Document(2), clock.now + 1)  # all gone (cancelled)
     text = render(store, counters, clock, status(True, clock.now))
     types = {labels["event_type"] for labels in exposition.series(text, "azure_scheduled_events_transitions_total")}
-    assert types == {"Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "Kind0", "Kind1", "Kind2", "Kind3",
-                     "Kind4", "other"}
-    assert exposition.value(text, "azure_scheduled_events_transitions_total", event_type="other",
-                            transition="scheduled") == 995  # still counted, under "other"
+    assert types == {
+        "Freeze",
+        "Reboot",
+        "Redeploy",
+        "Preempt",
+        "Terminate",
+        "Kind0",
+        "Kind1",
+        "Kind2",
+        "Kind3",
+        "Kind4",
+        "other",
+    }
+    assert (
+        exposition.value(text, "azure_scheduled_events_transitions_total", event_type="other", transition="scheduled")
+        == 995
+    )  # still counted, under "other"
     assert len(text.splitlines()) < 1000

@@ -52,13 +52,16 @@ def test_license_is_the_apache_2_text_pyproject_declares() -> None:
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) > 190
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert (project["name"], project["license"], project["license-files"]) == (DISTRIBUTION, "Apache-2.0",
-                                                                                ["LICENSE"])
+    assert (project["name"], project["license"], project["license-files"]) == (DISTRIBUTION, "Apache-2.0", ["LICENSE"])
 
 
 def tracked_text_files() -> list[Path]:
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, check=True).stdout
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout
     paths = [REPO / name for name in names.decode().split("\0") if name]
     return [p for p in paths if p.is_file() and p.suffix not in {".png", ".whl", ".gz"}]
 
@@ -66,8 +69,11 @@ def tracked_text_files() -> list[Path]:
 def test_the_version_is_written_once() -> None:
     """se_exporter/__init__.py holds it; pyproject.toml reads it; the changelog names versions by nature."""
     literal = re.compile(rf"(?<![\d.]){re.escape(VERSION)}(?![\d.])")
-    written = sorted(str(p.relative_to(REPO)) for p in tracked_text_files()
-                     if literal.search(p.read_text(encoding="utf-8", errors="replace")))
+    written = sorted(
+        str(p.relative_to(REPO))
+        for p in tracked_text_files()
+        if literal.search(p.read_text(encoding="utf-8", errors="replace"))
+    )
     assert written == ["CHANGELOG.md", "se_exporter/__init__.py"], written
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert pyproject["project"]["dynamic"] == ["version"]
@@ -81,5 +87,9 @@ def test_the_changelog_keeps_a_changelog_and_leads_with_this_version() -> None:
     assert ("0.1.0", "2026-11-22") in headings
     assert "keepachangelog.com" in text
     for version, _ in headings:
-        assert re.search(rf"^## \[{re.escape(version)}\] - .*\n\n(### (Added|Changed|Fixed|Removed|Deprecated|"
-                         rf"Security|Performance)|\w)", text, flags=re.M), version
+        assert re.search(
+            rf"^## \[{re.escape(version)}\] - .*\n\n(### (Added|Changed|Fixed|Removed|Deprecated|"
+            rf"Security|Performance)|\w)",
+            text,
+            flags=re.M,
+        ), version

@@ -28,8 +28,15 @@ from se_exporter.platform import (
 from tests.support.wait import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
-POSIX_ONLY = {("os", "killpg"), ("os", "setsid"), ("os", "O_DIRECTORY"), ("os", "fork"), ("signal", "SIGKILL"),
-              ("signal", "SIGTERM"), ("signal", "SIGHUP")}
+POSIX_ONLY = {
+    ("os", "killpg"),
+    ("os", "setsid"),
+    ("os", "O_DIRECTORY"),
+    ("os", "fork"),
+    ("signal", "SIGKILL"),
+    ("signal", "SIGTERM"),
+    ("signal", "SIGHUP"),
+}
 POSIX_MODULES = {"fcntl", "termios", "pwd", "grp", "resource"}
 
 
@@ -68,23 +75,36 @@ def test_windows_does_not_fsync_a_directory(tmp_path: Path) -> None:
     assert WindowsPlatform().sync_directory(tmp_path) is False
 
 
-@pytest.mark.parametrize(("environ", "expected"), [
-    ({}, None),  # started by hand: no default, as on Linux
-    ({"WINSW_SERVICE_ID": "se-exporter", "PROGRAMDATA": r"D:\Data"}, Path(r"D:\Data") / "se-exporter" / "state.json"),
-    ({"WINSW_SERVICE_ID": "se-exporter"}, Path(r"C:\ProgramData") / "se-exporter" / "state.json"),
-])
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, None),  # started by hand: no default, as on Linux
+        (
+            {"WINSW_SERVICE_ID": "se-exporter", "PROGRAMDATA": r"D:\Data"},
+            Path(r"D:\Data") / "se-exporter" / "state.json",
+        ),
+        ({"WINSW_SERVICE_ID": "se-exporter"}, Path(r"C:\ProgramData") / "se-exporter" / "state.json"),
+    ],
+)
 def test_windows_service_keeps_its_state_in_programdata(environ: dict[str, str], expected: Path | None) -> None:
     assert WindowsPlatform().default_state_file(environ) == expected
     assert PosixPlatform().default_state_file(environ) is None
 
 
 def test_windows_hook_environment_keeps_what_windows_programs_need() -> None:
-    base = {"SYSTEMROOT": r"C:\Windows", "PATHEXT": ".COM;.EXE;.PS1", "COMSPEC": r"C:\Windows\system32\cmd.exe",
-            "TEMP": r"C:\Temp", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=secret", "HOME": "/root"}
+    base = {
+        "SYSTEMROOT": r"C:\Windows",
+        "PATHEXT": ".COM;.EXE;.PS1",
+        "COMSPEC": r"C:\Windows\system32\cmd.exe",
+        "TEMP": r"C:\Temp",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=secret",
+        "HOME": "/root",
+    }
     event = ScheduledEvent("E1", "Reboot", "Scheduled", resources=("vm-a",))
     env = hook_environment(event, "vm-a", "r", base=base, platform=WindowsPlatform())
     assert {k: env[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")} == {
-        k: base[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")}
+        k: base[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")
+    }
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in env and "HOME" not in env
     assert env["PATH"] == WindowsPlatform.default_path and env["SE_EVENT_ID"] == "E1"
     posix = hook_environment(event, "vm-a", "r", base=base, platform=PosixPlatform())
@@ -132,8 +152,11 @@ def test_posix_syncs_a_directory_where_it_can(tmp_path: Path) -> None:
 def _posix_only_uses(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
-                (node.value.id, node.attr) in POSIX_ONLY):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and ((node.value.id, node.attr) in POSIX_ONLY)
+        ):
             found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
         elif isinstance(node, ast.keyword) and node.arg in ("start_new_session", "preexec_fn"):
             found.append(f"{node.arg}= (line {node.value.lineno})")
@@ -144,8 +167,11 @@ def _posix_only_uses(path: Path) -> list[str]:
 
 
 def test_nothing_outside_the_platform_module_calls_posix_only_functions() -> None:
-    offenders = {str(p.relative_to(PACKAGE)): uses for p in sorted(PACKAGE.rglob("*.py"))
-                 if p.name != "platform.py" and (uses := _posix_only_uses(p))}
+    offenders = {
+        str(p.relative_to(PACKAGE)): uses
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.name != "platform.py" and (uses := _posix_only_uses(p))
+    }
     assert offenders == {}
 
 
@@ -156,8 +182,14 @@ def test_the_check_would_see_a_posix_only_call(tmp_path: Path) -> None:
 
 
 def test_mypy_checks_the_package_as_windows_sees_it() -> None:
-    result = subprocess.run([sys.executable, "-m", "mypy", "--platform", "win32", "se_exporter"], cwd=PACKAGE.parent,
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--platform", "win32", "se_exporter"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

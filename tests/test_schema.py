@@ -34,21 +34,42 @@ KINDS: dict[str, tuple[Loader, str, type[Exception]]] = {
 CASES = [
     # (kind, file text, expected "<key path>: <problem>")
     ("policy", POLICY + "dryrun: true\n", "dryrun: unknown key; expected one of: dry_run, leader, rules, hook"),
-    ("policy", POLICY.replace("[User]", "User"),
-     'rules[0].event_sources: must be a non-empty list of strings (Platform, User), got "User"'),
-    ("policy", POLICY + "dry_run: true\ndry_run: false\n",
-     'not valid YAML: key "dry_run" is given twice in one mapping at line 5'),
-    ("web", "tls_server_config:\n  certfile: x\n",
-     "tls_server_config.certfile: unknown key; expected one of: cert_file,"),
-    ("web", "http_server_config:\n  http2: sometimes\n",
-     'http_server_config.http2: must be true or false, got "sometimes"'),
-    ("web", "auth_excluded_paths: []\nauth_excluded_paths: []\n",
-     'key "auth_excluded_paths" is given twice in one mapping at line 2'),
+    (
+        "policy",
+        POLICY.replace("[User]", "User"),
+        'rules[0].event_sources: must be a non-empty list of strings (Platform, User), got "User"',
+    ),
+    (
+        "policy",
+        POLICY + "dry_run: true\ndry_run: false\n",
+        'not valid YAML: key "dry_run" is given twice in one mapping at line 5',
+    ),
+    (
+        "web",
+        "tls_server_config:\n  certfile: x\n",
+        "tls_server_config.certfile: unknown key; expected one of: cert_file,",
+    ),
+    (
+        "web",
+        "http_server_config:\n  http2: sometimes\n",
+        'http_server_config.http2: must be true or false, got "sometimes"',
+    ),
+    (
+        "web",
+        "auth_excluded_paths: []\nauth_excluded_paths: []\n",
+        'key "auth_excluded_paths" is given twice in one mapping at line 2',
+    ),
     ("scenario", SCENARIO + "colour: red\n", "colour: unknown key; expected one of: name, description, events"),
-    ("scenario", "events:\n  - {id: e, type: Reboot, started_for: long}\n",
-     'events[0].started_for: must be a number >= 0, got "long"'),
-    ("scenario", "events:\n  - {id: e, type: Reboot, notice: 5, notice: 9}\n",
-     'key "notice" is given twice in one mapping at line 2'),
+    (
+        "scenario",
+        "events:\n  - {id: e, type: Reboot, started_for: long}\n",
+        'events[0].started_for: must be a number >= 0, got "long"',
+    ),
+    (
+        "scenario",
+        "events:\n  - {id: e, type: Reboot, notice: 5, notice: 9}\n",
+        'key "notice" is given twice in one mapping at line 2',
+    ),
 ]
 
 
@@ -67,9 +88,16 @@ def test_every_file_kind_names_the_key_path_and_the_problem(
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("users", [
-    {"alice": HASH[:-1]}, {"alice": 12345}, {"al:ice": HASH}, {"alice": [HASH]}, {"alice": {"hash": HASH}},
-])
+@pytest.mark.parametrize(
+    "users",
+    [
+        {"alice": HASH[:-1]},
+        {"alice": 12345},
+        {"al:ice": HASH},
+        {"alice": [HASH]},
+        {"alice": {"hash": HASH}},
+    ],
+)
 def test_a_bcrypt_hash_never_appears_in_an_error(users: dict[str, object], tmp_path: Path) -> None:
     path = tmp_path / "web.yml"
     path.write_text(msgspec.yaml.encode({"basic_auth_users": users}).decode())
@@ -87,14 +115,17 @@ class _Sample(msgspec.Struct, forbid_unknown_fields=True):
             raise field_problem("count", f"{self.count} is more than the {len(self.names)} names given")
 
 
-@pytest.mark.parametrize(("data", "expected"), [
-    ({"count": "2"}, 'x: count: must be an integer, got "2"'),
-    ({"count": True}, "x: count: must be an integer, got true (a boolean)"),
-    ({"names": ["a", 1]}, "x: names[1]: must be a string, got 1"),
-    ({"count": 2, "names": ["a"]}, "x: count: 2 is more than the 1 names given"),
-    ([1, 2], "x: (top level): must be a mapping, got [1, 2]"),
-    ({"\ud800": 1}, "x: holds text that is not valid Unicode (a lone surrogate)"),
-])
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"count": "2"}, 'x: count: must be an integer, got "2"'),
+        ({"count": True}, "x: count: must be an integer, got true (a boolean)"),
+        ({"names": ["a", 1]}, "x: names[1]: must be a string, got 1"),
+        ({"count": 2, "names": ["a"]}, "x: count: 2 is more than the 1 names given"),
+        ([1, 2], "x: (top level): must be a mapping, got [1, 2]"),
+        ({"\ud800": 1}, "x: holds text that is not valid Unicode (a lone surrogate)"),
+    ],
+)
 def test_decode_phrases_problems_from_the_schema(data: object, expected: str) -> None:
     with pytest.raises(ConfigError) as caught:
         decode(data, _Sample, prefix="x")

@@ -19,10 +19,16 @@ NB1 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 NB2 = NB1 + timedelta(minutes=10)
 
 
-def ev(event_id: str = "e1", status: str = "Scheduled", not_before: datetime | None = NB1,
-       event_type: str = "Reboot") -> ScheduledEvent:
-    return ScheduledEvent(event_id=event_id, event_type=event_type, event_status=status,
-                          resources=("vm-a",), not_before=not_before if status == "Scheduled" else None)
+def ev(
+    event_id: str = "e1", status: str = "Scheduled", not_before: datetime | None = NB1, event_type: str = "Reboot"
+) -> ScheduledEvent:
+    return ScheduledEvent(
+        event_id=event_id,
+        event_type=event_type,
+        event_status=status,
+        resources=("vm-a",),
+        not_before=not_before if status == "Scheduled" else None,
+    )
 
 
 Step = tuple[str, str, str, float, float | None]
@@ -40,8 +46,11 @@ def play(steps: Sequence[tuple[float, list[ScheduledEvent]]], store: EventStore 
 CASES = {
     "scheduled, started, completed": (
         [(0, [ev()]), (10, [ev(status="Started")]), (70, [])],
-        [("e1", "scheduled", "", 0, None), ("e1", "started", "Scheduled", 10, None),
-         ("e1", "completed", "Started", 70, 60.0)],
+        [
+            ("e1", "scheduled", "", 0, None),
+            ("e1", "started", "Scheduled", 10, None),
+            ("e1", "completed", "Started", 70, 60.0),
+        ],
     ),
     "cancelled while scheduled": (
         [(0, [ev()]), (5, [])],
@@ -65,23 +74,39 @@ CASES = {
     ),
     "two events interleaved": (
         [(0, [ev("a")]), (1, [ev("a"), ev("b", status="Started")]), (2, [ev("b", status="Started")]), (9, [])],
-        [("a", "scheduled", "", 0, None), ("b", "started", "", 1, None), ("a", "cancelled", "Scheduled", 2, None),
-         ("b", "completed", "Started", 9, 8.0)],
+        [
+            ("a", "scheduled", "", 0, None),
+            ("b", "started", "", 1, None),
+            ("a", "cancelled", "Scheduled", 2, None),
+            ("b", "completed", "Started", 9, 8.0),
+        ],
     ),
     "unknown status is tracked without transitions until it starts": (
         [(0, [ev(status="Pending")]), (1, [ev(status="Started")]), (4, [])],
         [("e1", "started", "Pending", 1, None), ("e1", "completed", "Started", 4, 3.0)],
     ),
     "changed in place: updated once per new content": (
-        [(0, [ev(event_type="Freeze")]), (1, [ev(event_type="Terminate")]), (2, [ev(event_type="Terminate")]),
-         (3, [ev(event_type="Terminate", status="Started")]), (4, [])],
-        [("e1", "scheduled", "", 0, None), ("e1", "updated", "Scheduled", 1, None),
-         ("e1", "started", "Scheduled", 3, None), ("e1", "completed", "Started", 4, 1.0)],
+        [
+            (0, [ev(event_type="Freeze")]),
+            (1, [ev(event_type="Terminate")]),
+            (2, [ev(event_type="Terminate")]),
+            (3, [ev(event_type="Terminate", status="Started")]),
+            (4, []),
+        ],
+        [
+            ("e1", "scheduled", "", 0, None),
+            ("e1", "updated", "Scheduled", 1, None),
+            ("e1", "started", "Scheduled", 3, None),
+            ("e1", "completed", "Started", 4, 1.0),
+        ],
     ),
     "rescheduled and changed in place at once": (
         [(0, [ev()]), (1, [ev(not_before=NB2, event_type="Redeploy")])],
-        [("e1", "scheduled", "", 0, None), ("e1", "rescheduled", "Scheduled", 1, None),
-         ("e1", "updated", "Scheduled", 1, None)],
+        [
+            ("e1", "scheduled", "", 0, None),
+            ("e1", "rescheduled", "Scheduled", 1, None),
+            ("e1", "updated", "Scheduled", 1, None),
+        ],
     ),
     "back to Scheduled after Started does not start twice": (
         [(0, [ev(status="Started")]), (1, [ev()]), (2, [ev(status="Started")]), (5, [])],

@@ -12,10 +12,28 @@ from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 
 SCALARS = [
-    ("010", 10), ("0o17", 15), ("0x1e", 30), ("-3", -3), ("+4", 4), ("8.5", 8.5), ("1e3", 1000.0),
-    ("1:30", "1:30"), ("1_000", "1_000"), ("2024-01-01", "2024-01-01"), ("0b101", "0b101"),
-    ("on", "on"), ("off", "off"), ("yes", "yes"), ("no", "no"), ("y", "y"),
-    ("true", True), ("False", False), ("~", None), ("null", None), ("", None), ('"010"', "010"),
+    ("010", 10),
+    ("0o17", 15),
+    ("0x1e", 30),
+    ("-3", -3),
+    ("+4", 4),
+    ("8.5", 8.5),
+    ("1e3", 1000.0),
+    ("1:30", "1:30"),
+    ("1_000", "1_000"),
+    ("2024-01-01", "2024-01-01"),
+    ("0b101", "0b101"),
+    ("on", "on"),
+    ("off", "off"),
+    ("yes", "yes"),
+    ("no", "no"),
+    ("y", "y"),
+    ("true", True),
+    ("False", False),
+    ("~", None),
+    ("null", None),
+    ("", None),
+    ('"010"', "010"),
 ]
 
 
@@ -29,10 +47,13 @@ def test_infinity_and_nan_are_floats() -> None:
     assert loaded["a"] == math.inf and loaded["b"] == -math.inf and math.isnan(loaded["c"])  # type: ignore[index]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("1:30", 'must be an integer >= 0, got "1:30"'),
-    ("yes", 'must be an integer >= 0, got "yes"'),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("1:30", 'must be an integer >= 0, got "1:30"'),
+        ("yes", 'must be an integer >= 0, got "yes"'),
+    ],
+)
 def test_a_policy_number_written_the_yaml_1_1_way_is_refused_not_reinterpreted(text: str, problem: str) -> None:
     data = load_yaml("test", f"rules:\n  - name: r\n    max_duration_seconds: {text}\n")
     with pytest.raises(ConfigError, match=rf"rules\[0\]\.max_duration_seconds: {problem}"):

@@ -95,8 +95,10 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "critical",
             "Azure maintenance that reboots, moves or removes a VM is scheduled.",
-            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
-                  "{{ $labels.cause }}) is scheduled for {{ $labels.instance }};")
+            _when(
+                "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+                "{{ $labels.cause }}) is scheduled for {{ $labels.instance }};"
+            )
             + f" {MEANING} Drain the VM and approve the event, or let it start at NotBefore.",
         ),
         alert(
@@ -105,8 +107,10 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "warning",
             "Azure will pause a VM for maintenance.",
-            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact pause, cause {{ $labels.cause }}) "
-                  "will pause {{ $labels.instance }};")
+            _when(
+                "{{ $labels.event_type }} event {{ $labels.event_id }} (impact pause, cause {{ $labels.cause }}) "
+                "will pause {{ $labels.instance }};"
+            )
             + " The VM pauses (DurationInSeconds says for how long); nothing is lost. Latency-sensitive "
             "workloads may want to fail over first.",
         ),
@@ -116,8 +120,10 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "info",
             "Azure will live-migrate a VM: a pause of seconds.",
-            _when("{{ $labels.event_type }} event {{ $labels.event_id }} (impact live_migration, cause "
-                  "{{ $labels.cause }}) will live-migrate {{ $labels.instance }};")
+            _when(
+                "{{ $labels.event_type }} event {{ $labels.event_id }} (impact live_migration, cause "
+                "{{ $labels.cause }}) will live-migrate {{ $labels.instance }};"
+            )
             + " The VM pauses for seconds while its memory moves to another host; nothing is lost. Nothing to "
             "do for most workloads.",
         ),

@@ -32,7 +32,6 @@ def fleet_overview(job_selector: str) -> dict[str, Any]:
     )
 
 
-
 def now_row(lay: Layout, job_selector: str) -> None:
     """At a glance: VMs facing impact, events in progress, the soonest NotBefore, broken exporters."""
     impactful_info = f'{m("event_info")}{{{SEL}, impact=~"{DISRUPTIVE}", affects_this_vm!="false"}}'

@@ -188,10 +188,18 @@ def upcoming_impact() -> dict[str, Any]:
             )
         ],
         "short",
-        defaults={"color": {"mode": "thresholds"}, "thresholds": {"mode": "absolute", "steps": [
-            {"color": "text", "value": None}]}, "min": 0},
-        options={"orientation": "vertical", "displayMode": "basic", "showUnfilled": True,
-                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
-        overrides=[override(impact, color={"mode": "fixed", "fixedColor": colour})
-                   for impact, colour in IMPACT_COLOURS],
+        defaults={
+            "color": {"mode": "thresholds"},
+            "thresholds": {"mode": "absolute", "steps": [{"color": "text", "value": None}]},
+            "min": 0,
+        },
+        options={
+            "orientation": "vertical",
+            "displayMode": "basic",
+            "showUnfilled": True,
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        },
+        overrides=[
+            override(impact, color={"mode": "fixed", "fixedColor": colour}) for impact, colour in IMPACT_COLOURS
+        ],
     )

@@ -16,7 +16,8 @@ def lifecycle_row(lay: Layout) -> None:
             "Transitions",
             "Event lifecycle transitions (scheduled, started, completed, cancelled, rescheduled, updated) counted over "
             "5-minute windows. Each VM that lists an event counts its transitions. From the recording rule "
-            + JOB_TRANSITIONS + ": the selected jobs, every instance (VM detail shows one VM's).",
+            + JOB_TRANSITIONS
+            + ": the selected jobs, every instance (VM detail shows one VM's).",
             [
                 target(
                     f"sum by (event_type, transition) ({JOB_TRANSITIONS}{{{JOB}}})",
@@ -102,8 +103,9 @@ def health_row(lay: Layout, job_selector: str) -> None:
         timeseries(
             "Time since last successful poll",
             "The oldest of the selected jobs' exporters: max of time() - "
-            "azure_scheduled_events_last_successful_poll_timestamp_seconds (recording rule " + JOB_POLL_AGE +
-            "). An exporter no longer scraped drops out; see 'Targets up / down'. Red: the alert threshold.",
+            "azure_scheduled_events_last_successful_poll_timestamp_seconds (recording rule "
+            + JOB_POLL_AGE
+            + "). An exporter no longer scraped drops out; see 'Targets up / down'. Red: the alert threshold.",
             [
                 target(
                     f"max by (job) ({JOB_POLL_AGE}{{{JOB}}})",

@@ -24,13 +24,22 @@ EVENT_STATE_EXPR = (
 )
 # One series per event, valued by impact (se_exporter.imds.impact), for a timeline coloured by what it does.
 IMPACT_COLOURS = (
-    ("live_migration", "green"), ("pause", "blue"), ("reboot", "orange"), ("redeploy", "dark-orange"),
-    ("eviction", "red"), ("termination", "dark-red"), ("unknown", "purple"),
+    ("live_migration", "green"),
+    ("pause", "blue"),
+    ("reboot", "orange"),
+    ("redeploy", "dark-orange"),
+    ("eviction", "red"),
+    ("termination", "dark-red"),
+    ("unknown", "purple"),
 )
-IMPACT_STATE_EXPR = "max by (instance, event_type, event_id) (\n" + "\n".join(
-    f'  {"or " if index > 1 else "   "}{m("event_info")}{{{SEL}, impact="{impact}"}} * {index}'
-    for index, (impact, _) in enumerate(IMPACT_COLOURS, start=1)
-) + "\n)"
+IMPACT_STATE_EXPR = (
+    "max by (instance, event_type, event_id) (\n"
+    + "\n".join(
+        f'  {"or " if index > 1 else "   "}{m("event_info")}{{{SEL}, impact="{impact}"}} * {index}'
+        for index, (impact, _) in enumerate(IMPACT_COLOURS, start=1)
+    )
+    + "\n)"
+)
 IMPACT_MAPPINGS = [
     {
         "type": "value",
@@ -41,8 +50,10 @@ IMPACT_MAPPINGS = [
     }
 ]
 IMPACT_TEXT_MAPPINGS = [
-    {"type": "value", "options": {impact: {"color": colour, "index": index} for index, (impact, colour)
-                                  in enumerate(IMPACT_COLOURS)}}
+    {
+        "type": "value",
+        "options": {impact: {"color": colour, "index": index} for index, (impact, colour) in enumerate(IMPACT_COLOURS)},
+    }
 ]
 DURATION_MAPPINGS = [{"type": "value", "options": {"-1": {"text": "unknown", "index": 0}}}]
 

@@ -12,18 +12,21 @@ from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 def event_timeline(description: str) -> dict[str, Any]:
     """Each event per VM over time, coloured by its status."""
-    return _state_timeline("Event timeline", description, EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}",
-                           STATUS_MAPPINGS)
+    return _state_timeline(
+        "Event timeline", description, EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}", STATUS_MAPPINGS
+    )
 
 
 def impact_timeline(description: str) -> dict[str, Any]:
     """Each event over time, coloured by what it does to the VM."""
-    return _state_timeline("Event impact", description, IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}",
-                           IMPACT_MAPPINGS)
+    return _state_timeline(
+        "Event impact", description, IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}", IMPACT_MAPPINGS
+    )
 
 
-def _state_timeline(title: str, description: str, expr: str, legend: str,
-                    mappings: list[dict[str, Any]]) -> dict[str, Any]:
+def _state_timeline(
+    title: str, description: str, expr: str, legend: str, mappings: list[dict[str, Any]]
+) -> dict[str, Any]:
     return panel(
         "state-timeline",
         title,
@@ -77,8 +80,11 @@ def approvals_by_result(description: str) -> dict[str, Any]:
 def poll_errors_by_reason(description: str, *, fleet: bool = False) -> dict[str, Any]:
     """``fleet``: from the job-level recording rule (every instance of the selected jobs), which stays fast
     at thousands of VMs; otherwise from the raw counters of the selected instances."""
-    expr = (f"sum by (reason) ({JOB_POLL_ERRORS}{{{JOB}}})" if fleet
-            else f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))")
+    expr = (
+        f"sum by (reason) ({JOB_POLL_ERRORS}{{{JOB}}})"
+        if fleet
+        else f"sum by (reason) (rate({m('poll_errors_total')}{{{SEL}}}[$__rate_interval]))"
+    )
     return timeseries(
         "Poll errors by reason",
         description,

@@ -21,6 +21,7 @@ JOB_POLL_ERRORS = f"job:{PREFIX}poll_errors_by_reason:rate5m"
 JOB_VMS_PENDING = f"job:{PREFIX}vms_with_pending_events:count"
 JOB_POLL_AGE = f"job:{PREFIX}last_successful_poll_age_seconds:max"
 
+
 def robust_increase(metric: str, selector: str, by: str) -> str:
     """increase() over 15m that also counts a counter series born after its first increment.
 

@@ -87,8 +87,9 @@ class Approver:
         self._retention = retention_seconds
         self._ledger: dict[str, LedgerEntry] = {}
         self._hooks: dict[str, Hooking] = {}
-        self._poster: BackgroundPoster[Item] = BackgroundPoster(post_start_requests, self._recheck, post_retry,
-                                                                monotonic)
+        self._poster: BackgroundPoster[Item] = BackgroundPoster(
+            post_start_requests, self._recheck, post_retry, monotonic
+        )
         self._lock = threading.Lock()
         self._latest: Mapping[str, EventState] = {}  # the last poll's events, for the poster's rechecks
         self._vm_name: str | None = None
@@ -174,20 +175,38 @@ class Approver:
             return
         verdict = self._judge.decide(state, vm_name, now)
         if not verdict.candidate:
-            if entry is not None and entry.status == Result.SKIPPED and entry.revision == current \
-                    and entry.reason == verdict.reason:
+            if (
+                entry is not None
+                and entry.status == Result.SKIPPED
+                and entry.revision == current
+                and entry.reason == verdict.reason
+            ):
                 entry.vm_name = vm_name
                 return
-            self._ledger[event.event_id] = LedgerEntry(Result.SKIPPED, current, reason=verdict.reason, decided_at=now,
-                                                       last_seen=now, vm_name=vm_name, seen=event,
-                                                       seen_revision=current)
+            self._ledger[event.event_id] = LedgerEntry(
+                Result.SKIPPED,
+                current,
+                reason=verdict.reason,
+                decided_at=now,
+                last_seen=now,
+                vm_name=vm_name,
+                seen=event,
+                seen_revision=current,
+            )
             out.append(ApprovalDecision(event, Result.SKIPPED, "", f"{verdict.reason}: {verdict.detail}", None, now))
             return
         hook_passed = entry is not None and entry.revision == current and entry.status in (Result.FAILED, POST_DUE)
         attempts = entry.attempts if entry is not None and hook_passed else 0
-        new = self._ledger[event.event_id] = LedgerEntry(POSTING, current, verdict.rule, attempts=attempts,
-                                                         decided_at=now, last_seen=now, seen=event,
-                                                         seen_revision=current)
+        new = self._ledger[event.event_id] = LedgerEntry(
+            POSTING,
+            current,
+            verdict.rule,
+            attempts=attempts,
+            decided_at=now,
+            last_seen=now,
+            seen=event,
+            seen_revision=current,
+        )
         if (late := past_not_before(event, now)) is not None:
             new.status = Result.EXPIRED
             reason = f"{verdict.detail}, but NotBefore passed {late:.0f} s ago: Azure starts it anyway; nothing POSTed"
@@ -200,9 +219,13 @@ class Approver:
         elif self._hook_runner is not None and not hook_passed:
             new.status = HOOK_RUNNING
             left = None if event.not_before is None else event.not_before.timestamp() - now
-            future = self._hook_runner.submit(event, vm_name or "", verdict.rule,  # a candidate has a VM name
-                                              classification=Classification(state.impact, state.cause),
-                                              seconds_left=left)
+            future = self._hook_runner.submit(
+                event,
+                vm_name or "",
+                verdict.rule,  # a candidate has a VM name
+                classification=Classification(state.impact, state.cause),
+                seconds_left=left,
+            )
             self._hooks[event.event_id] = Hooking(future, event, verdict.rule, current)
         else:
             why = f"{verdict.detail}; POST retry after {attempts} failure(s)" if hook_passed else verdict.detail
@@ -216,14 +239,21 @@ class Approver:
             return entry.retry_at is None or now < entry.retry_at
         return entry.status == Result.SKIPPED and entry.vm_name == vm_name and self._judge.stable(entry.reason)
 
-    def _settle_hooks(self, listed: Mapping[str, EventState], vm_name: str | None, now: float, batch: list[Item],
-                      out: list[ApprovalDecision]) -> None:
+    def _settle_hooks(
+        self,
+        listed: Mapping[str, EventState],
+        vm_name: str | None,
+        now: float,
+        batch: list[Item],
+        out: list[ApprovalDecision],
+    ) -> None:
         for event_id, job in list(self._hooks.items()):
             if not job.future.done():
                 continue
             del self._hooks[event_id]
-            decision, item = settle_hook(job, self._ledger[event_id], listed.get(event_id), vm_name=vm_name, now=now,
-                                         judge=self._judge)
+            decision, item = settle_hook(
+                job, self._ledger[event_id], listed.get(event_id), vm_name=vm_name, now=now, judge=self._judge
+            )
             if decision is not None:
                 out.append(decision)
             if item is not None:
@@ -231,8 +261,11 @@ class Approver:
 
     def _settle_posts(self, now: float) -> list[ApprovalDecision]:
         # A batch never sent (shut down) stays POSTING: saved as post_due.
-        return [decision for outcome in self._poster.done()
-                for decision in settle_post(outcome, self._ledger, self._latest, now, self._retry_delays)]
+        return [
+            decision
+            for outcome in self._poster.done()
+            for decision in settle_post(outcome, self._ledger, self._latest, now, self._retry_delays)
+        ]
 
     def _recheck(self, items: tuple[Item, ...]) -> tuple[list[tuple[str, Item]], list[Any]]:
         """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
@@ -242,12 +275,20 @@ class Approver:
     def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
         """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
         ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest, approvals last; True if any."""
-        gone = [event_id for event_id, entry in self._ledger.items()
-                if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)]
+        gone = [
+            event_id
+            for event_id, entry in self._ledger.items()
+            if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)
+        ]
         forget = {event_id for event_id in gone if self._expired(self._ledger[event_id], now)}
         if (excess := len(self._ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
-            kept = sorted((event_id for event_id in gone if event_id not in forget), key=lambda event_id: (
-                self._ledger[event_id].status == Result.APPROVED, self._ledger[event_id].last_seen))
+            kept = sorted(
+                (event_id for event_id in gone if event_id not in forget),
+                key=lambda event_id: (
+                    self._ledger[event_id].status == Result.APPROVED,
+                    self._ledger[event_id].last_seen,
+                ),
+            )
             forget.update(kept[:excess])
         for event_id in forget:
             del self._ledger[event_id]

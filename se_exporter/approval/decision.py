@@ -17,8 +17,13 @@ class ApprovalResult(StrEnum):
     SKIPPED = "skipped"  # not approvable (logged once, never counted)
 
 
-COUNTED_RESULTS = (ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.FAILED, ApprovalResult.HOOK_FAILED,
-                   ApprovalResult.EXPIRED)
+COUNTED_RESULTS = (
+    ApprovalResult.APPROVED,
+    ApprovalResult.DRY_RUN,
+    ApprovalResult.FAILED,
+    ApprovalResult.HOOK_FAILED,
+    ApprovalResult.EXPIRED,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,22 +49,41 @@ class HookSubmitter(Protocol):
     """What the approver needs from a hook runner (tests may wrap the real one)."""
 
     def submit(
-        self, event: ScheduledEvent, vm_name: str, rule: str, *,
-        classification: Classification | None = None, seconds_left: float | None = None,
+        self,
+        event: ScheduledEvent,
+        vm_name: str,
+        rule: str,
+        *,
+        classification: Classification | None = None,
+        seconds_left: float | None = None,
     ) -> Future[HookResult]: ...
 
     def close(self) -> None: ...
 
 
 def hook_environment(
-    event: ScheduledEvent, vm_name: str, rule: str, inherit: tuple[str, ...] = (), *,
-    base: Mapping[str, str] | None = None, platform: Platform | None = None,
-    classification: Classification | None = None, seconds_left: float | None = None, event_file: str = "",
+    event: ScheduledEvent,
+    vm_name: str,
+    rule: str,
+    inherit: tuple[str, ...] = (),
+    *,
+    base: Mapping[str, str] | None = None,
+    platform: Platform | None = None,
+    classification: Classification | None = None,
+    seconds_left: float | None = None,
+    event_file: str = "",
 ) -> dict[str, str]:
     """The hook's environment: the event's (``imds.event_env``), this VM's name and the rule that matched."""
-    return event_environment(event, {"SE_VM_NAME": vm_name, "SE_APPROVAL_RULE": rule}, inherit, base=base,
-                             platform=platform, classification=classification, seconds_left=seconds_left,
-                             event_file=event_file)
+    return event_environment(
+        event,
+        {"SE_VM_NAME": vm_name, "SE_APPROVAL_RULE": rule},
+        inherit,
+        base=base,
+        platform=platform,
+        classification=classification,
+        seconds_left=seconds_left,
+        event_file=event_file,
+    )
 
 
 class HookRunner:
@@ -83,13 +102,23 @@ class HookRunner:
         self._hook = hook
         self._platform = platform or current()
         self._environ = environ
-        self._commands = CommandRunner(log, "approval hook", kill_grace_seconds=kill_grace_seconds,
-                                       max_logged_lines=max_logged_lines, platform=self._platform)
+        self._commands = CommandRunner(
+            log,
+            "approval hook",
+            kill_grace_seconds=kill_grace_seconds,
+            max_logged_lines=max_logged_lines,
+            platform=self._platform,
+        )
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="se-approval-hook")
 
     def submit(
-        self, event: ScheduledEvent, vm_name: str, rule: str, *,
-        classification: Classification | None = None, seconds_left: float | None = None,
+        self,
+        event: ScheduledEvent,
+        vm_name: str,
+        rule: str,
+        *,
+        classification: Classification | None = None,
+        seconds_left: float | None = None,
     ) -> Future[HookResult]:
         """Queue a run; ``seconds_left`` (until NotBefore, on the caller's clock) bounds it, however long it
         waits behind another event's hook."""
@@ -103,28 +132,53 @@ class HookRunner:
         self._commands.close()
 
     def run(
-        self, event: ScheduledEvent, vm_name: str, rule: str,
-        classification: Classification | None = None, deadline: float | None = None,
+        self,
+        event: ScheduledEvent,
+        vm_name: str,
+        rule: str,
+        classification: Classification | None = None,
+        deadline: float | None = None,
     ) -> HookResult:
         """Run the hook synchronously (the worker calls this); ``deadline``: NotBefore on ``time.monotonic``."""
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            return HookResult(exit_code=None, timed_out=False, duration_seconds=0.0, expired=True,
-                              summary="was not started: NotBefore had passed")
+            return HookResult(
+                exit_code=None,
+                timed_out=False,
+                duration_seconds=0.0,
+                expired=True,
+                summary="was not started: NotBefore had passed",
+            )
         limit = self._hook.timeout_seconds if left is None else min(self._hook.timeout_seconds, left)
         with event_file(event_json(event, classification)) as path:
-            env = hook_environment(event, vm_name, rule, self._hook.inherit_env, base=self._environ,
-                                   platform=self._platform, classification=classification, seconds_left=left,
-                                   event_file=path)
+            env = hook_environment(
+                event,
+                vm_name,
+                rule,
+                self._hook.inherit_env,
+                base=self._environ,
+                platform=self._platform,
+                classification=classification,
+                seconds_left=left,
+                event_file=path,
+            )
             ran = self._commands.run(self._hook.command, env, limit, f"event_id={event.event_id}")
         result = _hook_result(ran, expired=ran.timed_out and limit < self._hook.timeout_seconds, limit=limit)
         level = logging.INFO if result.ok else logging.WARNING
-        log.log(level, "approval hook %s: event_id=%s duration=%.3fs", result.summary, event.event_id,
-                result.duration_seconds)
+        log.log(
+            level,
+            "approval hook %s: event_id=%s duration=%.3fs",
+            result.summary,
+            event.event_id,
+            result.duration_seconds,
+        )
         return result
 
 
 def _hook_result(ran: CommandResult, *, expired: bool, limit: float) -> HookResult:
-    summary = (f"was still running at NotBefore ({limit:.1f} s after it started); its processes were stopped"
-               if expired else ran.summary)
+    summary = (
+        f"was still running at NotBefore ({limit:.1f} s after it started); its processes were stopped"
+        if expired
+        else ran.summary
+    )
     return HookResult(ran.exit_code, ran.timed_out, ran.duration_seconds, summary, ran.last_output, expired)

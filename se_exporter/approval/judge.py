@@ -32,8 +32,12 @@ class Judge:
         file cannot be saved."""
         verdict = self.policy.decide(state.event, vm_name, now, Classification(state.impact, state.cause))
         if verdict.candidate and not self._can_remember():
-            return Verdict(False, reason=STATE_UNSAVED, detail=f"{verdict.detail}, but the state file cannot be "
-                           "saved: approving now could approve twice after a restart")
+            return Verdict(
+                False,
+                reason=STATE_UNSAVED,
+                detail=f"{verdict.detail}, but the state file cannot be "
+                "saved: approving now could approve twice after a restart",
+            )
         return verdict
 
     def stable(self, reason: str) -> bool:

@@ -90,9 +90,15 @@ def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> 
     for event_id, entry in entries.items():
         status = POST_DUE if entry.status == POSTING else entry.status
         if status in _SAVED:
-            events[event_id] = {"status": status, "revision": entry.revision, "rule": entry.rule,
-                                "attempts": entry.attempts, "retry_at": entry.retry_at,
-                                "decided_at": entry.decided_at, "last_seen": entry.last_seen}
+            events[event_id] = {
+                "status": status,
+                "revision": entry.revision,
+                "rule": entry.rule,
+                "attempts": entry.attempts,
+                "retry_at": entry.retry_at,
+                "decided_at": entry.decided_at,
+                "last_seen": entry.last_seen,
+            }
     return {"version": LEDGER_VERSION, "policy": policy_fingerprint, "events": events}
 
 
@@ -109,5 +115,13 @@ def load_ledger(section: object) -> tuple[dict[str, LedgerEntry], str]:
     return entries, saved.policy
 
 
-_SAVED = frozenset({ApprovalResult.APPROVED, ApprovalResult.DRY_RUN, ApprovalResult.HOOK_FAILED,
-                    ApprovalResult.EXPIRED, ApprovalResult.FAILED, POST_DUE})
+_SAVED = frozenset(
+    {
+        ApprovalResult.APPROVED,
+        ApprovalResult.DRY_RUN,
+        ApprovalResult.HOOK_FAILED,
+        ApprovalResult.EXPIRED,
+        ApprovalResult.FAILED,
+        POST_DUE,
+    }
+)

@@ -70,8 +70,10 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if all(getattr(self, key) is None for key in MATCH_KEYS):
-            raise ValueError(f"rule {show(self.name)} has no matching key and would match every event; "
-                             f"use one of: {', '.join(MATCH_KEYS)}")
+            raise ValueError(
+                f"rule {show(self.name)} has no matching key and would match every event; "
+                f"use one of: {', '.join(MATCH_KEYS)}"
+            )
         low, high = self.min_duration_seconds, self.max_duration_seconds
         if low is not None and high is not None and low > high:
             raise field_problem("min_duration_seconds", f"{low} is greater than max_duration_seconds {high}")
@@ -81,8 +83,9 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             try:
                 compiled_pattern(self.description_pattern)
             except re2.error as exc:  # "(a)\\1", "a{99999}", "((((...))))"
-                raise field_problem("description_pattern",
-                                    f"is not a valid RE2 regular expression: {_re2_problem(exc)}") from None
+                raise field_problem(
+                    "description_pattern", f"is not a valid RE2 regular expression: {_re2_problem(exc)}"
+                ) from None
 
     def matches(self, event: ScheduledEvent, classification: Classification, now: float) -> bool:
         duration = event.duration_seconds  # -1 (unknown) is below every bound, as bounds are >= 0
@@ -143,8 +146,9 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     def __post_init__(self) -> None:
         for index, rule in enumerate(self.rules):
             if any(other.name == rule.name for other in self.rules[:index]):
-                raise field_problem(f"rules[{index}].name",
-                                    f"{show(rule.name)} is used by an earlier rule; names must be unique")
+                raise field_problem(
+                    f"rules[{index}].name", f"{show(rule.name)} is used by an earlier rule; names must be unique"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +223,9 @@ def parse_policy(data: object, source: str = "<policy>") -> Policy:
     prefix = f"{KIND} {source}"
     spec = decode(data, PolicyFile, prefix=prefix)
     if spec.hook is not None and shutil.which(spec.hook.command[0]) is None:
-        raise ConfigError(f"{prefix}: hook.command[0]: {show(spec.hook.command[0])} is not an executable file "
-                          "(nor found on PATH)")
+        raise ConfigError(
+            f"{prefix}: hook.command[0]: {show(spec.hook.command[0])} is not an executable file (nor found on PATH)"
+        )
     return Policy(rules=spec.rules, dry_run=spec.dry_run, leader=spec.leader, hook=spec.hook, source=source)
 
 

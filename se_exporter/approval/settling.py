@@ -46,30 +46,50 @@ class Hooking:
     revision: str  # the event as the hook saw it
 
 
-def settle_hook(job: Hooking, entry: LedgerEntry, state: EventState | None, *, vm_name: str | None, now: float,
-                judge: Judge) -> tuple[ApprovalDecision | None, Item | None]:
+def settle_hook(
+    job: Hooking, entry: LedgerEntry, state: EventState | None, *, vm_name: str | None, now: float, judge: Judge
+) -> tuple[ApprovalDecision | None, Item | None]:
     """The decision a finished hook leads to, or the batch item to POST (the hook passed on the revision
     that is listed now, which still qualifies)."""
     result = _hook_result(job.future)
     if result.expired:
         entry.status = Result.EXPIRED
-        return _decided(job.event, Result.EXPIRED, job.rule,
-                        f"hook {result.summary}: Azure starts the event anyway; nothing POSTed", now), None
+        return _decided(
+            job.event,
+            Result.EXPIRED,
+            job.rule,
+            f"hook {result.summary}: Azure starts the event anyway; nothing POSTed",
+            now,
+        ), None
     if not result.ok:
         entry.status = Result.HOOK_FAILED
         last = f"; last output: {result.last_output}" if result.last_output else ""
-        return _decided(job.event, Result.HOOK_FAILED, job.rule,
-                        f"hook {result.summary}{last}; not retried until the event changes", now), None
+        return _decided(
+            job.event,
+            Result.HOOK_FAILED,
+            job.rule,
+            f"hook {result.summary}{last}; not retried until the event changes",
+            now,
+        ), None
     return _after_passing_hook(job, entry, state, f"hook {result.summary}", vm_name=vm_name, now=now, judge=judge)
 
 
-def _after_passing_hook(job: Hooking, entry: LedgerEntry, state: EventState | None, hook: str, *,
-                        vm_name: str | None, now: float, judge: Judge) -> tuple[ApprovalDecision | None, Item | None]:
+def _after_passing_hook(
+    job: Hooking,
+    entry: LedgerEntry,
+    state: EventState | None,
+    hook: str,
+    *,
+    vm_name: str | None,
+    now: float,
+    judge: Judge,
+) -> tuple[ApprovalDecision | None, Item | None]:
     """Decided again on the event as it is now: it may have started, moved, changed or gone meanwhile."""
     if state is None:
         entry.status, entry.reason = Result.SKIPPED, NOT_LISTED
-        return _decided(job.event, Result.SKIPPED, job.rule, f"{NOT_LISTED}: the event is gone (after the {hook})",
-                        now), None
+        return _decided(
+            job.event, Result.SKIPPED, job.rule, f"{NOT_LISTED}: the event is gone (after the {hook})", now
+        ), None
     current, verdict = state.event, judge.decide(state, vm_name, now)
     if not verdict.candidate:
         entry.status, entry.reason, entry.revision = Result.SKIPPED, verdict.reason, event_revision(current)
@@ -90,8 +110,9 @@ def _after_passing_hook(job: Hooking, entry: LedgerEntry, state: EventState | No
     return None, Item(current, verdict.rule, f"{verdict.detail}; {hook}", revision)
 
 
-def recheck(items: Sequence[Item], latest: Mapping[str, EventState], vm_name: str | None, now: float,
-            judge: Judge) -> tuple[list[tuple[str, Item]], list[Dropped[Item]]]:
+def recheck(
+    items: Sequence[Item], latest: Mapping[str, EventState], vm_name: str | None, now: float, judge: Judge
+) -> tuple[list[tuple[str, Item]], list[Dropped[Item]]]:
     """A fresh decision on the latest document before a POST attempt: only the revision that was decided
     (and that the hook ran on) may be POSTed."""
     keep: list[tuple[str, Item]] = []
@@ -103,21 +124,34 @@ def recheck(items: Sequence[Item], latest: Mapping[str, EventState], vm_name: st
             continue
         verdict, revision = judge.decide(state, vm_name, now), event_revision(state.event)
         if not verdict.candidate:  # the skip is about the revision listed now
-            dropped.append(Dropped(Item(state.event, item.rule, item.why, revision), Result.SKIPPED,
-                                   f"{verdict.reason}: {verdict.detail}"))
+            dropped.append(
+                Dropped(
+                    Item(state.event, item.rule, item.why, revision),
+                    Result.SKIPPED,
+                    f"{verdict.reason}: {verdict.detail}",
+                )
+            )
         elif revision != item.revision:  # kept with the decided revision: the next poll decides afresh
             change = describe_change(item.event, state.event)
             dropped.append(Dropped(item, Result.SKIPPED, f"{CHANGED}: {change}; deciding again"))
         elif (late := past_not_before(state.event, now)) is not None:
-            dropped.append(Dropped(item, Result.EXPIRED, f"NotBefore passed {late:.0f} s ago: Azure starts it "
-                                                         "anyway; nothing POSTed"))
+            dropped.append(
+                Dropped(
+                    item, Result.EXPIRED, f"NotBefore passed {late:.0f} s ago: Azure starts it anyway; nothing POSTed"
+                )
+            )
         else:
             keep.append((state.event.event_id, Item(state.event, verdict.rule, item.why, item.revision)))
     return keep, dropped
 
 
-def settle_post(outcome: PostOutcome[Item], ledger: Ledger, latest: Mapping[str, EventState], now: float,
-                retry_delays: Sequence[float]) -> list[ApprovalDecision]:
+def settle_post(
+    outcome: PostOutcome[Item],
+    ledger: Ledger,
+    latest: Mapping[str, EventState],
+    now: float,
+    retry_delays: Sequence[float],
+) -> list[ApprovalDecision]:
     """The decisions a finished POST batch comes to: the items a recheck dropped, then approved or failed."""
     decisions = [_dropped(gone, ledger, latest, outcome.attempts, now) for gone in outcome.dropped]
     error = outcome.error
@@ -129,8 +163,9 @@ def settle_post(outcome: PostOutcome[Item], ledger: Ledger, latest: Mapping[str,
         if error is None:
             entry.status = Result.APPROVED
             reason = f"{item.why}; POST StartRequests succeeded{tries}{together}"
-            decisions.append(ApprovalDecision(item.event, Result.APPROVED, item.rule, reason,
-                                              outcome.latency_seconds, now))
+            decisions.append(
+                ApprovalDecision(item.event, Result.APPROVED, item.rule, reason, outcome.latency_seconds, now)
+            )
             continue
         entry.status = Result.FAILED
         entry.attempts += 1
@@ -147,8 +182,9 @@ def settle_post(outcome: PostOutcome[Item], ledger: Ledger, latest: Mapping[str,
     return decisions
 
 
-def _dropped(gone: Dropped[Item], ledger: Ledger, latest: Mapping[str, EventState], attempts: int,
-             now: float) -> ApprovalDecision:
+def _dropped(
+    gone: Dropped[Item], ledger: Ledger, latest: Mapping[str, EventState], attempts: int, now: float
+) -> ApprovalDecision:
     """An item a recheck took out of a batch: skipped (no longer approvable, or changed) or expired."""
     item = gone.item
     entry = ledger[item.event.event_id]

@@ -109,8 +109,12 @@ class Journal:
     def _failed(self, what: str, error: OSError) -> None:
         self.write_errors += 1
         if not self.unsynced:  # one line per outage, not one per record
-            log.error("cannot %s log spool %s: %s; records are kept in memory and written once it works again",
-                      what, self.path, error)
+            log.error(
+                "cannot %s log spool %s: %s; records are kept in memory and written once it works again",
+                what,
+                self.path,
+                error,
+            )
         self.unsynced = True
         self.close()  # it may end in a torn line: never append behind it
 

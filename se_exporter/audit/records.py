@@ -58,8 +58,14 @@ class AuditRecord(msgspec.Struct, frozen=True, gc=False):  # a Struct: ten times
 
     def to_json(self) -> dict[str, Any]:
         attributes = {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes.items()}
-        return {"event_name": self.event_name, "severity": self.severity, "body": self.body,
-                "attributes": attributes, "timestamp_ns": self.timestamp_ns, "uid": self.uid}
+        return {
+            "event_name": self.event_name,
+            "severity": self.severity,
+            "body": self.body,
+            "attributes": attributes,
+            "timestamp_ns": self.timestamp_ns,
+            "uid": self.uid,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AuditRecord:
@@ -72,8 +78,14 @@ class AuditRecord(msgspec.Struct, frozen=True, gc=False):  # a Struct: ten times
                 attributes[str(key)] = raw
             else:
                 raise TypeError(f"attribute {key!r} has an unsupported value {raw!r:.40}")
-        return cls(str(data["event_name"]), str(data["severity"]), str(data["body"]), attributes,
-                   int(data["timestamp_ns"]), str(data["uid"]))
+        return cls(
+            str(data["event_name"]),
+            str(data["severity"]),
+            str(data["body"]),
+            attributes,
+            int(data["timestamp_ns"]),
+            str(data["uid"]),
+        )
 
 
 def transition_record(transition: Transition, identity: VMIdentity) -> AuditRecord:
@@ -105,8 +117,14 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
     attributes["log.record.uid"] = uid = transition.uid
     coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
     severity = WARN if coming and transition.impact in DISRUPTIVE_IMPACTS else INFO  # Reboot … Terminate
-    return AuditRecord(TRANSITION_EVENT, severity, _transition_body(transition, affects, not_before), attributes,
-                       unix_nanos(transition.observed_at), uid)
+    return AuditRecord(
+        TRANSITION_EVENT,
+        severity,
+        _transition_body(transition, affects, not_before),
+        attributes,
+        unix_nanos(transition.observed_at),
+        uid,
+    )
 
 
 def approval_record(decision: ApprovalDecision) -> AuditRecord:
@@ -123,8 +141,9 @@ def approval_record(decision: ApprovalDecision) -> AuditRecord:
     if decision.post_latency_seconds is not None:
         attributes["scheduled_event.approval.post_latency_s"] = round(decision.post_latency_seconds, 3)
     attributes["log.record.uid"] = uid
-    severity = {ApprovalResult.FAILED: ERROR, ApprovalResult.HOOK_FAILED: WARN,
-                ApprovalResult.EXPIRED: WARN}.get(decision.result, INFO)
+    severity = {ApprovalResult.FAILED: ERROR, ApprovalResult.HOOK_FAILED: WARN, ApprovalResult.EXPIRED: WARN}.get(
+        decision.result, INFO
+    )
     rule = f" by rule {decision.rule}" if decision.rule else ""
     body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
     return AuditRecord(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)

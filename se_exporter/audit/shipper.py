@@ -152,8 +152,11 @@ class LogShipper:
         """Even an empty request was refused: an outage (retryable), or the configuration (not)."""
         if probe.retryable:
             return self._failed(probe)
-        self._say(log.error, f"OTLP log export refused, not retried until the configuration changes "
-                  f"({probe.problem}): records wait in the spool; tried again every {RETRY_CAP_SECONDS:.0f} s")
+        self._say(
+            log.error,
+            f"OTLP log export refused, not retried until the configuration changes "
+            f"({probe.problem}): records wait in the spool; tried again every {RETRY_CAP_SECONDS:.0f} s",
+        )
         return RETRY_CAP_SECONDS
 
     def _send_safely(self, batch: Sequence[AuditRecord]) -> Outcome:
@@ -167,28 +170,43 @@ class LogShipper:
         self._spool.ack([record.uid for record in batch])
         if outcome.rejected:  # never sent again (the specification says so): counted, and said
             self._spool.count_dropped(min(outcome.rejected, len(batch)))
-            self._say(log.warning, f"OTLP log export: the collector took {len(batch)} record(s) but rejected "
-                      f"{outcome.rejected} ({outcome.problem}); counted as dropped")
+            self._say(
+                log.warning,
+                f"OTLP log export: the collector took {len(batch)} record(s) but rejected "
+                f"{outcome.rejected} ({outcome.problem}); counted as dropped",
+            )
         self._backoff.reset()
         self._refused_alone = ""
         if self._failing_since is not None:
-            log.info("OTLP log export works again after %.0f s; %d record(s) left to send",
-                     self._monotonic() - self._failing_since, self._spool.depth)
+            log.info(
+                "OTLP log export works again after %.0f s; %d record(s) left to send",
+                self._monotonic() - self._failing_since,
+                self._spool.depth,
+            )
             self._failing_since = None
 
     def _failed(self, outcome: Outcome) -> float:
         if self._failing_since is None:
             self._failing_since = self._monotonic()
-            log.warning("OTLP log export failing (%s): %d record(s) kept in the spool and retried",
-                        outcome.problem, self._spool.depth)
+            log.warning(
+                "OTLP log export failing (%s): %d record(s) kept in the spool and retried",
+                outcome.problem,
+                self._spool.depth,
+            )
         return max(self._backoff.next_delay(), outcome.retry_after or 0.0)
 
     def _set_aside(self, record: AuditRecord, outcome: Outcome) -> None:
         self._spool.set_aside(record.uid)
         self._refused_alone = ""
-        log.error("OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "
-                  "other requests (%s): set aside as undeliverable (it is in this log: %s)", record.uid,
-                  record.event_name, record.approximate_size, outcome.problem, record.body[:200])
+        log.error(
+            "OTLP log record %s (%s, about %d bytes) was refused by the collector while it answers "
+            "other requests (%s): set aside as undeliverable (it is in this log: %s)",
+            record.uid,
+            record.event_name,
+            record.approximate_size,
+            outcome.problem,
+            record.body[:200],
+        )
 
     def _say(self, level: Callable[..., None], message: str) -> None:
         if message != self._said:

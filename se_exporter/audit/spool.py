@@ -156,8 +156,13 @@ class Spool:
         if excess:
             self._drop(excess)
         if excess and not quietly:
-            log.warning("log spool full (%d records, %d bytes at most): dropped the %d oldest; is the OTLP "
-                        "collector reachable?", self.capacity, self.max_bytes, len(excess))
+            log.warning(
+                "log spool full (%d records, %d bytes at most): dropped the %d oldest; is the OTLP "
+                "collector reachable?",
+                self.capacity,
+                self.max_bytes,
+                len(excess),
+            )
 
     def _drop(self, uids: Sequence[str]) -> None:
         """Give up on these pending records: never sent, counted."""
@@ -208,8 +213,13 @@ class Spool:
                 log.warning("log spool %s: skipping a damaged entry: %s", self.path, error)
             self._enforce_bounds(quietly=True)  # as it replays: never more than the bounds in memory
         if self.dropped:
-            log.warning("log spool %s holds more than the bounds (%d records, %d bytes): dropped the %d oldest",
-                        self.path, self.capacity, self.max_bytes, self.dropped)
+            log.warning(
+                "log spool %s holds more than the bounds (%d records, %d bytes): dropped the %d oldest",
+                self.path,
+                self.capacity,
+                self.max_bytes,
+                self.dropped,
+            )
         if self._pending:
             log.info("log spool %s: %d record(s) still to send", self.path, len(self._pending))
         self._journal = journal

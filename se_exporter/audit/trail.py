@@ -37,9 +37,11 @@ class AuditTrail:
             return
         # In the order things happened: a POST's outcome (before the document was read: its approval caused
         # the "started" it shows), the document's transitions, then the decisions made on it.
-        records = itertools.chain((approval_record(decision) for decision in result.settled),
-                                  (transition_record(transition, result.identity) for transition in result.transitions),
-                                  (approval_record(decision) for decision in result.decisions))
+        records = itertools.chain(
+            (approval_record(decision) for decision in result.settled),
+            (transition_record(transition, result.identity) for transition in result.transitions),
+            (approval_record(decision) for decision in result.decisions),
+        )
         # A few hundred at a time: a document that lists a thousand new events at once (and removes as many)
         # must not hold every record, line and journal entry in memory together.
         while batch := list(itertools.islice(records, CHUNK)):
@@ -50,8 +52,13 @@ class AuditTrail:
             level = _LEVELS.get(record.severity, logging.INFO)
             if log.isEnabledFor(level):
                 # Made and handled directly: the caller's file and line (findCaller) mean nothing here.
-                fields = ({"event": record.event_name, **{key: record.attributes[key] for key in _SUMMARY
-                                                          if key in record.attributes}}, record.attributes)
+                fields = (
+                    {
+                        "event": record.event_name,
+                        **{key: record.attributes[key] for key in _SUMMARY if key in record.attributes},
+                    },
+                    record.attributes,
+                )
                 log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra={FIELDS: fields}))
         if self._spool is not None:
             self._spool.append(records)

@@ -39,30 +39,88 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     """The exporter's flags; ``imds_url=False`` leaves out --imds.url (the demo brings its own IMDS)."""
     d = ExporterConfig()
     web = parser.add_argument_group("web")
-    web.add_argument("--web.listen-address", dest="listen_address", type=flags.listen_address,
-                     default=(d.listen_host, d.listen_port), metavar="ADDR",
-                     help="address to serve metrics on (default :10160)")
-    web.add_argument("--web.telemetry-path", dest="telemetry_path", type=_path_flag, default=d.telemetry_path,
-                     metavar="PATH", help="path under which to expose metrics (default /metrics)")
-    web.add_argument("--web.config.file", dest="web_config_file", type=Path, default=None, metavar="FILE",
-                     help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)")
+    web.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        type=flags.listen_address,
+        default=(d.listen_host, d.listen_port),
+        metavar="ADDR",
+        help="address to serve metrics on (default :10160)",
+    )
+    web.add_argument(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        type=_path_flag,
+        default=d.telemetry_path,
+        metavar="PATH",
+        help="path under which to expose metrics (default /metrics)",
+    )
+    web.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)",
+    )
     imds = parser.add_argument_group("IMDS")
     if imds_url:
-        imds.add_argument("--imds.url", dest="imds_url", type=_url_flag, default=d.imds_url, metavar="URL",
-                          help="IMDS base URL (default http://169.254.169.254)")
-    imds.add_argument("--imds.api-version", dest="api_version", type=_api_version_flag, default=d.api_version,
-                      metavar="VERSION", help="Scheduled Events api-version (default 2020-07-01)")
-    imds.add_argument("--imds.timeout", dest="imds_timeout", type=_positive_duration, default=d.imds_timeout,
-                      metavar="DURATION", help="read timeout of an IMDS request after the first (default 5s)")
-    imds.add_argument("--poll.interval", dest="poll_interval", type=_poll_interval, default=d.poll_interval,
-                      metavar="DURATION", help="time between polls: 250ms, 1s, 2m or seconds (default 1s)")
-    imds.add_argument("--vm.name", dest="vm_name", default=None, metavar="NAME",
-                      help="this VM's name as listed in Resources (default: learned from IMDS compute metadata)")
+        imds.add_argument(
+            "--imds.url",
+            dest="imds_url",
+            type=_url_flag,
+            default=d.imds_url,
+            metavar="URL",
+            help="IMDS base URL (default http://169.254.169.254)",
+        )
+    imds.add_argument(
+        "--imds.api-version",
+        dest="api_version",
+        type=_api_version_flag,
+        default=d.api_version,
+        metavar="VERSION",
+        help="Scheduled Events api-version (default 2020-07-01)",
+    )
+    imds.add_argument(
+        "--imds.timeout",
+        dest="imds_timeout",
+        type=_positive_duration,
+        default=d.imds_timeout,
+        metavar="DURATION",
+        help="read timeout of an IMDS request after the first (default 5s)",
+    )
+    imds.add_argument(
+        "--poll.interval",
+        dest="poll_interval",
+        type=_poll_interval,
+        default=d.poll_interval,
+        metavar="DURATION",
+        help="time between polls: 250ms, 1s, 2m or seconds (default 1s)",
+    )
+    imds.add_argument(
+        "--vm.name",
+        dest="vm_name",
+        default=None,
+        metavar="NAME",
+        help="this VM's name as listed in Resources (default: learned from IMDS compute metadata)",
+    )
     state = parser.add_argument_group("state and approval")
-    state.add_argument("--state.file", dest="state_file", type=Path, default=None, metavar="FILE",
-                       help="file to keep event lifecycles in across restarts (default: none)")
-    state.add_argument("--approval.config", dest="approval_config", type=Path, default=None, metavar="FILE",
-                       help="approval policy (YAML); approval is off without it")
+    state.add_argument(
+        "--state.file",
+        dest="state_file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="file to keep event lifecycles in across restarts (default: none)",
+    )
+    state.add_argument(
+        "--approval.config",
+        dest="approval_config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="approval policy (YAML); approval is off without it",
+    )
     logging_group = parser.add_argument_group("logging")
     logging_group.add_argument("--log.level", dest="log_level", choices=list(LEVELS), default=d.log_level)
     logging_group.add_argument("--log.format", dest="log_format", choices=list(FORMATS), default=d.log_format)

@@ -67,7 +67,7 @@ def _explain(message: str, data: object, schema: type[Any], secret_keys: Sequenc
     if (missing := _MISSING.match(message)) is not None:
         return _join(tokens, missing.group("key")), "is required"
     if message.startswith(_RELATIVE):
-        key, _, text = message[len(_RELATIVE):].partition(": ")
+        key, _, text = message[len(_RELATIVE) :].partition(": ")
         return _join(tokens, key), text
     if not message.startswith(("Expected", "Invalid enum value")):
         return _join(tokens), message  # a __post_init__ problem about the struct as a whole

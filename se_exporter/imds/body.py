@@ -29,8 +29,9 @@ class BodyTooLarge(Exception):
         self.fitting = fitting  # the decoded bytes that still fit: the start of an error page explains it
 
 
-def read_body(answer: httpx.Response, deadline: float, what: str = "IMDS answer",
-              monotonic: Callable[[], float] = time.monotonic) -> bytes:
+def read_body(
+    answer: httpx.Response, deadline: float, what: str = "IMDS answer", monotonic: Callable[[], float] = time.monotonic
+) -> bytes:
     """The decoded body of ``answer`` (``what``: "IMDS GET /path", for messages).
 
     A success whose body is too large or undecodable is an ``InvalidDocument``; an error page is cut
@@ -44,7 +45,7 @@ def read_body(answer: httpx.Response, deadline: float, what: str = "IMDS answer"
     size = 0
     try:
         # An answer built in memory (the in-process benchmarks' httpx.MockTransport) holds its raw bytes already.
-        for raw in ([answer.content] if answer.is_stream_consumed else answer.iter_raw()):
+        for raw in [answer.content] if answer.is_stream_consumed else answer.iter_raw():
             if monotonic() > deadline:
                 raise IMDSTimeout(f"{what} did not finish its answer in time (a slow or dripping answer)")
             for chunk in decoder.feed(raw, MAX_BODY_BYTES - size):

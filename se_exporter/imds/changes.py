@@ -8,9 +8,14 @@ from se_exporter.imds.document import ScheduledEvent
 
 # The fields that say what an event is, beside its status and NotBefore (whose changes have names of their
 # own: started, rescheduled). IMDS's names, for people reading the audit trail.
-CONTENT_FIELDS = (("EventType", "event_type"), ("ResourceType", "resource_type"), ("Resources", "resources"),
-                  ("EventSource", "event_source"), ("DurationInSeconds", "duration_seconds"),
-                  ("Description", "description"))
+CONTENT_FIELDS = (
+    ("EventType", "event_type"),
+    ("ResourceType", "resource_type"),
+    ("Resources", "resources"),
+    ("EventSource", "event_source"),
+    ("DurationInSeconds", "duration_seconds"),
+    ("Description", "description"),
+)
 _ALL_FIELDS = (*CONTENT_FIELDS[:3], ("NotBefore", "not_before"), *CONTENT_FIELDS[3:])
 
 
@@ -22,8 +27,11 @@ def content(event: ScheduledEvent) -> tuple[object, ...]:
 def describe_change(before: ScheduledEvent, after: ScheduledEvent, *, with_not_before: bool = True) -> str:
     """``the event changed (EventType Freeze -> Reboot; Resources [vm-a] -> [vm-a, vm-b])``, values shortened."""
     fields = _ALL_FIELDS if with_not_before else CONTENT_FIELDS
-    changes = [f"{name} {_short(getattr(before, attr))} -> {_short(getattr(after, attr))}"
-               for name, attr in fields if getattr(before, attr) != getattr(after, attr)]
+    changes = [
+        f"{name} {_short(getattr(before, attr))} -> {_short(getattr(after, attr))}"
+        for name, attr in fields
+        if getattr(before, attr) != getattr(after, attr)
+    ]
     return "the event changed (" + ("; ".join(changes) or "nothing visible") + ")"
 
 

@@ -97,8 +97,9 @@ class IMDSClient:
     ) -> bytes:
         self._limiter.acquire()
         target = self._target(method, path, api_version)
-        with self._tracer.start_as_current_span(method, kind=trace.SpanKind.CLIENT,
-                                                attributes=target.attributes) as span:
+        with self._tracer.start_as_current_span(
+            method, kind=trace.SpanKind.CLIENT, attributes=target.attributes
+        ) as span:
             started = time.perf_counter()
             try:
                 body, code = self._send(method, target.url, content, timeout)
@@ -123,8 +124,9 @@ class IMDSClient:
         headers = REQUEST_HEADERS if content is None else {**REQUEST_HEADERS, "Content-Type": "application/json"}
         limit = self.settings.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit  # for the whole answer: httpx bounds each read, not their sum
-        request = httpx.Request(method, url, headers=headers, content=content,
-                                extensions={"timeout": _timeout(limit), "deadline": deadline})
+        request = httpx.Request(
+            method, url, headers=headers, content=content, extensions={"timeout": _timeout(limit), "deadline": deadline}
+        )
         self._waiting.add(threading.get_ident())
         try:
             answer = self._transport.handle_request(request)
@@ -152,8 +154,10 @@ def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:
     snippet = body[:200].decode("utf-8", "replace").strip()
     text = f"IMDS {method} {url.path} answered {code}: {snippet!r}"
     if code == 400:
-        text += (" (IMDS rejects requests without the 'Metadata: true' header, without a valid api-version,"
-                 f" or with a malformed body; api-version was {url.params.get('api-version')!r}; not retried)")
+        text += (
+            " (IMDS rejects requests without the 'Metadata: true' header, without a valid api-version,"
+            f" or with a malformed body; api-version was {url.params.get('api-version')!r}; not retried)"
+        )
     elif code == 429:
         text += " (throttled: IMDS allows 5 requests/s per VM)"
     elif code == 410:

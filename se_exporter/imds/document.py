@@ -91,8 +91,10 @@ def parse_document(body: bytes | str) -> Document:
         wire = _DECODER.decode(body)
     except msgspec.ValidationError as error:
         if str(error).endswith(f"length <= {MAX_EVENTS} - at `$.Events`"):
-            raise InvalidDocument(f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most "
-                                  f"{MAX_EVENTS} (docs/reliability.md)") from None
+            raise InvalidDocument(
+                f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most "
+                f"{MAX_EVENTS} (docs/reliability.md)"
+            ) from None
         raise InvalidDocument(f"not a Scheduled Events document: {error}") from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as error:
         if _LONE_SURROGATE.search(body if isinstance(body, bytes) else body.encode("utf-8", "replace")):
@@ -100,8 +102,10 @@ def parse_document(body: bytes | str) -> Document:
             raise InvalidDocument("body holds text that is not valid Unicode (a lone surrogate)") from None
         raise InvalidDocument(f"body is not JSON: {error}") from None
     if (resources := sum(len(raw.resources) for raw in wire.events)) > MAX_RESOURCES:
-        raise InvalidDocument(f"the document lists {resources} Resources over its events; se-exporter holds at most "
-                              f"{MAX_RESOURCES} (docs/reliability.md)")
+        raise InvalidDocument(
+            f"the document lists {resources} Resources over its events; se-exporter holds at most "
+            f"{MAX_RESOURCES} (docs/reliability.md)"
+        )
     events = tuple(_event(index, raw) for index, raw in enumerate(wire.events))
     seen: set[str] = set()
     for event in events:

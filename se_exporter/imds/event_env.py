@@ -26,9 +26,15 @@ CUT_MARKER = "…[cut: the full event is in $SE_EVENT_FILE]"
 
 
 def event_environment(
-    event: ScheduledEvent, extra: Mapping[str, str], inherit: tuple[str, ...] = (), *,
-    base: Mapping[str, str] | None = None, platform: Platform | None = None,
-    classification: Classification | None = None, seconds_left: float | None = None, event_file: str = "",
+    event: ScheduledEvent,
+    extra: Mapping[str, str],
+    inherit: tuple[str, ...] = (),
+    *,
+    base: Mapping[str, str] | None = None,
+    platform: Platform | None = None,
+    classification: Classification | None = None,
+    seconds_left: float | None = None,
+    event_file: str = "",
 ) -> dict[str, str]:
     """The platform's base variables passed through when set, ``inherit``, the event's ``SE_EVENT_*``, and
     ``extra`` (``SE_VM_NAME``, ``SE_APPROVAL_RULE``, ``SE_EVENT_TRANSITION``…), each bounded.
@@ -64,13 +70,22 @@ def event_environment(
 def event_json(event: ScheduledEvent, classification: Classification | None = None) -> bytes:
     """The whole event, uncut, with IMDS's field names and its impact and cause (the ``SE_EVENT_FILE``)."""
     impact, cause = classification or classify(event, event.event_status)
-    return json.dumps({
-        "EventId": event.event_id, "EventType": event.event_type, "EventStatus": event.event_status,
-        "ResourceType": event.resource_type, "Resources": list(event.resources),
-        "NotBefore": rfc3339(event.not_before) if event.not_before else "", "Description": event.description,
-        "EventSource": event.event_source, "DurationInSeconds": event.duration_seconds,
-        "Impact": impact, "Cause": cause,
-    }, ensure_ascii=False).encode()
+    return json.dumps(
+        {
+            "EventId": event.event_id,
+            "EventType": event.event_type,
+            "EventStatus": event.event_status,
+            "ResourceType": event.resource_type,
+            "Resources": list(event.resources),
+            "NotBefore": rfc3339(event.not_before) if event.not_before else "",
+            "Description": event.description,
+            "EventSource": event.event_source,
+            "DurationInSeconds": event.duration_seconds,
+            "Impact": impact,
+            "Cause": cause,
+        },
+        ensure_ascii=False,
+    ).encode()
 
 
 @contextlib.contextmanager

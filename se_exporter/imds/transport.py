@@ -46,8 +46,11 @@ class IMDSTransport(httpx.BaseTransport):
         read = timeouts.get("read")
         deadline = request.extensions.get("deadline", time.monotonic() + (read if read is not None else 60.0))
         key = (request.url.host, request.url.port or 80)
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in request.headers.raw
-                   if name.lower() not in (b"host", b"content-length")}
+        headers = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in request.headers.raw
+            if name.lower() not in (b"host", b"content-length")
+        }
         connection, reused = self._take(key, timeouts.get("connect"), fresh=request.method != "GET")
         try:
             answer = self._send(connection, request, headers, deadline, reused=reused)
@@ -61,8 +64,14 @@ class IMDSTransport(httpx.BaseTransport):
         )
 
     @staticmethod
-    def _send(connection: http.client.HTTPConnection, request: httpx.Request, headers: dict[str, str],
-              deadline: float, *, reused: bool) -> http.client.HTTPResponse:
+    def _send(
+        connection: http.client.HTTPConnection,
+        request: httpx.Request,
+        headers: dict[str, str],
+        deadline: float,
+        *,
+        reused: bool,
+    ) -> http.client.HTTPResponse:
         """One request; raises httpx's exception types, or ``_Stale`` when a reused connection was gone."""
         connected = connection.sock is not None
         try:
@@ -70,8 +79,9 @@ class IMDSTransport(httpx.BaseTransport):
                 connection.connect()
                 connected = True
             connection.sock.settimeout(max(0.001, deadline - time.monotonic()))  # sendall: a total bound
-            connection.request(request.method, request.url.raw_path.decode("ascii"), body=request.read() or None,
-                               headers=headers)
+            connection.request(
+                request.method, request.url.raw_path.decode("ascii"), body=request.read() or None, headers=headers
+            )
             return get_response(connection, deadline)
         except TimeoutError as error:
             connection.close()

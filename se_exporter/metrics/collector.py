@@ -87,19 +87,24 @@ class SnapshotCollector(Collector):
         yield errors
         yield self._persistence_errors()
         if self._spool is not None:
-            yield GaugeMetricFamily(PREFIX + "log_spool_depth",
-                                    "Log records (transitions, approvals) waiting for the OTLP collector.",
-                                    value=self._spool.depth)
-            yield CounterMetricFamily(PREFIX + "log_spool_dropped",
-                                      "Log records dropped: the oldest when the spool was full, "
-                                      "or one the collector never takes.",
-                                      value=self._spool.dropped)
+            yield GaugeMetricFamily(
+                PREFIX + "log_spool_depth",
+                "Log records (transitions, approvals) waiting for the OTLP collector.",
+                value=self._spool.depth,
+            )
+            yield CounterMetricFamily(
+                PREFIX + "log_spool_dropped",
+                "Log records dropped: the oldest when the spool was full, or one the collector never takes.",
+                value=self._spool.dropped,
+            )
 
     def _persistence_errors(self) -> CounterMetricFamily:
-        errors = CounterMetricFamily(PREFIX + "persistence_errors",
-                                     "Failed writes of the state file and of the OTLP log spool (a full disk?), "
-                                     "and a state file that could not be used at start-up.",
-                                     labels=["file"])
+        errors = CounterMetricFamily(
+            PREFIX + "persistence_errors",
+            "Failed writes of the state file and of the OTLP log spool (a full disk?), "
+            "and a state file that could not be used at start-up.",
+            labels=["file"],
+        )
         if self._state is not None:
             errors.add_metric(["state"], self._state.errors)
         if self._spool is not None:
@@ -157,8 +162,16 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_T
     info = GaugeMetricFamily(
         PREFIX + "event_info",
         "One series per listed event.",
-        labels=["event_id", "event_type", "event_status", "event_source", "resource_type", "affects_this_vm",
-                "impact", "cause"],
+        labels=[
+            "event_id",
+            "event_type",
+            "event_status",
+            "event_source",
+            "resource_type",
+            "affects_this_vm",
+            "impact",
+            "cause",
+        ],
     )
     not_before = GaugeMetricFamily(
         PREFIX + "event_not_before_timestamp_seconds", "NotBefore as Unix time.", labels=PER_EVENT
@@ -173,8 +186,15 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_T
         moment = event.not_before.timestamp() if event.not_before is not None else None
         timed.append((labels, moment, state.started_at))
         info.add_metric(
-            [*labels, label(event.event_status), label(event.event_source), label(event.resource_type),
-             affects_label(identity.affects(event.resources)), state.impact, state.cause],
+            [
+                *labels,
+                label(event.event_status),
+                label(event.event_source),
+                label(event.resource_type),
+                affects_label(identity.affects(event.resources)),
+                state.impact,
+                state.cause,
+            ],
             1,
         )
         duration.add_metric(labels, event.duration_seconds)
@@ -188,9 +208,7 @@ def _timed_families(rows: _Timed, now: float) -> tuple[GaugeMetricFamily, GaugeM
     until = GaugeMetricFamily(
         PREFIX + "event_seconds_until_not_before", "NotBefore minus now (negative once passed).", labels=PER_EVENT
     )
-    started = GaugeMetricFamily(
-        PREFIX + "event_started_seconds", "Time spent in Started so far.", labels=PER_EVENT
-    )
+    started = GaugeMetricFamily(PREFIX + "event_started_seconds", "Time spent in Started so far.", labels=PER_EVENT)
     for labels, not_before, started_at in rows:
         if not_before is not None:
             until.add_metric(labels, not_before - now)

@@ -33,24 +33,42 @@ class Counters:
 
     def __init__(self, approval_enabled: bool = False) -> None:
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
-        self.transitions = Counter(PREFIX + "transitions", "Lifecycle transitions observed.",
-                                   ["event_type", "transition"], registry=None)
+        self.transitions = Counter(
+            PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
+        )
         for event_type, kind in sorted(product(EVENT_TYPES, TransitionKind)):  # zero series for increase()
             self.transitions.labels(event_type, kind)
         self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
         if approval_enabled:
             for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
                 self.approvals.labels(event_type, result)
-        self.imds_requests = Counter(PREFIX + "imds_requests", "IMDS requests by method and HTTP code (or error).",
-                                     ["method", "code"], registry=None)
-        self.imds_request_duration = Histogram(PREFIX + "imds_request_duration_seconds", "IMDS request latency.",
-                                               ["method"], buckets=REQUEST_BUCKETS, registry=None)
-        self.started_duration = Histogram(PREFIX + "started_duration_seconds",
-                                          "Total time in Started of events that completed.", ["event_type"],
-                                          buckets=STARTED_BUCKETS, registry=None)
-        self.notice = Histogram(PREFIX + "notice_seconds",
-                                "NotBefore minus first sighting, for events first seen Scheduled.", ["event_type"],
-                                buckets=NOTICE_BUCKETS, registry=None)
+        self.imds_requests = Counter(
+            PREFIX + "imds_requests",
+            "IMDS requests by method and HTTP code (or error).",
+            ["method", "code"],
+            registry=None,
+        )
+        self.imds_request_duration = Histogram(
+            PREFIX + "imds_request_duration_seconds",
+            "IMDS request latency.",
+            ["method"],
+            buckets=REQUEST_BUCKETS,
+            registry=None,
+        )
+        self.started_duration = Histogram(
+            PREFIX + "started_duration_seconds",
+            "Total time in Started of events that completed.",
+            ["event_type"],
+            buckets=STARTED_BUCKETS,
+            registry=None,
+        )
+        self.notice = Histogram(
+            PREFIX + "notice_seconds",
+            "NotBefore minus first sighting, for events first seen Scheduled.",
+            ["event_type"],
+            buckets=NOTICE_BUCKETS,
+            registry=None,
+        )
 
     def on_poll(self, result: PollResult) -> None:
         for decision in result.all_decisions:
@@ -80,8 +98,14 @@ class Counters:
 
     def families(self) -> Iterator[Metric]:
         """Every counter and histogram, without ``_created`` samples."""
-        for metric in (self.transitions, self.approvals, self.imds_requests, self.imds_request_duration,
-                       self.started_duration, self.notice):
+        for metric in (
+            self.transitions,
+            self.approvals,
+            self.imds_requests,
+            self.imds_request_duration,
+            self.started_duration,
+            self.notice,
+        ):
             yield from _without_created(metric)
 
 

@@ -63,8 +63,10 @@ class OTelConfig:
         return not self.disabled and (self.traces.exporter != "none" or self.logs.exporter != "none")
 
 
-HOW_TO_ENABLE = ("OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER / "
-                 "OTEL_LOGS_EXPORTER) to send spans and a log record per transition (docs/opentelemetry.md)")
+HOW_TO_ENABLE = (
+    "OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER / "
+    "OTEL_LOGS_EXPORTER) to send spans and a log record per transition (docs/opentelemetry.md)"
+)
 
 
 def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
@@ -109,8 +111,10 @@ def _signal(environ: Mapping[str, str], signal: str, path: str) -> SignalConfig:
     def var(name: str) -> tuple[str, ...]:  # the per-signal variable first, then the generic one
         return (f"OTEL_EXPORTER_OTLP_{upper}_{name}", f"OTEL_EXPORTER_OTLP_{name}")
 
-    asked = any(environ.get(name, "").strip() for name in (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT",
-                                                           "OTEL_EXPORTER_OTLP_ENDPOINT"))
+    asked = any(
+        environ.get(name, "").strip()
+        for name in (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
     exporter = _choice(environ, (f"OTEL_{upper}_EXPORTER",), EXPORTERS, "otlp" if asked else "none")
     protocol = _choice(environ, var("PROTOCOL"), PROTOCOLS, "http/protobuf")
     endpoint = environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "").strip()

@@ -27,8 +27,13 @@ RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one at
 
 
 class Holding(Generic[T]):
-    def __init__(self, send: Callable[[Sequence[T]], Outcome], limit: int, what: str = "span",
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        send: Callable[[Sequence[T]], Outcome],
+        limit: int,
+        what: str = "span",
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._send = send
         self._what = what
         self._monotonic = monotonic
@@ -62,9 +67,15 @@ class Holding(Generic[T]):
             return
         if self._failing_since is None:
             self._failing_since = now
-            log.warning("OTLP %s export failing (%s): up to %d %ss are held and sending is retried with a pause "
-                        "growing to %.0f s", self._what, outcome.problem, self._held.maxlen, self._what,
-                        RETRY_CAP_SECONDS)
+            log.warning(
+                "OTLP %s export failing (%s): up to %d %ss are held and sending is retried with a pause "
+                "growing to %.0f s",
+                self._what,
+                outcome.problem,
+                self._held.maxlen,
+                self._what,
+                RETRY_CAP_SECONDS,
+            )
         self._resume_at = now + max(self._backoff.next_delay(), outcome.retry_after or 0.0)
 
     def _settled(self, now: float, outcome: Outcome, count: int) -> None:
@@ -76,8 +87,13 @@ class Holding(Generic[T]):
             self._refusal = outcome.problem
         self.dropped += lost
         if self._failing_since is not None:
-            log.info("OTLP %s export works again after %.0f s (%d %s(s) lost meanwhile)", self._what,
-                     now - self._failing_since, self.dropped, self._what)
+            log.info(
+                "OTLP %s export works again after %.0f s (%d %s(s) lost meanwhile)",
+                self._what,
+                now - self._failing_since,
+                self.dropped,
+                self._what,
+            )
             self.dropped = 0
         self._failing_since = None
         self._resume_at = float("-inf")

@@ -89,21 +89,41 @@ class LifecycleSpans:
         if entry is None or entry.life != transition.life:
             entry = self._open[event.event_id] = _Lifecycle(transition.first_seen, transition.life)
         if all(step.uid != transition.uid for step in entry.steps):  # re-emitted after a crash: once
-            entry.steps.append(_Step(
-                transition.kind, transition.observed_at, event.event_status, transition.previous_status,
-                transition.document_incarnation, rfc3339(event.not_before) if event.not_before else None,
-                transition.uid,
-            ))
+            entry.steps.append(
+                _Step(
+                    transition.kind,
+                    transition.observed_at,
+                    event.event_status,
+                    transition.previous_status,
+                    transition.document_incarnation,
+                    rfc3339(event.not_before) if event.not_before else None,
+                    transition.uid,
+                )
+            )
             if len(entry.steps) > MAX_STEPS:  # keep how it began and how it went lately
                 del entry.steps[MAX_STEPS // 2]
         if transition.kind in (TransitionKind.COMPLETED, TransitionKind.CANCELLED):
             del self._open[event.event_id]
             entry.first_seen = transition.first_seen  # the store's, which survived any restart
-            self._emit(event.event_id, entry, transition, outcome=transition.kind, end=transition.observed_at,
-                       identity=identity)
+            self._emit(
+                event.event_id,
+                entry,
+                transition,
+                outcome=transition.kind,
+                end=transition.observed_at,
+                identity=identity,
+            )
 
-    def _emit(self, event_id: str, entry: _Lifecycle, last: Transition | None, *, outcome: str, end: float,
-              identity: VMIdentity) -> None:
+    def _emit(
+        self,
+        event_id: str,
+        entry: _Lifecycle,
+        last: Transition | None,
+        *,
+        outcome: str,
+        end: float,
+        identity: VMIdentity,
+    ) -> None:
         attributes: dict[str, Any] = {"scheduled_event.id": event_id, "scheduled_event.outcome": outcome}
         if last is not None:
             event = last.event
@@ -121,7 +141,10 @@ class LifecycleSpans:
                 attributes["scheduled_event.affects_this_vm"] = affects
         poll = trace.get_current_span().get_span_context()
         span = self._tracer.start_span(
-            SPAN_NAME, context=Context(), start_time=unix_nanos(entry.first_seen), attributes=attributes,
+            SPAN_NAME,
+            context=Context(),
+            start_time=unix_nanos(entry.first_seen),
+            attributes=attributes,
             links=[trace.Link(poll)] if poll.is_valid else None,
         )
         for step in entry.steps:

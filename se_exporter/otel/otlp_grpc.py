@@ -33,8 +33,10 @@ class OTLPGrpcClient:
         try:
             import grpc
         except ImportError:
-            raise ConfigError("OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the grpc extra: pip install "
-                              "'azure-scheduled-events-exporter[grpc]' (or use http/protobuf)") from None
+            raise ConfigError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the grpc extra: pip install "
+                "'azure-scheduled-events-exporter[grpc]' (or use http/protobuf)"
+            ) from None
         import importlib
 
         module, stub, self._rejected_field = _STUBS[kind]
@@ -48,8 +50,9 @@ class OTLPGrpcClient:
         if insecure:
             self._channel = grpc.insecure_channel(target, options=options, compression=compression)
         else:
-            self._channel = grpc.secure_channel(target, _credentials(grpc, signal), options=options,
-                                                compression=compression)
+            self._channel = grpc.secure_channel(
+                target, _credentials(grpc, signal), options=options, compression=compression
+            )
         self._export = getattr(importlib.import_module(module), stub)(self._channel).Export
         self._metadata = tuple((name.lower(), value) for name, value in signal.headers.items())
         self._timeout = signal.timeout
@@ -64,8 +67,11 @@ class OTLPGrpcClient:
             name = code.name if code is not None else "UNKNOWN"
             retry_after = _retry_after(error)
             retryable = name in RETRYABLE_CODES or (name == "RESOURCE_EXHAUSTED" and retry_after is not None)
-            return Outcome.refused(f"the collector answered {name}: {error.details() or 'no details'}",
-                                   retryable=retryable, retry_after=retry_after)
+            return Outcome.refused(
+                f"the collector answered {name}: {error.details() or 'no details'}",
+                retryable=retryable,
+                retry_after=retry_after,
+            )
         except ValueError as error:  # the channel was closed (shutting down)
             return Outcome.refused(f"the exporter is stopping ({error})", retryable=True)
         partial = response.partial_success

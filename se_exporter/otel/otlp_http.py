@@ -43,8 +43,9 @@ PartialSuccess = Callable[[bytes], tuple[int, str]]
 class OTLPHttpClient:
     """One signal's endpoint. Thread-safe; ``close()`` from another thread makes a send give up."""
 
-    def __init__(self, signal: SignalConfig, user_agent: str,
-                 partial_success: PartialSuccess = lambda _body: (0, "")) -> None:
+    def __init__(
+        self, signal: SignalConfig, user_agent: str, partial_success: PartialSuccess = lambda _body: (0, "")
+    ) -> None:
         url = urllib.parse.urlsplit(signal.endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConfigError(f"OTLP endpoint {signal.endpoint!r}: an http:// or https:// URL is needed")
@@ -181,8 +182,9 @@ def _proxy(proxy: str) -> tuple[tuple[str, int], str | None]:
     """The proxy's address, and the Proxy-Authorization its URL's credentials make (if any)."""
     url = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
     if url.scheme != "http" or not url.hostname:
-        raise ConfigError("the proxy for the OTLP endpoint (HTTPS_PROXY / HTTP_PROXY): an http:// proxy URL is "
-                          "needed")  # the value is not echoed: it may hold a password
+        raise ConfigError(
+            "the proxy for the OTLP endpoint (HTTPS_PROXY / HTTP_PROXY): an http:// proxy URL is needed"
+        )  # the value is not echoed: it may hold a password
     authorization = None
     if url.username is not None:
         user = urllib.parse.unquote(url.username)

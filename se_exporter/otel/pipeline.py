@@ -82,19 +82,29 @@ def build_telemetry(
     """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none."""
     if not config.enabled:
         return NoTelemetry()
-    resource = Resource({
-        "telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
-        "telemetry.sdk.version": sdk_version, **attributes,
-    })
+    resource = Resource(
+        {
+            "telemetry.sdk.name": "opentelemetry",
+            "telemetry.sdk.language": "python",
+            "telemetry.sdk.version": sdk_version,
+            **attributes,
+        }
+    )
     user_agent = f"se-exporter/{version} (OTLP; OpenTelemetry SDK {sdk_version})"
     telemetry = Pipeline(trace.NoOpTracerProvider())
     spans = _span_exporter(config.traces, user_agent)
     if spans is not None:
         # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
         provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
-        provider.add_span_processor(BatchSpanProcessor(
-            spans, max_queue_size=HELD_SPANS, max_export_batch_size=HELD_SPANS,
-            schedule_delay_millis=config.span_schedule_delay_ms, export_timeout_millis=30_000))
+        provider.add_span_processor(
+            BatchSpanProcessor(
+                spans,
+                max_queue_size=HELD_SPANS,
+                max_export_batch_size=HELD_SPANS,
+                schedule_delay_millis=config.span_schedule_delay_ms,
+                export_timeout_millis=30_000,
+            )
+        )
         telemetry = Pipeline(provider, _provider=provider)
     logs = _log_sender(config.logs, resource, InstrumentationScope(SCOPE, version), user_agent)
     if logs is not None:
@@ -129,8 +139,12 @@ class LogSender:
     """Log-record batches as OTLP requests. The batch the shipper retries during an outage is encoded
     once: an attempt costs one request, whatever the backlog."""
 
-    def __init__(self, post: Post, readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]],
-                 close: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        post: Post,
+        readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]],
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
         self._post = post
         self._readable = readable
         self.close = close
@@ -143,8 +157,9 @@ class LogSender:
         return self._post(self._last[1])
 
 
-def _log_sender(signal: SignalConfig, resource: Resource, scope: InstrumentationScope,
-                user_agent: str) -> LogSender | None:
+def _log_sender(
+    signal: SignalConfig, resource: Resource, scope: InstrumentationScope, user_agent: str
+) -> LogSender | None:
     def readable(batch: Sequence[AuditRecord]) -> list[ReadableLogRecord]:
         return [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
 
@@ -157,8 +172,9 @@ def _log_sender(signal: SignalConfig, resource: Resource, scope: Instrumentation
 
 
 class _ConsoleLogs(LogSender):
-    def __init__(self, console: ConsoleLogRecordExporter,
-                 readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]]) -> None:
+    def __init__(
+        self, console: ConsoleLogRecordExporter, readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]]
+    ) -> None:
         super().__init__(lambda _request: ACCEPTED, readable, console.shutdown)
         self._console = console
 

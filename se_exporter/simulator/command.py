@@ -72,37 +72,115 @@ def _counted(kind: str, parse_value: Callable[[str], object]) -> Callable[[str],
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``simulate`` flags on ``parser``."""
     add = parser.add_argument
-    add("--web.listen-address", dest="listen", type=listen_address, default=("127.0.0.1", 8080),
+    add(
+        "--web.listen-address",
+        dest="listen",
+        type=listen_address,
+        default=("127.0.0.1", 8080),
         metavar="HOST:PORT",
-        help="host:port to serve the fake IMDS on (port 0: any free port; default 127.0.0.1:8080)")
-    add("--scenario", dest="scenarios", action="append", default=[], metavar="NAME|FILE",
-        help=f"built-in scenario ({', '.join(builtin_names())}, or 'all') or YAML file; repeatable")
+        help="host:port to serve the fake IMDS on (port 0: any free port; default 127.0.0.1:8080)",
+    )
+    add(
+        "--scenario",
+        dest="scenarios",
+        action="append",
+        default=[],
+        metavar="NAME|FILE",
+        help=f"built-in scenario ({', '.join(builtin_names())}, or 'all') or YAML file; repeatable",
+    )
     add("--speed", type=speed, default=1.0, metavar="FACTOR", help="simulated seconds per real second (default 1)")
     add("--loop", action="store_true", help="replay the scenarios forever")
-    add("--loop.gap", dest="loop_gap", type=duration, default=10.0, metavar="DURATION",
-        help="simulated pause between scenarios (default 10s)")
-    add("--vm.name", dest="vm_name", default="sim-vm-0", metavar="NAME",
-        help="name of the simulated VM (default sim-vm-0)")
+    add(
+        "--loop.gap",
+        dest="loop_gap",
+        type=duration,
+        default=10.0,
+        metavar="DURATION",
+        help="simulated pause between scenarios (default 10s)",
+    )
+    add(
+        "--vm.name",
+        dest="vm_name",
+        default="sim-vm-0",
+        metavar="NAME",
+        help="name of the simulated VM (default sim-vm-0)",
+    )
     add("--seed", type=int, default=None, help="random seed for EventIds and fault dice")
-    add("--incarnation.idle-reset", dest="idle_reset", type=duration, default=None, metavar="DURATION",
-        help="reset DocumentIncarnation after this much simulated time without requests (IMDS: 24h)")
-    add("--fault.first-response-delay", dest="first_delay", type=duration, default=0.0, metavar="DURATION",
-        help="delay the first scheduled-events answer by this real duration")
-    add("--fault.status", dest="fault_status", action="append", default=[], type=_counted("status", int),
-        metavar="CODE[:COUNT]", help="answer CODE (500, 503, 429, 410...) to the next COUNT polls")
-    add("--fault.error-rate", dest="error_rate", type=float, default=0.0, metavar="P",
-        help="probability (0-1) that any poll fails with --fault.error-code")
-    add("--fault.error-code", dest="error_code", type=int, default=503, metavar="CODE",
-        help="code for --fault.error-rate")
-    add("--fault.malformed", dest="fault_malformed", action="append", default=[], metavar="KIND[:COUNT]",
+    add(
+        "--incarnation.idle-reset",
+        dest="idle_reset",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="reset DocumentIncarnation after this much simulated time without requests (IMDS: 24h)",
+    )
+    add(
+        "--fault.first-response-delay",
+        dest="first_delay",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
+        help="delay the first scheduled-events answer by this real duration",
+    )
+    add(
+        "--fault.status",
+        dest="fault_status",
+        action="append",
+        default=[],
+        type=_counted("status", int),
+        metavar="CODE[:COUNT]",
+        help="answer CODE (500, 503, 429, 410...) to the next COUNT polls",
+    )
+    add(
+        "--fault.error-rate",
+        dest="error_rate",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="probability (0-1) that any poll fails with --fault.error-code",
+    )
+    add(
+        "--fault.error-code",
+        dest="error_code",
+        type=int,
+        default=503,
+        metavar="CODE",
+        help="code for --fault.error-rate",
+    )
+    add(
+        "--fault.malformed",
+        dest="fault_malformed",
+        action="append",
+        default=[],
+        metavar="KIND[:COUNT]",
         type=_counted("malformed", _malformed_kind),
-        help=f"answer a broken body to the next COUNT polls; KIND: {', '.join(MALFORMED)}")
-    add("--fault.reset", dest="fault_reset", type=int, default=0, metavar="COUNT",
-        help="reset the connection of the next COUNT polls")
-    add("--fault.delay", dest="fault_delay", action="append", default=[], type=_counted("delay", duration),
-        metavar="DURATION[:COUNT]", help="delay the next COUNT polls by DURATION (real time)")
-    add("--fault.rate-limit", dest="rate_limit", type=int, default=0, metavar="N",
-        help="answer 429 beyond this many requests per second (IMDS: 5; default 0 = off)")
+        help=f"answer a broken body to the next COUNT polls; KIND: {', '.join(MALFORMED)}",
+    )
+    add(
+        "--fault.reset",
+        dest="fault_reset",
+        type=int,
+        default=0,
+        metavar="COUNT",
+        help="reset the connection of the next COUNT polls",
+    )
+    add(
+        "--fault.delay",
+        dest="fault_delay",
+        action="append",
+        default=[],
+        type=_counted("delay", duration),
+        metavar="DURATION[:COUNT]",
+        help="delay the next COUNT polls by DURATION (real time)",
+    )
+    add(
+        "--fault.rate-limit",
+        dest="rate_limit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="answer 429 beyond this many requests per second (IMDS: 5; default 0 = off)",
+    )
     add("--list-scenarios", action="store_true", help="print the built-in scenarios and exit")
     add("--quiet", action="store_true", help="do not log document changes on stderr")
 
@@ -133,7 +211,8 @@ def _log_change(record: TruthEntry) -> None:
         print(
             f"change={record.kind} reason={record.reason} event_id={record.event_id} type={record.event_type} "
             f"status={record.status} not_before={record.not_before!r} incarnation={record.incarnation}",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
 
 
@@ -148,16 +227,19 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     try:
         scenarios = _scenarios(args.scenarios)
         faults = build_faults(args, rng)
-        world = SimWorld(vm=SimulatedVM(name=args.vm_name), clock=SimClock(args.speed), rng=rng,
-                         idle_reset_after=args.idle_reset)
+        world = SimWorld(
+            vm=SimulatedVM(name=args.vm_name), clock=SimClock(args.speed), rng=rng, idle_reset_after=args.idle_reset
+        )
         server = SimulatorServer(world, faults=faults, host=args.listen[0], port=args.listen[1])
     except (ScenarioError, ValueError) as exc:
         print(f"se-exporter: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         problem = exc.strerror or str(exc)
-        print(f"se-exporter: error: --web.listen-address: cannot listen on {args.listen[0]}:{args.listen[1]}: "
-              f"{problem}", file=sys.stderr)
+        print(
+            f"se-exporter: error: --web.listen-address: cannot listen on {args.listen[0]}:{args.listen[1]}: {problem}",
+            file=sys.stderr,
+        )
         return 2
     if not args.quiet:
         world.truth.add_listener(_log_change)

@@ -30,8 +30,16 @@ from dataclasses import dataclass
 from typing import Any
 
 KINDS = ("status", "malformed", "reset", "delay", "drip")
-MALFORMED = ("truncated", "wrong_types", "missing_event_id", "not_json", "empty", "gzip_bomb", "too_many_events",
-             "too_many_resources")
+MALFORMED = (
+    "truncated",
+    "wrong_types",
+    "missing_event_id",
+    "not_json",
+    "empty",
+    "gzip_bomb",
+    "too_many_events",
+    "too_many_resources",
+)
 ENDPOINTS = ("scheduledevents", "compute", "any")
 METHODS = ("GET", "POST", "any")
 
@@ -103,14 +111,16 @@ class FaultPlan:
         return self.add(FaultRule("status", count, status=status, method=method, endpoint=endpoint))
 
     def malformed_next(
-        self, variant: str = "truncated", count: int | None = 1, *,
-        method: str = "any", endpoint: str = "scheduledevents",
+        self,
+        variant: str = "truncated",
+        count: int | None = 1,
+        *,
+        method: str = "any",
+        endpoint: str = "scheduledevents",
     ) -> FaultRule:
         return self.add(FaultRule("malformed", count, malformed=variant, method=method, endpoint=endpoint))
 
-    def reset_next(
-        self, count: int | None = 1, *, method: str = "any", endpoint: str = "scheduledevents"
-    ) -> FaultRule:
+    def reset_next(self, count: int | None = 1, *, method: str = "any", endpoint: str = "scheduledevents") -> FaultRule:
         return self.add(FaultRule("reset", count, method=method, endpoint=endpoint))
 
     def delay_next(
@@ -190,7 +200,8 @@ class FaultPlan:
             raise ValueError(f"fault plan: first_response_delay_s must be a number >= 0, got {delay!r}")
         if limit is not None and not (_is_number(limit, minimum=0) and isinstance(limit, int)):
             raise ValueError(
-                f"fault plan: rate_limit_per_s must be an integer >= 0 or null (0, null: off), got {limit!r}")
+                f"fault plan: rate_limit_per_s must be an integer >= 0 or null (0, null: off), got {limit!r}"
+            )
         with self._lock:
             if data.get("replace", False):
                 self._rules.clear()

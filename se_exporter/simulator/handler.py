@@ -166,8 +166,9 @@ class ImdsHandler(BaseHTTPRequestHandler):
         data = b"" if payload is None else json.dumps(payload).encode()
         self._send(status, data, _JSON)
 
-    def _send(self, status: int, data: bytes, content_type: str, *, headers: dict[str, str] | None = None,
-              drip: float = 0.0) -> None:
+    def _send(
+        self, status: int, data: bytes, content_type: str, *, headers: dict[str, str] | None = None, drip: float = 0.0
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -182,7 +183,7 @@ class ImdsHandler(BaseHTTPRequestHandler):
             for index in range(len(data)):  # until the client gives up or the server stops
                 if self.sim.stopping.wait(drip):
                     return
-                self.wfile.write(data[index:index + 1])
+                self.wfile.write(data[index : index + 1])
                 self.wfile.flush()
         except OSError:  # the client gave up on the drip: that is what it is for
             return

@@ -173,7 +173,14 @@ def _drop_event_ids(doc: dict[str, Any]) -> None:
     if not isinstance(events, list):
         return
     if not events:  # make the fault visible even with nothing scheduled
-        events.append({"EventType": "Reboot", "EventStatus": "Scheduled", "ResourceType": "VirtualMachine",
-                       "Resources": [], "NotBefore": ""})
+        events.append(
+            {
+                "EventType": "Reboot",
+                "EventStatus": "Scheduled",
+                "ResourceType": "VirtualMachine",
+                "Resources": [],
+                "NotBefore": "",
+            }
+        )
     for event in events:
         event.pop("EventId", None)

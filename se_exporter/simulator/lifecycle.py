@@ -43,7 +43,11 @@ class Lifecycle:
     """Events, timeline and incarnation. Not thread-safe: the world locks around every call."""
 
     def __init__(
-        self, vm_name: str, clock: Clock, truth: GroundTruth, incarnation: int,
+        self,
+        vm_name: str,
+        clock: Clock,
+        truth: GroundTruth,
+        incarnation: int,
         on_removed: Callable[[str, float], None],
     ) -> None:
         self.events: dict[str, SimEvent] = {}  # document order = order of appearance
@@ -61,8 +65,14 @@ class Lifecycle:
         self._bumped = False
 
     def push(
-        self, due: float, kind: str, event_id: str, *,
-        reason: str = "scenario", plan: EventPlan | None = None, marker: float | None = None,
+        self,
+        due: float,
+        kind: str,
+        event_id: str,
+        *,
+        reason: str = "scenario",
+        plan: EventPlan | None = None,
+        marker: float | None = None,
     ) -> None:
         self._seq += 1  # ties at one instant keep insertion order
         heapq.heappush(self._timeline, Action(due, self._seq, kind, event_id, reason, plan, marker))
@@ -148,13 +158,20 @@ class Lifecycle:
             self._bumped = True
         clock = self._clock
         nb = event.not_before if event is not None else None
-        return self._truth.add(lambda seq: Change(
-            seq=seq, kind=kind, reason=reason,
-            event_id=event.event_id if event else None,
-            event_type=event.plan.event_type if event else None,
-            status=None if event is None or kind == "removed" else event.status,
-            previous_status=previous,
-            not_before="" if nb is None else format_rfc1123(clock.to_real_time(nb)),
-            not_before_sim=nb, incarnation=self.incarnation, sim_time=at,
-            real_time=clock.real_time(), real_monotonic=clock.real_monotonic(),
-        ))
+        return self._truth.add(
+            lambda seq: Change(
+                seq=seq,
+                kind=kind,
+                reason=reason,
+                event_id=event.event_id if event else None,
+                event_type=event.plan.event_type if event else None,
+                status=None if event is None or kind == "removed" else event.status,
+                previous_status=previous,
+                not_before="" if nb is None else format_rfc1123(clock.to_real_time(nb)),
+                not_before_sim=nb,
+                incarnation=self.incarnation,
+                sim_time=at,
+                real_time=clock.real_time(),
+                real_monotonic=clock.real_monotonic(),
+            )
+        )

@@ -71,8 +71,16 @@ class _EventSpec(msgspec.Struct, forbid_unknown_fields=True):
             raise field_problem("type", f"must be one of {', '.join(EVENT_TYPES)}, got {self.type!r}")
 
     def scenario_event(self) -> ScenarioEvent:
-        plan = EventPlan(self.type, self.source, self.notice, self.duration, self.started_for, self.resources,
-                         self.description, self.resource_type)
+        plan = EventPlan(
+            self.type,
+            self.source,
+            self.notice,
+            self.duration,
+            self.started_for,
+            self.resources,
+            self.description,
+            self.resource_type,
+        )
         steps = tuple(Reschedule(step.at, step.notice) for step in self.reschedule)
         return ScenarioEvent(self.id, plan, self.at, self.start_at, self.cancel_at, steps)
 

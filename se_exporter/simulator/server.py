@@ -59,8 +59,9 @@ class SimulatorServer:
         if self._threads:
             raise RuntimeError("server already started")
         self._threads = [
-            threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                             name="sim-http", daemon=True),
+            threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="sim-http", daemon=True
+            ),
             threading.Thread(target=self._tick_forever, name="sim-ticker", daemon=True),
         ]
         for thread in self._threads:

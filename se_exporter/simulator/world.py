@@ -199,13 +199,19 @@ class SimWorld:
 
     def record_request(self, method: str, path: str, status: int, fault: str | None) -> None:
         clock = self._clock
-        self._truth.add(lambda seq: RequestRecord(seq, method, path, status, fault, clock.now(), clock.real_time(),
-                                                  clock.real_monotonic()))
+        self._truth.add(
+            lambda seq: RequestRecord(
+                seq, method, path, status, fault, clock.now(), clock.real_time(), clock.real_monotonic()
+            )
+        )
 
     def _add_approval(self, valid: bool, body: str, outcomes: dict[str, str]) -> None:
         clock = self._clock
-        self._truth.add(lambda seq: ApprovalRecord(seq, valid, body, outcomes, clock.now(), clock.real_time(),
-                                                   clock.real_monotonic()))
+        self._truth.add(
+            lambda seq: ApprovalRecord(
+                seq, valid, body, outcomes, clock.now(), clock.real_time(), clock.real_monotonic()
+            )
+        )
 
     # ----- scenarios ---------------------------------------------------------------------------
 

@@ -94,8 +94,9 @@ class Persistence:
         try:
             return from_state(self._sections.get(name))
         except (ValueError, msgspec.MsgspecError) as problem:
-            log.error("state file %s: its %s section cannot be used (%s): starting without it", self.path, name,
-                      problem)
+            log.error(
+                "state file %s: its %s section cannot be used (%s): starting without it", self.path, name, problem
+            )
             self.errors += 1
             return empty()
 

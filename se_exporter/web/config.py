@@ -98,8 +98,10 @@ class WebConfigFile(msgspec.Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         if self.rate_limit is not msgspec.UNSET:
-            raise field_problem("rate_limit", "is not supported by se-exporter (rate-limit in a reverse proxy or by "
-                                "network policy instead)")
+            raise field_problem(
+                "rate_limit",
+                "is not supported by se-exporter (rate-limit in a reverse proxy or by network policy instead)",
+            )
         for user, hashed in (self.basic_auth_users or {}).items():
             _check_user(user, hashed)
         for index, path in enumerate(self.auth_excluded_paths):
@@ -107,8 +109,9 @@ class WebConfigFile(msgspec.Struct, forbid_unknown_fields=True):
                 where = f"auth_excluded_paths[{index}]"
                 raise field_problem(where, f"must be a path starting with /, got {show(path)}")
         if self.auth_excluded_paths and not self.basic_auth_users:
-            raise field_problem("auth_excluded_paths", "is set but basic_auth_users is empty, so nothing is "
-                                "authenticated")
+            raise field_problem(
+                "auth_excluded_paths", "is set but basic_auth_users is empty, so nothing is authenticated"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +164,18 @@ def parse_web_config(text: str, *, source: str = "<web config>", base_dir: Path 
 
 def _check_user(user: str, hashed: object) -> None:
     if not user or ":" in user:
-        raise field_problem(f"basic_auth_users.{user}",
-                            "user names must be non-empty and must not contain ':' (basic auth cannot carry it)")
+        raise field_problem(
+            f"basic_auth_users.{user}",
+            "user names must be non-empty and must not contain ':' (basic auth cannot carry it)",
+        )
     match = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
     if match is None or int(match.group(1)) not in _BCRYPT_COSTS:
         # Never echo the value: it may be a plaintext password put there by mistake.
-        raise field_problem(f"basic_auth_users.{user}", "is not a bcrypt hash (expected $2y$10$ followed by 53 "
-                            "characters, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n'); the value is not shown")
+        raise field_problem(
+            f"basic_auth_users.{user}",
+            "is not a bcrypt hash (expected $2y$10$ followed by 53 "
+            "characters, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n'); the value is not shown",
+        )
 
 
 def _log_summary(config: WebConfig) -> None:

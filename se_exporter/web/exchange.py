@@ -64,9 +64,16 @@ class Exchange:
         self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
         self._excluded = config.auth_excluded_paths
         self._extra = list(config.headers)
-        self._base = {"SERVER_PORT": str(port), "wsgi.url_scheme": scheme, "wsgi.version": (1, 0),
-                      "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False,
-                      "wsgi.run_once": False, "SCRIPT_NAME": ""}
+        self._base = {
+            "SERVER_PORT": str(port),
+            "wsgi.url_scheme": scheme,
+            "wsgi.version": (1, 0),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+            "SCRIPT_NAME": "",
+        }
         self._render = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-render")
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
         self._auth_waiting = 0
@@ -76,8 +83,14 @@ class Exchange:
         self._render.shutdown(wait=False, cancel_futures=True)
         self._bcrypt.shutdown(wait=False, cancel_futures=True)
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str,
-                    idle: Callable[[bool], None], deadline: float) -> None:
+    async def serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str,
+        idle: Callable[[bool], None],
+        deadline: float,
+    ) -> None:
         """Requests until the client, an error or a timeout ends the connection; ``idle(True)`` while it
         waits for a request (such connections are the ones the server may close when it needs room)."""
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
@@ -106,13 +119,15 @@ class Exchange:
             refused = await self._authenticate(self._auth, environ)
             if refused is not None:
                 return refused
-        key = tuple(str(environ.get(name, "")) for name in ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT",
-                                                             "HTTP_ACCEPT_ENCODING"))
+        key = tuple(
+            str(environ.get(name, "")) for name in ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING")
+        )
         shared = self._rendering.get(key)
         if shared is None:  # nobody renders this yet: render it, and let whoever asks meanwhile share it
             loop = asyncio.get_running_loop()
             shared = self._rendering[key] = asyncio.ensure_future(
-                loop.run_in_executor(self._render, _call, self._app, environ))
+                loop.run_in_executor(self._render, _call, self._app, environ)
+            )
             shared.add_done_callback(lambda _: self._rendering.pop(key, None))
         return await asyncio.shield(shared)
 
@@ -139,10 +154,16 @@ class Exchange:
     def _environ(self, request: h11.Request, client: str) -> dict[str, Any]:
         target = request.target.decode("latin-1")
         path, _, query = target.partition("?")
-        environ: dict[str, Any] = {**self._base, "REQUEST_METHOD": "GET", "QUERY_STRING": query,
-                                   "PATH_INFO": urllib.parse.unquote(path, "latin-1"), "SERVER_NAME": "se-exporter",
-                                   "SERVER_PROTOCOL": f"HTTP/{request.http_version.decode()}", "REMOTE_ADDR": client,
-                                   "wsgi.input": io.BytesIO(b"")}
+        environ: dict[str, Any] = {
+            **self._base,
+            "REQUEST_METHOD": "GET",
+            "QUERY_STRING": query,
+            "PATH_INFO": urllib.parse.unquote(path, "latin-1"),
+            "SERVER_NAME": "se-exporter",
+            "SERVER_PROTOCOL": f"HTTP/{request.http_version.decode()}",
+            "REMOTE_ADDR": client,
+            "wsgi.input": io.BytesIO(b""),
+        }
         for name, value in request.headers:
             key = "HTTP_" + name.decode("latin-1").upper().replace("-", "_")
             text = value.decode("latin-1")
@@ -209,13 +230,15 @@ async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
         raise Timeout from None
 
 
-async def _write(http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool,
-                 close: bool) -> None:
+async def _write(
+    http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool, close: bool
+) -> None:
     headers: Headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
     if close:
         headers.append(("Connection", "close"))
-    data = http.send(h11.Response(status_code=answer.status, reason=answer.reason.encode("latin-1"),
-                                  headers=_encoded(headers)))
+    data = http.send(
+        h11.Response(status_code=answer.status, reason=answer.reason.encode("latin-1"), headers=_encoded(headers))
+    )
     if answer.body and not head:
         data += http.send(h11.Data(data=answer.body))
     data += http.send(h11.EndOfMessage())
@@ -233,8 +256,12 @@ def _encoded(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 
 def _plain(status: int, text: str) -> Answer:
     reasons = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
-    return Answer(status, reasons.get(status, "Bad Request"), [("Content-Type", "text/plain; charset=utf-8")],
-                  f"{text}\n".encode())
+    return Answer(
+        status,
+        reasons.get(status, "Bad Request"),
+        [("Content-Type", "text/plain; charset=utf-8")],
+        f"{text}\n".encode(),
+    )
 
 
 def close_quietly(writer: asyncio.StreamWriter) -> None:

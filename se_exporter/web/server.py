@@ -40,8 +40,15 @@ class WebServer:
     "http".
     """
 
-    def __init__(self, app: WSGIApplication, host: str, port: int, web_config: WebConfig | None = None, *,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self,
+        app: WSGIApplication,
+        host: str,
+        port: int,
+        web_config: WebConfig | None = None,
+        *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
+    ) -> None:
         config = web_config or WebConfig()
         self._tls = TLSAcceptor(config.tls, handshake_timeout) if config.tls else None
         self._listener = _bind(host, port)
@@ -49,8 +56,9 @@ class WebServer:
         self.scheme: str = config.scheme
         self._exchange = Exchange(app, config, self.port, self.scheme)
         self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
-        self._thread = threading.Thread(target=lambda: self._loop.run_until_complete(self._serve()), name="web",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
+        )
         self._stopping: asyncio.Event | None = None
         self._open: OrderedDict[asyncio.Task[None], bool] = OrderedDict()  # connection -> waiting for a request
 
@@ -142,8 +150,9 @@ class WebServer:
             else:
                 sock.close()
 
-    async def _open_stream(self, sock: socket.socket, client: str,
-                           deadline: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    async def _open_stream(
+        self, sock: socket.socket, client: str, deadline: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """The connection as streams, after the TLS handshake when TLS is on (None: not one to serve)."""
         reader = asyncio.StreamReader(limit=1 << 16)
         protocol = asyncio.StreamReaderProtocol(reader)
@@ -158,13 +167,15 @@ class WebServer:
             return None
         try:
             transport, _ = await self._loop.connect_accepted_socket(
-                lambda: protocol, sock, ssl=self._tls.context(), ssl_handshake_timeout=max(0.1, left))
+                lambda: protocol, sock, ssl=self._tls.context(), ssl_handshake_timeout=max(0.1, left)
+            )
         except ConnectionError as error:  # the handshake failed (asyncio reports it so) or timed out
             raise Timeout(f"TLS handshake failed: {error}") from None
         writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
         if not self._tls.config.allows_peer(transport.get_extra_info("peercert")):
-            log.warning("client certificate has none of client_allowed_sans; connection closed",
-                        extra={"client": client})
+            log.warning(
+                "client certificate has none of client_allowed_sans; connection closed", extra={"client": client}
+            )
             close_quietly(writer)
             return None
         return reader, writer

@@ -49,8 +49,10 @@ class TLSAcceptor:
                     try:
                         self._context = self.config.ssl_context()
                     except ConfigError as exc:
-                        log.error("TLS files changed but cannot be used; keeping the previous certificate",
-                                  extra={"err": str(exc)})
+                        log.error(
+                            "TLS files changed but cannot be used; keeping the previous certificate",
+                            extra={"err": str(exc)},
+                        )
                     else:
                         log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
             return self._context

@@ -69,20 +69,26 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
     @property
     def empty(self) -> bool:
         """``tls_server_config: {}``: nothing set."""
-        return all(getattr(self, name) == default
-                   for name, default in zip(self.__struct_fields__, self.__struct_defaults__, strict=True))
+        return all(
+            getattr(self, name) == default
+            for name, default in zip(self.__struct_fields__, self.__struct_defaults__, strict=True)
+        )
 
     def _check_client_auth(self) -> None:
         auth = self.client_auth_type or "NoClientCert"
         if auth in _UNSUPPORTED_CLIENT_AUTH:
-            raise field_problem("client_auth_type", f"{auth} accepts a client certificate without verifying it and "
-                                "is not supported; use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) "
-                                "with client_ca_file")
+            raise field_problem(
+                "client_auth_type",
+                f"{auth} accepts a client certificate without verifying it and "
+                "is not supported; use RequireAndVerifyClientCert (or VerifyClientCertIfGiven) "
+                "with client_ca_file",
+            )
         if auth not in CLIENT_AUTH_TYPES:
             raise field_problem("client_auth_type", f"must be one of {', '.join(CLIENT_AUTH_TYPES)}, got {show(auth)}")
         if self.client_ca_file and auth == "NoClientCert":
-            raise field_problem("client_ca_file", "is set but client_auth_type is NoClientCert: set "
-                                "RequireAndVerifyClientCert")
+            raise field_problem(
+                "client_ca_file", "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert"
+            )
         if not self.client_ca_file and auth != "NoClientCert":
             raise field_problem("client_ca_file", f"is required with client_auth_type {auth}")
         if self.client_allowed_sans and auth != "RequireAndVerifyClientCert":
@@ -96,7 +102,8 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
     if spec.curve_preferences:
         log.warning(
             "web config: tls_server_config.curve_preferences is accepted but ignored; OpenSSL's default "
-            "groups are used", extra={"file": source},
+            "groups are used",
+            extra={"file": source},
         )
     if not spec.cert_file or not spec.key_file:  # the schema's __post_init__ refuses this already
         raise ConfigError(f"web config {source}: tls_server_config: cert_file and key_file are required")

@@ -90,8 +90,10 @@ class TLSServerConfig:
             return True
         if not peer_certificate:
             return False
-        names = {normalize_ip(str(value)) if kind == "IP Address" else str(value)
-                 for kind, value in peer_certificate.get("subjectAltName", ())}
+        names = {
+            normalize_ip(str(value)) if kind == "IP Address" else str(value)
+            for kind, value in peer_certificate.get("subjectAltName", ())
+        }
         return not names.isdisjoint(self.client_allowed_sans)
 
     def _load_certificate(self, context: ssl.SSLContext) -> None:
@@ -118,8 +120,6 @@ class TLSServerConfig:
 
     def _fail(self, key: str, problem: str) -> NoReturn:
         raise ConfigError(f"web config {self.source}: tls_server_config.{key}: {problem}")
-
-
 
 
 def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:

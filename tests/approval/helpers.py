@@ -138,5 +138,6 @@ def serve_imds() -> Iterator[RecordingIMDS]:
 
 def imds_client(base_url: str) -> IMDSClient:
     """The exporter's own IMDS client (its transport, its errors), pointed at a loopback IMDS; no pacing."""
-    return IMDSClient(ClientSettings(base_url=base_url, timeout=5.0, first_call_timeout=5.0),
-                      RateLimiter(min_interval=0))
+    return IMDSClient(
+        ClientSettings(base_url=base_url, timeout=5.0, first_call_timeout=5.0), RateLimiter(min_interval=0)
+    )

@@ -49,8 +49,15 @@ class Tracked:
         self._runner = runner
         self.futures: list[Future[HookResult]] = []
 
-    def submit(self, event: ScheduledEvent, vm_name: str, rule: str, *, classification: Classification | None = None,
-               seconds_left: float | None = None) -> Future[HookResult]:
+    def submit(
+        self,
+        event: ScheduledEvent,
+        vm_name: str,
+        rule: str,
+        *,
+        classification: Classification | None = None,
+        seconds_left: float | None = None,
+    ) -> Future[HookResult]:
         future = self._runner.submit(event, vm_name, rule, classification=classification, seconds_left=seconds_left)
         self.futures.append(future)
         return future
@@ -268,8 +275,10 @@ def test_400_is_not_retried_until_the_event_changes(make: Callable[..., Harness]
     h.clock.now += 600
     h.poll([event("A")], times=3)
     assert len(imds.requests) == 1
-    assert h.decisions[-1].reason.startswith("POST StartRequests failed after 1 attempt(s): IMDSHTTPError: IMDS POST "
-                                             "/metadata/scheduledevents answered 400: ''")
+    assert h.decisions[-1].reason.startswith(
+        "POST StartRequests failed after 1 attempt(s): IMDSHTTPError: IMDS POST "
+        "/metadata/scheduledevents answered 400: ''"
+    )
     assert h.decisions[-1].reason.endswith("; not retried until the event changes")
     h.poll([event("A", duration_seconds=30)], times=3)
     assert len(imds.requests) == 2 and h.decisions[-1].result == "approved"
@@ -549,8 +558,12 @@ FAILURE = "Virtual machine has encountered a failure."
 def test_a_rule_on_impacts_and_causes_approves_exactly_the_matching_events(
     make: Callable[..., Harness], imds: RecordingIMDS
 ) -> None:
-    policy = Policy(rules=(Rule("live-migrations", impacts=(Impact.LIVE_MIGRATION,)),
-                           Rule("user-redeploys", impacts=(Impact.REDEPLOY,), causes=(Cause.USER,))))
+    policy = Policy(
+        rules=(
+            Rule("live-migrations", impacts=(Impact.LIVE_MIGRATION,)),
+            Rule("user-redeploys", impacts=(Impact.REDEPLOY,), causes=(Cause.USER,)),
+        )
+    )
     h = make(policy)
     events = [
         event("LM", event_type="Freeze", event_source="Platform", description=LIVE_MIGRATION),
@@ -623,8 +636,11 @@ CHANGES: dict[str, tuple[list[ScheduledEvent], float, tuple[str, str]]] = {
     "four resources now": ([event("A", resources=(VM, "vm-b", "vm-c", "vm-d"))], 0, ("skipped", "no_rule")),
     "reordered: not the leader": ([event("A", resources=("vm-b", VM))], 0, ("skipped", "not_leader")),
     "gone": ([], 0, ("skipped", "not_listed")),
-    "started": ([event("A", resources=(VM,), event_status="Started", not_before=None)], 0,
-                ("skipped", "not_scheduled")),
+    "started": (
+        [event("A", resources=(VM,), event_status="Started", not_before=None)],
+        0,
+        ("skipped", "not_scheduled"),
+    ),
     "NotBefore passed": ([SINGLE], 901, ("expired", "NotBefore passed 1 s ago")),
 }
 
@@ -673,6 +689,7 @@ def test_nothing_is_approved_while_the_state_file_cannot_be_saved(
 
 # ----- an approval is for exactly the revision that was decided and that the hook ran on -------------
 
+
 def recording_hook(tmp_path: Path) -> HookRunner:
     """A real hook that appends "<EventType> <Resources JSON>" to seen.txt, holding while hold.flag exists."""
     code = (
@@ -690,14 +707,21 @@ def seen(tmp_path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-ANY_REBOOT_OR_FREEZE = Policy(rules=(Rule("maintenance", event_types=("Reboot", "Freeze")),),
-                              hook=Hook(command=("/bin/true",)))
+ANY_REBOOT_OR_FREEZE = Policy(
+    rules=(Rule("maintenance", event_types=("Reboot", "Freeze")),), hook=Hook(command=("/bin/true",))
+)
 REVISIONS = {
     # name: (the event the hook starts on, the same EventId when the hook ends, what the change says)
-    "Resources grew": (event("A", resources=(VM,)), event("A", resources=(VM, "vm-b")),
-                       'Resources [vm-a] -> [vm-a, vm-b]'),
-    "a Freeze became a Reboot": (event("A", event_type="Freeze", resources=(VM,)), event("A", resources=(VM,)),
-                                 "EventType Freeze -> Reboot"),
+    "Resources grew": (
+        event("A", resources=(VM,)),
+        event("A", resources=(VM, "vm-b")),
+        "Resources [vm-a] -> [vm-a, vm-b]",
+    ),
+    "a Freeze became a Reboot": (
+        event("A", event_type="Freeze", resources=(VM,)),
+        event("A", resources=(VM,)),
+        "EventType Freeze -> Reboot",
+    ),
 }
 
 
@@ -713,8 +737,10 @@ def test_an_event_that_changed_while_its_hook_ran_is_decided_again_and_its_hook_
     h.step([after])  # IMDS changed the event meanwhile
     (tmp_path / "hold.flag").unlink()
     h.poll_until([after], lambda: h.count("approved"))
-    assert seen(tmp_path) == [f"{before.event_type} {json.dumps(list(before.resources))}",
-                              f"{after.event_type} {json.dumps(list(after.resources))}"]
+    assert seen(tmp_path) == [
+        f"{before.event_type} {json.dumps(list(before.resources))}",
+        f"{after.event_type} {json.dumps(list(after.resources))}",
+    ]
     assert imds.start_ids() == [["A"]]  # one POST, after the hook ran on what was approved
     assert [d.result for d in h.decisions] == ["skipped", "approved"]
     assert h.decisions[0].reason == f"changed: the event changed ({change}) while its hook ran; deciding again"
@@ -725,8 +751,11 @@ def test_a_post_retry_after_the_event_changed_runs_the_hook_again_first(
     make: Callable[..., Harness], imds: RecordingIMDS, tmp_path: Path
 ) -> None:
     imds.statuses[:] = [503]  # the first attempt fails; the poster would retry in 1-2 s
-    h = make(ANY_REBOOT_OR_FREEZE, hook_runner=recording_hook(tmp_path),
-             post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0))
+    h = make(
+        ANY_REBOOT_OR_FREEZE,
+        hook_runner=recording_hook(tmp_path),
+        post_retry=PostRetry(attempts=5, backoff_base=2.0, backoff_cap=2.0),
+    )
     first, grown = event("A", resources=(VM,)), event("A", resources=(VM, "vm-b"))
     h.poll_until([first], lambda: len(imds.requests) == 1)
     h.step([grown])  # before the retry
@@ -734,5 +763,7 @@ def test_a_post_retry_after_the_event_changed_runs_the_hook_again_first(
     assert seen(tmp_path) == ['Reboot ["vm-a"]', 'Reboot ["vm-a", "vm-b"]']
     assert imds.start_ids() == [["A"], ["A"]]
     assert [d.result for d in h.decisions] == ["skipped", "approved"]
-    assert h.decisions[0].reason == ("changed: the event changed (Resources [vm-a] -> [vm-a, vm-b]); deciding again "
-                                     "(decided again before POST attempt 2)")
+    assert h.decisions[0].reason == (
+        "changed: the event changed (Resources [vm-a] -> [vm-a, vm-b]); deciding again "
+        "(decided again before POST attempt 2)"
+    )

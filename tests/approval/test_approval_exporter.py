@@ -332,8 +332,9 @@ def test_post_has_the_documented_header_and_body_and_is_not_repeated_across_rest
     wait_more_polls(lambda: fake_polls(fake_imds), SOME_POLLS)  # IMDS still lists E1 as Scheduled
     assert len(fake_posts(fake_imds)) == 1
     unchanged = state.stat()  # each save renames a new file into place: a new inode
-    assert (unchanged.st_ino, unchanged.st_mtime_ns) == (saved.st_ino, saved.st_mtime_ns), \
+    assert (unchanged.st_ino, unchanged.st_mtime_ns) == (saved.st_ino, saved.st_mtime_ns), (
         "polls that changed nothing rewrote the state file"
+    )
     assert nonzero(approvals_total(first)) == {("Reboot", "approved"): 1}
 
     # SIGTERM, then SIGKILL: each restart reads the approval back and never POSTs again.

@@ -183,8 +183,10 @@ def test_close_kills_a_running_hook(tmp_path: Path) -> None:
 def test_long_values_are_cut_and_the_whole_event_is_in_the_event_file(tmp_path: Path) -> None:
     """A 200 KiB Description once stopped the hook from starting at all (E2BIG); "vm-b,vm-c" read as two VMs."""
     out = tmp_path / "seen.json"
-    code = ("import json, os, sys; json.dump({'env': dict(os.environ),"
-            " 'file': json.load(open(os.environ['SE_EVENT_FILE']))}, open(sys.argv[1], 'w'))")
+    code = (
+        "import json, os, sys; json.dump({'env': dict(os.environ),"
+        " 'file': json.load(open(os.environ['SE_EVENT_FILE']))}, open(sys.argv[1], 'w'))"
+    )
     runner = HookRunner(python_hook(code, str(out)))
     long_text = "Host update. " + "x" * 200_000
     try:
@@ -202,8 +204,10 @@ def test_long_values_are_cut_and_the_whole_event_is_in_the_event_file(tmp_path: 
 
 def test_a_hook_still_running_at_not_before_is_stopped_and_expired(tmp_path: Path) -> None:
     started = tmp_path / "started"
-    runner = HookRunner(python_hook("import sys, time; open(sys.argv[1], 'w'); time.sleep(60)", str(started),
-                                    timeout=300), kill_grace_seconds=0.3)
+    runner = HookRunner(
+        python_hook("import sys, time; open(sys.argv[1], 'w'); time.sleep(60)", str(started), timeout=300),
+        kill_grace_seconds=0.3,
+    )
     try:
         began = time.monotonic()
         result = runner.submit(event(), VM, "r", seconds_left=1.0).result(timeout=20)
@@ -236,9 +240,12 @@ def test_what_a_hook_leaves_running_in_the_background_ends_with_it(tmp_path: Pat
         result = runner.submit(event("A"), VM, "rule").result(timeout=10)
         background = int(pid_file.read_text())
         wait_until(lambda: not alive(background), what="the background process to be gone")
-        wait_until(lambda: not [t for t in threading.enumerate()
-                                if t.ident not in before and t.name == "se-approval-hook-output"],
-                   what="the output reader thread to end")
+        wait_until(
+            lambda: (
+                not [t for t in threading.enumerate() if t.ident not in before and t.name == "se-approval-hook-output"]
+            ),
+            what="the output reader thread to end",
+        )
     finally:
         runner.close()
     assert result.ok and result.summary == "exited with status 0"

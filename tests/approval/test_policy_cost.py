@@ -19,9 +19,17 @@ POLICY = "rules:\n  - name: backtracking\n    description_pattern: '^(a|aa)*c$'\
 
 
 def reboot(event_id: str, description: str) -> dict[str, object]:
-    return {"EventId": event_id, "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": description,
-            "EventSource": "User", "DurationInSeconds": -1}
+    return {
+        "EventId": event_id,
+        "EventType": "Reboot",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["vm-a"],
+        "EventStatus": "Scheduled",
+        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+        "Description": description,
+        "EventSource": "User",
+        "DurationInSeconds": -1,
+    }
 
 
 def test_a_pathological_pattern_and_description_never_hold_the_exporter(
@@ -31,8 +39,13 @@ def test_a_pathological_pattern_and_description_never_hold_the_exporter(
     events = [reboot("HUGE", "a" * 400_000), *(reboot(f"E{n}", "Planned maintenance") for n in range(500))]
     body = json.dumps({"DocumentIncarnation": 1, "Events": events}).encode()
     fake_imds.respond = lambda seen: Answer(body=body)
-    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
-                              f"--approval.config={tmp_path / 'policy.yaml'}", "--log.format=json")
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}",
+        "--poll.interval=250ms",
+        "--vm.name=vm-a",
+        f"--approval.config={tmp_path / 'policy.yaml'}",
+        "--log.format=json",
+    )
     exporter.wait_ready()
     polls = len(fake_imds.event_requests())
     slowest = 0.0

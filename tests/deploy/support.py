@@ -71,9 +71,7 @@ _INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?::?[-?](?P<default>[^}]*))?\}|\
 def interpolate(value: Any) -> Any:
     """Compose-style ``${VAR:-default}`` interpolation, using the defaults (not the caller's env)."""
     if isinstance(value, str):
-        return _INTERPOLATION.sub(lambda m: m.group("default") or "", value.replace("$$", "\0")).replace(
-            "\0", "$"
-        )
+        return _INTERPOLATION.sub(lambda m: m.group("default") or "", value.replace("$$", "\0")).replace("\0", "$")
     if isinstance(value, list):
         return [interpolate(v) for v in value]
     if isinstance(value, dict):

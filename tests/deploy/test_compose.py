@@ -237,9 +237,7 @@ def test_prometheus_targets_are_wired(services: dict[str, dict[str, Any]]) -> No
                 scraped.add(split_host_port(target)[0])
     assert exporter in scraped, "Prometheus must scrape the exporter"
     alertmanager, _ = _by_image(services, "prom/alertmanager")
-    targets = [
-        t for am in config["alerting"]["alertmanagers"] for s in am["static_configs"] for t in s["targets"]
-    ]
+    targets = [t for am in config["alerting"]["alertmanagers"] for s in am["static_configs"] for t in s["targets"]]
     assert targets, "Prometheus must alert to Alertmanager"
     for target in targets:
         _assert_reaches(services, name, target, "alertmanager target")
@@ -296,10 +294,13 @@ def test_promtool_check_config(services: dict[str, dict[str, Any]], tmp_path: Pa
     mounts = [(t, _bind_source(s)) for s, t in _mounts(service) if _bind_source(s) is not None]
     rewritten = []
     for pattern in config.get("rule_files", []):
-        target, host = max(((t, h) for t, h in mounts if pattern.startswith(t.rstrip("/") + "/")),
-                           key=lambda m: len(m[0]), default=(None, None))
+        target, host = max(
+            ((t, h) for t, h in mounts if pattern.startswith(t.rstrip("/") + "/")),
+            key=lambda m: len(m[0]),
+            default=(None, None),
+        )
         assert target is not None and host is not None, f"rule_files {pattern}: not under a bind mount"
-        local = str(host) + pattern[len(target.rstrip("/")):]
+        local = str(host) + pattern[len(target.rstrip("/")) :]
         matches = sorted(Path(local).parent.glob(Path(local).name))
         assert matches, f"rule_files {pattern} matches nothing in {host}"
         if RULES_FILE.exists():
@@ -369,10 +370,13 @@ def test_grafana_provisioning_matches_mounts(services: dict[str, dict[str, Any]]
     for provider_file in providers:
         for provider in load_yaml(provider_file).get("providers", []):
             path = str(provider["options"]["path"])
-            target, host = max(((t, h) for t, h in mounts if (path + "/").startswith(t.rstrip("/") + "/")),
-                               key=lambda m: len(m[0]), default=(None, None))
+            target, host = max(
+                ((t, h) for t, h in mounts if (path + "/").startswith(t.rstrip("/") + "/")),
+                key=lambda m: len(m[0]),
+                default=(None, None),
+            )
             assert target is not None and host is not None, f"{provider_file.name}: {path} is not mounted"
-            local = Path(str(host) + path[len(target.rstrip("/")):])
+            local = Path(str(host) + path[len(target.rstrip("/")) :])
             assert list(local.rglob("*.json")), f"{provider_file.name}: no dashboard JSON under {local}"
     for datasource_file in sorted((provisioning / "datasources").glob("*.y*ml")):
         for datasource in load_yaml(datasource_file).get("datasources", []):
@@ -387,10 +391,13 @@ def test_grafana_file_settings_are_mounted(services: dict[str, dict[str, Any]]) 
     for key, value in _environment(service).items():
         if not key.startswith("GF_") or not value.startswith("/"):
             continue
-        target, host = max(((t, h) for t, h in mounts if value.startswith(t.rstrip("/") + "/")),
-                           key=lambda m: len(m[0]), default=(None, None))
+        target, host = max(
+            ((t, h) for t, h in mounts if value.startswith(t.rstrip("/") + "/")),
+            key=lambda m: len(m[0]),
+            default=(None, None),
+        )
         assert target is not None and host is not None, f"{key}={value}: not under a bind mount"
-        local = Path(str(host) + value[len(target.rstrip("/")):])
+        local = Path(str(host) + value[len(target.rstrip("/")) :])
         assert local.exists(), f"{key}={value}: {local} does not exist"
 
 

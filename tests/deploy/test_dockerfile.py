@@ -180,7 +180,11 @@ def installed_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory
     env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), str(context)],
-        capture_output=True, text=True, timeout=300, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = wheels.glob("azure_scheduled_events_exporter-*.whl")
@@ -192,7 +196,9 @@ def installed_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory
     missing = [
         file.relative_to(context).as_posix()
         for file in sorted((context / "se_exporter").rglob("*"))
-        if file.is_file() and file.suffix != ".md" and "__pycache__" not in file.parts
+        if file.is_file()
+        and file.suffix != ".md"
+        and "__pycache__" not in file.parts
         and file.relative_to(context).as_posix() not in names
     ]
     assert not missing, f"not in the wheel (add to [tool.setuptools.package-data] in pyproject.toml): {missing}"
@@ -201,7 +207,11 @@ def installed_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     install = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", str(wheel)],
-        capture_output=True, text=True, timeout=600, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     assert (venv / "bin" / "se-exporter").exists(), "console script se-exporter not installed"
@@ -223,10 +233,16 @@ def exporter(installed_venv: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
     process = subprocess.Popen(
         [
             str(installed_venv / "bin" / "se-exporter"),
-            "--web.listen-address", f"127.0.0.1:{port}",
-            "--imds.url", f"http://127.0.0.1:{closed_port}",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--imds.url",
+            f"http://127.0.0.1:{closed_port}",
         ],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60

@@ -63,9 +63,7 @@ def test_kubernetes_validate_core_kinds(objects: dict[str, dict[str, Any]], tmp_
         path = tmp_path / f"{obj['kind'].lower()}.yaml"
         path.write_text(yaml.safe_dump(obj), encoding="utf-8")
         files.append(str(path))
-    result = subprocess.run(
-        [tool, "--strict", *files], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = subprocess.run([tool, "--strict", *files], capture_output=True, text=True, timeout=120, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "ERROR" not in output and "WARN" not in output, output
@@ -177,14 +175,50 @@ def test_service(objects: dict[str, dict[str, Any]]) -> None:
 
 _RELABEL_KEYS = {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
 _RELABEL_ACTIONS = {
-    "replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap", "LabelMap",
-    "labeldrop", "LabelDrop", "labelkeep", "LabelKeep", "lowercase", "Lowercase", "uppercase", "Uppercase",
-    "keepequal", "KeepEqual", "dropequal", "DropEqual",
+    "replace",
+    "Replace",
+    "keep",
+    "Keep",
+    "drop",
+    "Drop",
+    "hashmod",
+    "HashMod",
+    "labelmap",
+    "LabelMap",
+    "labeldrop",
+    "LabelDrop",
+    "labelkeep",
+    "LabelKeep",
+    "lowercase",
+    "Lowercase",
+    "uppercase",
+    "Uppercase",
+    "keepequal",
+    "KeepEqual",
+    "dropequal",
+    "DropEqual",
 }
 _ENDPOINT_KEYS = {
-    "port", "targetPort", "path", "scheme", "interval", "scrapeTimeout", "honorLabels", "honorTimestamps",
-    "relabelings", "metricRelabelings", "params", "tlsConfig", "bearerTokenSecret", "authorization",
-    "followRedirects", "enableHttp2", "filterRunning", "trackTimestampsStaleness", "basicAuth", "oauth2",
+    "port",
+    "targetPort",
+    "path",
+    "scheme",
+    "interval",
+    "scrapeTimeout",
+    "honorLabels",
+    "honorTimestamps",
+    "relabelings",
+    "metricRelabelings",
+    "params",
+    "tlsConfig",
+    "bearerTokenSecret",
+    "authorization",
+    "followRedirects",
+    "enableHttp2",
+    "filterRunning",
+    "trackTimestampsStaleness",
+    "basicAuth",
+    "oauth2",
     "proxyUrl",
 }
 
@@ -194,8 +228,16 @@ def test_servicemonitor_structure(objects: dict[str, dict[str, Any]]) -> None:
     assert monitor["apiVersion"] == CRD_GROUP
     assert set(monitor) <= {"apiVersion", "kind", "metadata", "spec"}
     spec = monitor["spec"]
-    assert set(spec) <= {"jobLabel", "selector", "namespaceSelector", "endpoints", "targetLabels",
-                         "podTargetLabels", "sampleLimit", "attachMetadata"}
+    assert set(spec) <= {
+        "jobLabel",
+        "selector",
+        "namespaceSelector",
+        "endpoints",
+        "targetLabels",
+        "podTargetLabels",
+        "sampleLimit",
+        "attachMetadata",
+    }
     service = objects["Service"]
     assert spec["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     if "jobLabel" in spec:

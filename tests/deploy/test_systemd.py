@@ -58,9 +58,7 @@ def _unit_with_stub_binary(tmp_path: Path) -> Path:
     return unit
 
 
-def test_the_documented_install_puts_the_binary_where_the_unit_runs_it(
-    tmp_path: Path, built: Distributions
-) -> None:
+def test_the_documented_install_puts_the_binary_where_the_unit_runs_it(tmp_path: Path, built: Distributions) -> None:
     install = marked(DOCS / "deploy.md", "systemd-install").splitlines()
     (venv,) = [line.split()[-1] for line in install if line.startswith("python3 -m venv ")]
     assert f"{venv}/bin/pip install ." in "\n".join(install)
@@ -96,7 +94,10 @@ def test_systemd_analyze_security(tmp_path: Path) -> None:
     unit = _unit_with_stub_binary(tmp_path)
     result = subprocess.run(
         [tool, "security", "--offline=yes", "--threshold=20", "--no-pager", str(unit)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     output = result.stdout + result.stderr
     if "--offline" in output and "unrecognized" in output:
@@ -145,8 +146,18 @@ def _flag_twins() -> set[str]:
     try:
         from se_exporter.config.options import add_exporter_flags
     except ImportError:
-        return {"WEB_LISTEN_ADDRESS", "WEB_TELEMETRY_PATH", "IMDS_URL", "IMDS_API_VERSION", "POLL_INTERVAL",
-                "VM_NAME", "STATE_FILE", "APPROVAL_CONFIG", "LOG_LEVEL", "LOG_FORMAT"}
+        return {
+            "WEB_LISTEN_ADDRESS",
+            "WEB_TELEMETRY_PATH",
+            "IMDS_URL",
+            "IMDS_API_VERSION",
+            "POLL_INTERVAL",
+            "VM_NAME",
+            "STATE_FILE",
+            "APPROVAL_CONFIG",
+            "LOG_LEVEL",
+            "LOG_FORMAT",
+        }
     parser = argparse.ArgumentParser()
     add_exporter_flags(parser)
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]

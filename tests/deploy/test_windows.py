@@ -23,7 +23,7 @@ HOOK_KILL_GRACE_SECONDS = 5.0  # approval.hook.HookRunner's default grace betwee
 
 def block(marker: str) -> list[str]:
     text = DOC.read_text(encoding="utf-8")
-    inner = text[text.index(f"<!-- {marker} -->"): text.index(f"<!-- /{marker} -->")]
+    inner = text[text.index(f"<!-- {marker} -->") : text.index(f"<!-- /{marker} -->")]
     (commands,) = code_blocks(inner, "powershell")
     return commands.strip().splitlines()
 
@@ -51,8 +51,9 @@ def test_the_configuration_is_a_winsw_service_that_stops_gracefully() -> None:
     assert stop and int(stop.group(1)) >= SHUTDOWN_SECONDS + HOOK_KILL_GRACE_SECONDS + 5, "time to save and flush"
     log = SERVICE.find("log")
     assert log is not None and log.get("mode") == "roll-by-size"
-    assert not [e for e in SERVICE.iter("env") if e.get("name") == "SE_EXPORTER_STATE_FILE"], \
+    assert not [e for e in SERVICE.iter("env") if e.get("name") == "SE_EXPORTER_STATE_FILE"], (
         "the service's default state file comes from the platform module, not from the XML"
+    )
 
 
 def test_install_puts_the_program_where_the_service_runs_it() -> None:
@@ -70,8 +71,9 @@ def test_install_names_the_wrapper_after_its_configuration() -> None:
     assert copy.split()[1] == r"deploy\windows\se-exporter-service.xml"
     assert expand(copy.split()[2]) == WRAPPER_DIR + "\\"
     for verb in ("install", "start"):
-        assert f'& "$env:ProgramFiles\\se-exporter\\service\\{WRAPPER_EXE}" {verb}'.lower() in \
-            [line.lower() for line in install]
+        assert f'& "$env:ProgramFiles\\se-exporter\\service\\{WRAPPER_EXE}" {verb}'.lower() in [
+            line.lower() for line in install
+        ]
 
 
 def test_the_data_directory_is_the_services_and_the_firewall_opens_its_port() -> None:

@@ -156,9 +156,7 @@ def running_stack(workdir: Path, prometheus_bin: str, alertmanager_bin: str) -> 
         except AssertionError as error:
             raise AssertionError(f"{error}{diagnostics(exporter, prometheus, alertmanager)}") from None
 
-        yield Stack(
-            workdir, sim, exporter, prometheus, alertmanager, webhook, scene, override, started_at
-        )
+        yield Stack(workdir, sim, exporter, prometheus, alertmanager, webhook, scene, override, started_at)
 
 
 def _stop_exporter(exporter: ExporterProcess) -> None:

@@ -87,7 +87,10 @@ def state(data: bytes) -> None:
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
-    "document": document, "policy": policy, "web_config": web_config, "state": state,
+    "document": document,
+    "policy": policy,
+    "web_config": web_config,
+    "state": state,
 }
 
 

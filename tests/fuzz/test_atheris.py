@@ -24,8 +24,10 @@ SEEDS = {
     "state": [],
 }
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
-                                reason="atheris is not installed (pip install atheris; see the test extras)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("atheris") is None,
+    reason="atheris is not installed (pip install atheris; see the test extras)",
+)
 
 
 @pytest.mark.parametrize("target", sorted(SEEDS))
@@ -36,8 +38,18 @@ def test_atheris_target(target: str, tmp_path: Path) -> None:
         for seed in REPO.glob(pattern):
             if seed.is_file():
                 shutil.copy(seed, corpus / seed.name)
-    command = [sys.executable, "-m", "tests.fuzz.atheris_fuzz", target, f"-runs={RUNS}", "-seed=1",
-               f"-artifact_prefix={tmp_path}/", "-max_len=4096", "-rss_limit_mb=1024", str(corpus)]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.fuzz.atheris_fuzz",
+        target,
+        f"-runs={RUNS}",
+        "-seed=1",
+        f"-artifact_prefix={tmp_path}/",
+        "-max_len=4096",
+        "-rss_limit_mb=1024",
+        str(corpus),
+    ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     report = done.stderr[-4000:]
     assert done.returncode == 0, f"atheris found a crash in {target}:\n{report}"

@@ -32,20 +32,40 @@ from tests.fuzz.strategies import config_values, json_values, nasty_text
 from tests.support.exposition import render
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-MATCH_KEYS = ["event_types", "event_sources", "min_duration_seconds", "max_duration_seconds",
-              "not_before_within_seconds", "max_resources", "description_pattern", "name"]
-REGEXES = st.sampled_from(["(" * 2000 + ")" * 2000, "a{99999999999}", "[", "(?P<", "a**", "\\", "(?<=a+)b",
-                           "x" * 10_000]) | st.text(max_size=20)
-rule_values = st.one_of(config_values, st.lists(st.sampled_from(["Freeze", "Reboot", "User", "Platform", "X"])),
-                        st.integers(min_value=-3, max_value=2**65), REGEXES)
+MATCH_KEYS = [
+    "event_types",
+    "event_sources",
+    "min_duration_seconds",
+    "max_duration_seconds",
+    "not_before_within_seconds",
+    "max_resources",
+    "description_pattern",
+    "name",
+]
+REGEXES = st.sampled_from(
+    ["(" * 2000 + ")" * 2000, "a{99999999999}", "[", "(?P<", "a**", "\\", "(?<=a+)b", "x" * 10_000]
+) | st.text(max_size=20)
+rule_values = st.one_of(
+    config_values,
+    st.lists(st.sampled_from(["Freeze", "Reboot", "User", "Platform", "X"])),
+    st.integers(min_value=-3, max_value=2**65),
+    REGEXES,
+)
 rules = st.dictionaries(st.sampled_from(MATCH_KEYS), rule_values, max_size=5)
-hooks = st.dictionaries(st.sampled_from(["command", "timeout_seconds", "inherit_env", "other"]),
-                        st.one_of(config_values, st.lists(nasty_text, max_size=3), st.floats()), max_size=3)
-policies = st.fixed_dictionaries({}, optional={
-    "rules": st.one_of(st.lists(rules, max_size=3), config_values),
-    "dry_run": config_values, "leader": st.sampled_from(["first_resource", "any_listed", "x"]) | config_values,
-    "hook": st.one_of(hooks, config_values),
-})
+hooks = st.dictionaries(
+    st.sampled_from(["command", "timeout_seconds", "inherit_env", "other"]),
+    st.one_of(config_values, st.lists(nasty_text, max_size=3), st.floats()),
+    max_size=3,
+)
+policies = st.fixed_dictionaries(
+    {},
+    optional={
+        "rules": st.one_of(st.lists(rules, max_size=3), config_values),
+        "dry_run": config_values,
+        "leader": st.sampled_from(["first_resource", "any_listed", "x"]) | config_values,
+        "hook": st.one_of(hooks, config_values),
+    },
+)
 
 
 def deep(depth: int) -> object:
@@ -97,13 +117,21 @@ def _load_policy_text(text: str | bytes) -> None:
         Path(name).unlink()
 
 
-HOSTILE_YAML = ["[" * 10_000, "{a: " * 3000, "rules: " + "[" * 3000 + "]" * 3000,
-                "rules:\n  - name: a\n    description_pattern: \"" + "(" * 2000 + ")" * 2000 + "\"",
-                "rules:\n  - name: a\n    description_pattern: \"a{99999999999}\"",
-                "rules:\n  - name: a\n    event_types: [Freeze]\nhook:\n  command: [\"a\\0b\"]",
-                "&a [*a]", "rules: !!python/object:os.system x", "rules: *nope", "\x00", "\ufeffrules: 1",
-                "rules:\n  - &r {name: a, event_types: [Freeze]}\n  - *r",
-                "a: &a [*a, *a]\nb: &b [*a, *a, *a]\nc: &c [*b, *b, *b]\nrules: [*c, *c, *c]"]
+HOSTILE_YAML = [
+    "[" * 10_000,
+    "{a: " * 3000,
+    "rules: " + "[" * 3000 + "]" * 3000,
+    'rules:\n  - name: a\n    description_pattern: "' + "(" * 2000 + ")" * 2000 + '"',
+    'rules:\n  - name: a\n    description_pattern: "a{99999999999}"',
+    'rules:\n  - name: a\n    event_types: [Freeze]\nhook:\n  command: ["a\\0b"]',
+    "&a [*a]",
+    "rules: !!python/object:os.system x",
+    "rules: *nope",
+    "\x00",
+    "\ufeffrules: 1",
+    "rules:\n  - &r {name: a, event_types: [Freeze]}\n  - *r",
+    "a: &a [*a, *a]\nb: &b [*a, *a, *a]\nc: &c [*b, *b, *b]\nrules: [*c, *c, *c]",
+]
 YAML_TEXT = st.text(max_size=200) | st.binary(max_size=200)
 
 
@@ -137,14 +165,31 @@ def test_web_config_text(text: str | bytes) -> None:
         assert str(error).startswith("web config fuzz-web.yml"), error
 
 
-web_structures = st.fixed_dictionaries({}, optional={
-    "tls_server_config": st.dictionaries(st.sampled_from(["cert_file", "key_file", "client_auth_type",
-                                                          "client_ca_file", "min_version", "cipher_suites",
-                                                          "client_allowed_sans", "curve_preferences"]),
-                                         config_values | nasty_text, max_size=4) | config_values,
-    "http_server_config": config_values, "basic_auth_users": config_values,
-    "auth_excluded_paths": config_values,
-})
+web_structures = st.fixed_dictionaries(
+    {},
+    optional={
+        "tls_server_config": st.dictionaries(
+            st.sampled_from(
+                [
+                    "cert_file",
+                    "key_file",
+                    "client_auth_type",
+                    "client_ca_file",
+                    "min_version",
+                    "cipher_suites",
+                    "client_allowed_sans",
+                    "curve_preferences",
+                ]
+            ),
+            config_values | nasty_text,
+            max_size=4,
+        )
+        | config_values,
+        "http_server_config": config_values,
+        "basic_auth_users": config_values,
+        "auth_excluded_paths": config_values,
+    },
+)
 
 
 @FUZZ
@@ -157,32 +202,78 @@ def test_web_config_structures(data: object) -> None:
         assert str(error).startswith("web config fuzz-web.yml"), error
 
 
-state_events = st.fixed_dictionaries({}, optional={
-    "event": st.fixed_dictionaries({}, optional={
-        k: json_values for k in ("event_id", "event_type", "event_status", "resource_type", "resources",
-                                 "not_before", "description", "event_source", "duration_seconds", "bogus")
-    }) | json_values,
-    "first_seen": json_values, "first_seen_status": json_values, "started_at": json_values,
-    "not_before_history": json_values, "life": json_values,
-})
-store_sections = st.fixed_dictionaries({}, optional={
-    "incarnation": json_values, "events": st.lists(state_events, max_size=3) | json_values,
-    "removed": st.dictionaries(nasty_text, json_values, max_size=3) | json_values,
-}) | json_values
+state_events = st.fixed_dictionaries(
+    {},
+    optional={
+        "event": st.fixed_dictionaries(
+            {},
+            optional={
+                k: json_values
+                for k in (
+                    "event_id",
+                    "event_type",
+                    "event_status",
+                    "resource_type",
+                    "resources",
+                    "not_before",
+                    "description",
+                    "event_source",
+                    "duration_seconds",
+                    "bogus",
+                )
+            },
+        )
+        | json_values,
+        "first_seen": json_values,
+        "first_seen_status": json_values,
+        "started_at": json_values,
+        "not_before_history": json_values,
+        "life": json_values,
+    },
+)
+store_sections = (
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "incarnation": json_values,
+            "events": st.lists(state_events, max_size=3) | json_values,
+            "removed": st.dictionaries(nasty_text, json_values, max_size=3) | json_values,
+        },
+    )
+    | json_values
+)
 
 
 def _valid_section() -> dict[str, Any]:
     store = EventStore()
-    store.reconcile(Document(3, (ScheduledEvent("E1", "Freeze", "Scheduled", resources=("vm-a",),
-                                                not_before=datetime(2030, 1, 1, tzinfo=UTC)),
-                                 ScheduledEvent("E2", "Reboot", "Started"))), 1_700_000_000.0)
+    store.reconcile(
+        Document(
+            3,
+            (
+                ScheduledEvent(
+                    "E1", "Freeze", "Scheduled", resources=("vm-a",), not_before=datetime(2030, 1, 1, tzinfo=UTC)
+                ),
+                ScheduledEvent("E2", "Reboot", "Started"),
+            ),
+        ),
+        1_700_000_000.0,
+    )
     store.reconcile(Document(4, (ScheduledEvent("E1", "Freeze", "Scheduled"),)), 1_700_000_001.0)
     section: dict[str, Any] = json.loads(msgspec.json.encode(store.to_state()))
     return section
 
 
-EVENT_KEYS = ["event_id", "event_type", "event_status", "resource_type", "resources", "not_before", "description",
-              "event_source", "duration_seconds"]
+EVENT_KEYS = [
+    "event_id",
+    "event_type",
+    "event_status",
+    "resource_type",
+    "resources",
+    "not_before",
+    "description",
+    "event_source",
+    "duration_seconds",
+]
 STATE_KEYS = ["event", "first_seen", "first_seen_status", "started_at", "not_before_history", "life"]
 
 
@@ -244,9 +335,16 @@ def test_a_damaged_section_is_lost_alone_and_counted(tmp_path: Path, incarnation
     persistence.close()
 
 
-@pytest.mark.parametrize("text", ['{"version": 1, "sections": {"store": {"x": NaN}}}',
-                                  '{"version": 1, "sections": {"store": {"x": "\\ud800"}}}',
-                                  '{"version": 1, "sect', '[]', '{"version": 2, "sections": {}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"version": 1, "sections": {"store": {"x": NaN}}}',
+        '{"version": 1, "sections": {"store": {"x": "\\ud800"}}}',
+        '{"version": 1, "sect',
+        "[]",
+        '{"version": 2, "sections": {}}',
+    ],
+)
 def test_a_file_we_could_not_have_written_is_set_aside_and_counted(tmp_path: Path, text: str) -> None:
     path = tmp_path / "state.json"
     path.write_text(text)

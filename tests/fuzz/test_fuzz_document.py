@@ -71,11 +71,31 @@ def test_not_before(text: object) -> None:
     assert moment is None or (isinstance(moment, datetime) and moment.utcoffset() is not None)
 
 
-@pytest.mark.parametrize("body", [nested(100_000), nested(100_000, "{"), nested(2_000), b"9" * 10_000,
-                                  b'{"DocumentIncarnation": ' + b"9" * 5000 + b"}", b"\xff\xfe\x00", b"",
-                                  '{"DocumentIncarnation": 1}'.encode("utf-16"), b'{"DocumentIncarnation": NaN}'],
-                         ids=["deep-array", "deep-object", "array-2000", "huge-number", "huge-incarnation",
-                              "not-utf8", "empty", "utf-16", "nan"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        nested(100_000),
+        nested(100_000, "{"),
+        nested(2_000),
+        b"9" * 10_000,
+        b'{"DocumentIncarnation": ' + b"9" * 5000 + b"}",
+        b"\xff\xfe\x00",
+        b"",
+        '{"DocumentIncarnation": 1}'.encode("utf-16"),
+        b'{"DocumentIncarnation": NaN}',
+    ],
+    ids=[
+        "deep-array",
+        "deep-object",
+        "array-2000",
+        "huge-number",
+        "huge-incarnation",
+        "not-utf8",
+        "empty",
+        "utf-16",
+        "nan",
+    ],
+)
 def test_hostile_bodies(body: bytes) -> None:
     parse_or_typed(body)
 
@@ -87,8 +107,16 @@ def test_lone_surrogates_are_rejected_not_crashing_later() -> None:
         with pytest.raises(InvalidDocument, match="Unicode"):
             parse_document(encoded({"DocumentIncarnation": 1, "Events": [event]}))
     with pytest.raises(InvalidDocument, match="Unicode"):
-        parse_document(encoded({"DocumentIncarnation": 1, "Events": [
-            {"EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["\udfff"]}]}))
+        parse_document(
+            encoded(
+                {
+                    "DocumentIncarnation": 1,
+                    "Events": [
+                        {"EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["\udfff"]}
+                    ],
+                }
+            )
+        )
 
 
 def test_date_overflow_is_a_typed_error() -> None:

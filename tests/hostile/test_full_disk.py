@@ -24,9 +24,17 @@ POLICY = "rules:\n  - name: user-initiated\n    causes: [user]\n"
 
 
 def reboot(event_id: str) -> dict[str, object]:
-    return {"EventId": event_id, "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "by the owner",
-            "EventSource": "User", "DurationInSeconds": -1}
+    return {
+        "EventId": event_id,
+        "EventType": "Reboot",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["vm-a"],
+        "EventStatus": "Scheduled",
+        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+        "Description": "by the owner",
+        "EventSource": "User",
+        "DurationInSeconds": -1,
+    }
 
 
 def failed_writes(exporter: ExporterProcess, file: str) -> bool:
@@ -38,7 +46,9 @@ def freeze(event_id: str) -> dict[str, object]:
 
 
 def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
-    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess],
+    tmp_path: Path,
+    fake_imds: FakeIMDS,
+    start_exporter: Callable[..., ExporterProcess],
     otlp_http_receiver: OTLPHttpReceiver,
 ) -> None:
     (tmp_path / "approval.yaml").write_text(POLICY)
@@ -46,10 +56,14 @@ def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
         answer = [document(1)]
         fake_imds.respond = lambda seen: Answer() if seen.method == "POST" else answer[0]
         otlp_http_receiver.set_failure(Failure(503))  # the collector is down: records wait in the spool
-        exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
-                                  f"--state.file={fs / 'state.json'}",
-                                  f"--approval.config={tmp_path / 'approval.yaml'}",
-                                  env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"})
+        exporter = start_exporter(
+            f"--imds.url={fake_imds.url}",
+            "--poll.interval=250ms",
+            "--vm.name=vm-a",
+            f"--state.file={fs / 'state.json'}",
+            f"--approval.config={tmp_path / 'approval.yaml'}",
+            env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"},
+        )
         exporter.wait_ready()
         filler = fill(fs)
         answer[0] = document(2, freeze("F1"))  # not for approval; its transition cannot be saved
@@ -67,14 +81,19 @@ def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
         assert "they are sent after the next start" in exporter.logs()
 
         otlp_http_receiver.set_failure(None)
-        again = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
-                               f"--state.file={fs / 'state.json'}", env={**otlp_http_receiver.env,
-                                                                         "OTEL_SDK_DISABLED": "false"})
+        again = start_exporter(
+            f"--imds.url={fake_imds.url}",
+            "--poll.interval=250ms",
+            "--vm.name=vm-a",
+            f"--state.file={fs / 'state.json'}",
+            env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"},
+        )
         # Every record of the outage arrives: two transitions, the Freeze's skip (no rule), the held-back
         # approval, then the approval.
         records = otlp_http_receiver.wait_for_logs(count=5, timeout=20)
-        kinds = sorted(str(r.attributes.get("scheduled_event.transition") or r["scheduled_event.approval.result"])
-                       for r in records)
+        kinds = sorted(
+            str(r.attributes.get("scheduled_event.transition") or r["scheduled_event.approval.result"]) for r in records
+        )
         assert kinds == ["approved", "scheduled", "scheduled", "skipped", "skipped"], kinds
         again.wait_ready()
         assert again.stop() == 0

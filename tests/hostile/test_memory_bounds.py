@@ -31,13 +31,20 @@ PER_EVENT_RESOURCES = MAX_RESOURCES // MAX_EVENTS
 
 def worst_document(incarnation: int, generation: int, reschedule: int = 0) -> bytes:
     """``MAX_EVENTS`` events with the longest EventIds and ``MAX_RESOURCES`` Resources in all."""
-    events = [{
-        "EventId": f"{generation:04d}-{index:06d}-" + "e" * (MAX_EVENT_ID_CHARS - 12),
-        "EventType": "Reboot", "ResourceType": "VirtualMachine", "EventStatus": "Scheduled",
-        "Resources": ["vm-a" if r == 0 else f"vmss_{index}_{r}" for r in range(PER_EVENT_RESOURCES)],
-        "NotBefore": f"Mon, 11 Apr 2099 {reschedule:02d}:26:58 GMT", "Description": "Planned maintenance",
-        "EventSource": "Platform", "DurationInSeconds": -1,
-    } for index in range(MAX_EVENTS)]
+    events = [
+        {
+            "EventId": f"{generation:04d}-{index:06d}-" + "e" * (MAX_EVENT_ID_CHARS - 12),
+            "EventType": "Reboot",
+            "ResourceType": "VirtualMachine",
+            "EventStatus": "Scheduled",
+            "Resources": ["vm-a" if r == 0 else f"vmss_{index}_{r}" for r in range(PER_EVENT_RESOURCES)],
+            "NotBefore": f"Mon, 11 Apr 2099 {reschedule:02d}:26:58 GMT",
+            "Description": "Planned maintenance",
+            "EventSource": "Platform",
+            "DurationInSeconds": -1,
+        }
+        for index in range(MAX_EVENTS)
+    ]
     body = json.dumps({"DocumentIncarnation": incarnation, "Events": events}).encode()
     assert len(body) < MAX_BODY_BYTES
     return body
@@ -53,8 +60,13 @@ def test_the_largest_documents_it_accepts_fit_in_96_mib_also_across_a_restart(
 ) -> None:
     (tmp_path / "policy.yaml").write_text(POLICY)
     state = tmp_path / "state.json"
-    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", f"--state.file={state}",
-            f"--approval.config={tmp_path / 'policy.yaml'}")
+    args = (
+        f"--imds.url={fake_imds.url}",
+        "--poll.interval=250ms",
+        "--vm.name=vm-a",
+        f"--state.file={state}",
+        f"--approval.config={tmp_path / 'policy.yaml'}",
+    )
     dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
     current = [Answer(body=worst_document(1, 0))]
     fake_imds.respond = lambda seen: current[0]
@@ -92,17 +104,25 @@ def test_the_largest_documents_it_accepts_fit_in_96_mib_also_across_a_restart(
     assert restarted.stop() == 0
     assert running_peak < LIMIT_KIB, f"running: peak {running_peak / 1024:.1f} MiB"
     assert restart_peak < LIMIT_KIB, f"restarted: peak {restart_peak / 1024:.1f} MiB"
-    print(f"peak RSS: running {running_peak / 1024:.1f} MiB, restarted {restart_peak / 1024:.1f} MiB; "
-          f"state file {state.stat().st_size / 1e6:.1f} MB, spool {spool.stat().st_size / 1e6:.1f} MB")
+    print(
+        f"peak RSS: running {running_peak / 1024:.1f} MiB, restarted {restart_peak / 1024:.1f} MiB; "
+        f"state file {state.stat().st_size / 1e6:.1f} MB, spool {spool.stat().st_size / 1e6:.1f} MB"
+    )
 
 
 def test_a_document_beyond_the_bounds_is_refused_and_said(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:
-    too_many = [{"EventId": f"E{index}", "EventType": "Freeze", "EventStatus": "Scheduled"}
-                for index in range(MAX_EVENTS + 1)]
+    too_many = [
+        {"EventId": f"E{index}", "EventType": "Freeze", "EventStatus": "Scheduled"} for index in range(MAX_EVENTS + 1)
+    ]
     fake_imds.respond = lambda seen: Answer(body=json.dumps({"DocumentIncarnation": 1, "Events": too_many}).encode())
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms")
-    wait_for(lambda: (value(exporter.metrics(), "azure_scheduled_events_poll_errors_total",
-                            reason="invalid_document") or 0) >= 1, 20, "the document refused")
+    wait_for(
+        lambda: (
+            (value(exporter.metrics(), "azure_scheduled_events_poll_errors_total", reason="invalid_document") or 0) >= 1
+        ),
+        20,
+        "the document refused",
+    )
     assert value(exporter.metrics(), "azure_scheduled_events_imds_up") == 0
     said = f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most {MAX_EVENTS}"
     assert said in exporter.logs()

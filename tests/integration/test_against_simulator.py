@@ -23,18 +23,25 @@ T = "azure_scheduled_events_transitions_total"
 
 
 @pytest.fixture
-def world() -> Iterator[SimWorld]:
-    world = SimWorld(vm=SimulatedVM(name="sim-vm-0"), clock=SimClock(1.0))
+def world() -> SimWorld:
+    return SimWorld(vm=SimulatedVM(name="sim-vm-0"), clock=SimClock(1.0))
+
+
+@pytest.fixture
+def imds(world: SimWorld) -> Iterator[str]:
+    """The simulator serving ``world`` on loopback: the URL to give ``--imds.url``."""
     with SimulatorServer(world) as server:
-        world.url = server.url  # type: ignore[attr-defined]
-        yield world
+        yield server.url
 
 
 def logged(exporter: ExporterProcess) -> list[tuple[str, str]]:
     """(transition, event_id) pairs from the exporter's transition lines (``--log.format=json``), in order."""
     lines = [json.loads(line) for line in exporter.logs().splitlines() if line.startswith("{")]
-    return [(line["scheduled_event.transition"], line["scheduled_event.id"]) for line in lines
-            if line.get("event") == "scheduled_event.transition"]
+    return [
+        (line["scheduled_event.transition"], line["scheduled_event.id"])
+        for line in lines
+        if line.get("event") == "scheduled_event.transition"
+    ]
 
 
 def reports(exporter: ExporterProcess, expected: list[tuple[str, str]]) -> bool:
@@ -60,9 +67,12 @@ def truth_transitions(world: SimWorld) -> list[tuple[str, str]]:
     return expected
 
 
-def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExporter) -> None:
-    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms",  # type: ignore[attr-defined]
-                              "--log.format=json")
+def test_lifecycles_match_ground_truth(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:
+    exporter = start_exporter(
+        f"--imds.url={imds}",
+        "--poll.interval=250ms",
+        "--log.format=json",
+    )
     exporter.wait_ready()
     freeze = world.add_event(EventPlan("Freeze", notice=900, duration=5, started_for=3600))
     failure = world.add_event(EventPlan("Reboot", notice=None, started_for=3600))
@@ -78,9 +88,12 @@ def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExp
     assert until is not None and 880 < until <= 900
 
     steps: list[Callable[[], object]] = [
-        lambda: world.start_event(freeze), lambda: world.reschedule(moved, 1800),
-        lambda: world.cancel_event(dropped), lambda: world.complete_event(failure),
-        lambda: world.complete_event(freeze)]
+        lambda: world.start_event(freeze),
+        lambda: world.reschedule(moved, 1800),
+        lambda: world.cancel_event(dropped),
+        lambda: world.complete_event(failure),
+        lambda: world.complete_event(freeze),
+    ]
     for step in steps:
         step()
         expected = truth_transitions(world)
@@ -96,33 +109,42 @@ def test_lifecycles_match_ground_truth(world: SimWorld, start_exporter: StartExp
     assert value(text, "azure_scheduled_events_document_incarnation") == world.snapshot().incarnation
 
 
-def test_older_api_version_lacks_source_and_duration(world: SimWorld, start_exporter: StartExporter) -> None:
+def test_older_api_version_lacks_source_and_duration(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:
     world.add_event(EventPlan("Reboot", event_source="User", duration=0))
-    exporter = start_exporter(f"--imds.url={world.url}", "--imds.api-version=2017-11-01")  # type: ignore[attr-defined]
+    exporter = start_exporter(f"--imds.url={imds}", "--imds.api-version=2017-11-01")
     exporter.wait_ready()
     (info,) = series(exporter.metrics(), "azure_scheduled_events_event_info")
     assert info["event_source"] == ""
     event_id = info["event_id"]
-    assert value(exporter.metrics(), "azure_scheduled_events_event_duration_seconds", event_id=event_id,
-                 event_type="Reboot") == -1
+    assert (
+        value(
+            exporter.metrics(), "azure_scheduled_events_event_duration_seconds", event_id=event_id, event_type="Reboot"
+        )
+        == -1
+    )
 
 
-def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartExporter) -> None:
+def test_live_exposition_passes_promtool(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:
     promtool = require("promtool")
     world.add_event(EventPlan("Freeze", notice=900, duration=5))
     world.add_event(EventPlan("Reboot", notice=None))
     gone = world.add_event(EventPlan("Preempt", notice=30))
-    exporter = start_exporter(f"--imds.url={world.url}", "--poll.interval=250ms",  # type: ignore[attr-defined]
-                              "--log.format=json")
+    exporter = start_exporter(
+        f"--imds.url={imds}",
+        "--poll.interval=250ms",
+        "--log.format=json",
+    )
     exporter.wait_ready()
     world.cancel_event(gone)
     wait_for(lambda: ("cancelled", gone) in logged(exporter), 10, "the cancellation")
-    result = subprocess.run([promtool, "check", "metrics"], input=exporter.get("/metrics").content,
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=exporter.get("/metrics").content, capture_output=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     # promtool reads the classic text format only; OpenMetrics is checked by client_python's parser
-    openmetrics = httpx.get(exporter.url + "/metrics", headers={"Accept": "application/openmetrics-text"},
-                            trust_env=False)
+    openmetrics = httpx.get(
+        exporter.url + "/metrics", headers={"Accept": "application/openmetrics-text"}, trust_env=False
+    )
     assert openmetrics.headers["Content-Type"].startswith("application/openmetrics-text")
     families = {f.name for f in text_string_to_metric_families(openmetrics.text)}
     assert "azure_scheduled_events_transitions" in families and openmetrics.text.endswith("# EOF\n")
@@ -130,16 +152,22 @@ def test_live_exposition_passes_promtool(world: SimWorld, start_exporter: StartE
 
 # What Prometheus 2 and 3 send by default: text is on offer, so text is what they get (as from node_exporter).
 PROMETHEUS_ACCEPT_HEADERS = [
-    ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "text/plain; version=0.0.4"),
-    ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,text/plain;version=1.0.0;"
-     "escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1", "text/plain; version=1.0.0"),
+    (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        "text/plain; version=0.0.4",
+    ),
+    (
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,text/plain;version=1.0.0;"
+        "escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1",
+        "text/plain; version=1.0.0",
+    ),
     ("*/*", "text/plain; version=0.0.4"),
 ]
 
 
-def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
-    exporter = start_exporter(f"--imds.url={world.url}", "--web.telemetry-path=/probe")  # type: ignore[attr-defined]
+def test_endpoints(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:
+    exporter = start_exporter(f"--imds.url={imds}", "--web.telemetry-path=/probe")
     exporter.wait_ready()
     landing = exporter.get("/")
     assert landing.status_code == 200 and 'href="/probe"' in landing.text
@@ -147,8 +175,10 @@ def test_endpoints(world: SimWorld, start_exporter: StartExporter) -> None:
     assert "azure_scheduled_events_imds_up 1.0" in exporter.get("/probe").text
     assert exporter.get("/metrics").status_code == 404
     only = exporter.get("/probe?name[]=azure_scheduled_events_imds_up&name[]=azure_scheduled_events_poll_errors_total")
-    assert {s[0] for s in samples(only.text)} == {"azure_scheduled_events_imds_up",
-                                                  "azure_scheduled_events_poll_errors_total"}
+    assert {s[0] for s in samples(only.text)} == {
+        "azure_scheduled_events_imds_up",
+        "azure_scheduled_events_poll_errors_total",
+    }
     gz = httpx.get(exporter.url + "/probe", headers={"Accept-Encoding": "gzip"}, trust_env=False)
     assert gz.headers.get("Content-Encoding") == "gzip"
     for accept, answered in PROMETHEUS_ACCEPT_HEADERS:
@@ -162,8 +192,7 @@ def test_demo_shows_something_within_30_seconds(start_exporter: StartExporter) -
     demo.wait_ready()
 
     def transitions_seen() -> set[str]:
-        return {labels["transition"] for labels in series(demo.metrics(), T)
-                if value(demo.metrics(), T, **labels)}
+        return {labels["transition"] for labels in series(demo.metrics(), T) if value(demo.metrics(), T, **labels)}
 
     wait_for(lambda: {"scheduled", "started"} <= transitions_seen(), 30, "demo transitions")
     assert "metrics:  http://" in demo.logs()

@@ -12,9 +12,17 @@ from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
 from tests.support.wait import wait_for
 
 FAST = ("--poll.interval=250ms", "--imds.timeout=500ms", "--vm.name=vm-a")
-REBOOT = {"EventId": "E1", "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-          "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
-          "EventSource": "Platform", "DurationInSeconds": -1}
+REBOOT = {
+    "EventId": "E1",
+    "EventType": "Reboot",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm-a"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+    "Description": "",
+    "EventSource": "Platform",
+    "DurationInSeconds": -1,
+}
 StartExporter = Callable[..., ExporterProcess]
 
 

@@ -17,9 +17,17 @@ from tests.support.fake_imds import FakeIMDS, document
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
-EVENT = {"EventId": "E1", "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-         "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
-         "EventSource": "Platform", "DurationInSeconds": -1}
+EVENT = {
+    "EventId": "E1",
+    "EventType": "Reboot",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm-a"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+    "Description": "",
+    "EventSource": "Platform",
+    "DurationInSeconds": -1,
+}
 STARTED = dict(EVENT, EventStatus="Started", NotBefore="")
 
 
@@ -28,13 +36,13 @@ def transitions(*exporters: ExporterProcess) -> list[str]:
 
 
 def started_seconds(exporter: ExporterProcess) -> float | None:
-    return value(exporter.metrics(), "azure_scheduled_events_event_started_seconds", event_id="E1",
-                 event_type="Reboot")
+    return value(exporter.metrics(), "azure_scheduled_events_event_started_seconds", event_id="E1", event_type="Reboot")
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL])
-def test_restart_emits_no_transition_twice(stop_signal: int, tmp_path: Path, fake_imds: FakeIMDS,
-                                           start_exporter: StartExporter) -> None:
+def test_restart_emits_no_transition_twice(
+    stop_signal: int, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
     state = tmp_path / "state" / "se-exporter.json"
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     fake_imds.respond = lambda seen: document(1, EVENT)
@@ -43,8 +51,7 @@ def test_restart_emits_no_transition_twice(stop_signal: int, tmp_path: Path, fak
     fake_imds.respond = lambda seen: document(2, STARTED)
     wait_for(lambda: transitions(first) == ["scheduled", "started"], 20, "started logged")
     started_at = time.time()
-    wait_for(lambda: json.loads(state.read_text())["sections"]["store"]["events"][0]["started_at"], 10,
-             "state saved")
+    wait_for(lambda: json.loads(state.read_text())["sections"]["store"]["events"][0]["started_at"], 10, "state saved")
     # No OTLP configured: no lifecycle span is ever sent, so none is kept (in memory or in the file).
     assert set(json.loads(state.read_text())["sections"]) == {"store"}
     code = first.stop(stop_signal)
@@ -64,8 +71,9 @@ def test_restart_emits_no_transition_twice(stop_signal: int, tmp_path: Path, fak
     assert second.stop() == 0
 
 
-def test_removal_while_down_is_seen_at_start(tmp_path: Path, fake_imds: FakeIMDS,
-                                             start_exporter: StartExporter) -> None:
+def test_removal_while_down_is_seen_at_start(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
     state = tmp_path / "state.json"
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     fake_imds.respond = lambda seen: document(1, EVENT)
@@ -77,10 +85,12 @@ def test_removal_while_down_is_seen_at_start(tmp_path: Path, fake_imds: FakeIMDS
     wait_for(lambda: transitions(second) == ["cancelled"], 20, "cancelled logged after restart")
 
 
-@pytest.mark.parametrize("content", [b"{not json", b'{"version": 1, "sections": {"store": {"events": 7}}}',
-                                     b'{"version": 99}', b"\x00\xff"])
-def test_corrupt_state_file_is_logged_and_ignored(content: bytes, tmp_path: Path, fake_imds: FakeIMDS,
-                                                  start_exporter: StartExporter) -> None:
+@pytest.mark.parametrize(
+    "content", [b"{not json", b'{"version": 1, "sections": {"store": {"events": 7}}}', b'{"version": 99}', b"\x00\xff"]
+)
+def test_corrupt_state_file_is_logged_and_ignored(
+    content: bytes, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
     state = tmp_path / "state.json"
     state.write_bytes(content)
     fake_imds.respond = lambda seen: document(1, EVENT)

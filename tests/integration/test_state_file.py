@@ -15,9 +15,17 @@ from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
 ERRORS = "azure_scheduled_events_persistence_errors_total"
-EVENT = {"EventId": "E1", "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-         "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
-         "EventSource": "Platform", "DurationInSeconds": -1}
+EVENT = {
+    "EventId": "E1",
+    "EventType": "Reboot",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm-a"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+    "Description": "",
+    "EventSource": "Platform",
+    "DurationInSeconds": -1,
+}
 
 
 def args(fake_imds: FakeIMDS, state: Path) -> tuple[str, ...]:
@@ -34,7 +42,8 @@ def test_a_second_exporter_on_the_same_state_file_is_refused_naming_the_first(
     assert second.proc.wait(20) == 2
     assert second.logs().strip().splitlines()[-1] == (
         f"se-exporter: error: --state.file: {state} is in use by another se-exporter (pid {first.proc.pid}); "
-        "two on one state file would approve every event twice")
+        "two on one state file would approve every event twice"
+    )
     assert first.stop() == 0
     third = start_exporter(*args(fake_imds, state))  # the lock went with the first process
     third.wait_ready()

@@ -17,9 +17,17 @@ from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
-REBOOT = {"EventId": "E1", "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-          "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": "",
-          "EventSource": "User", "DurationInSeconds": -1}
+REBOOT = {
+    "EventId": "E1",
+    "EventType": "Reboot",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm-a"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+    "Description": "",
+    "EventSource": "User",
+    "DurationInSeconds": -1,
+}
 
 
 def stopped_within(exporter: ExporterProcess, sig: int, seconds: float) -> int:
@@ -36,8 +44,9 @@ def test_every_stop_signal_is_a_clean_stop_that_saves_the_state(
 ) -> None:
     state = tmp_path / "state.json"
     fake_imds.respond = lambda seen: document(1, REBOOT)
-    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}",
-                              "--vm.name=vm-a")
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}", "--vm.name=vm-a"
+    )
     exporter.wait_ready()
     assert stopped_within(exporter, sig, 5) == 0
     logs = exporter.logs()
@@ -51,10 +60,15 @@ def test_a_stop_while_start_up_waits_on_imds_is_clean_and_quick(
 ) -> None:
     """With OpenTelemetry on, start-up first asks IMDS who this VM is (up to 2 minutes)."""
     fake_imds.compute = Answer(body=json.dumps(COMPUTE).encode(), delay=60)
-    exporter = start_exporter(f"--imds.url={fake_imds.url}",
-                              env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "none"})
-    wait_for(lambda: any(s.path.startswith("/metadata/instance/compute") for s in fake_imds.requests), 20,
-             "the start-up request for compute metadata")
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}",
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "none"},
+    )
+    wait_for(
+        lambda: any(s.path.startswith("/metadata/instance/compute") for s in fake_imds.requests),
+        20,
+        "the start-up request for compute metadata",
+    )
     assert stopped_within(exporter, signal.SIGTERM, 5) == 0
     assert "stopped during start-up" in exporter.logs()
 
@@ -67,13 +81,16 @@ def test_a_hook_that_ignores_sigterm_is_killed_and_the_stop_takes_seconds(
     hook.write_text(f"#!/bin/sh\ntrap '' TERM\necho $$ > {pid_file}\nsleep 100 & wait\n")
     hook.chmod(0o755)
     policy = tmp_path / "policy.yaml"
-    policy.write_text(f"rules:\n  - name: user\n    event_sources: [User]\n"
-                      f"hook:\n  command: [{hook}]\n  timeout_seconds: 300\n")
+    policy.write_text(
+        f"rules:\n  - name: user\n    event_sources: [User]\nhook:\n  command: [{hook}]\n  timeout_seconds: 300\n"
+    )
     fake_imds.respond = lambda seen: document(1, REBOOT)
-    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
-                              f"--approval.config={policy}")
-    hook_pid = int(wait_for(lambda: (pid_file.exists() and pid_file.read_text().strip()) or None, 20,
-                            "the hook to start"))
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", f"--approval.config={policy}"
+    )
+    hook_pid = int(
+        wait_for(lambda: (pid_file.exists() and pid_file.read_text().strip()) or None, 20, "the hook to start")
+    )
     assert stopped_within(exporter, signal.SIGTERM, 12) == 0  # the hook's 5 s grace, not its 300 s timeout
     wait_for(lambda: not _alive(hook_pid), 5, "the hook to be gone")
     assert [s for s in fake_imds.requests if s.method == "POST"] == []

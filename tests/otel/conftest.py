@@ -39,8 +39,9 @@ def otel_env(receiver: OTLPReceiver | None, **extra: str) -> dict[str, str]:
 def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -> StartOTel:
     """start_otel(imds_url, receiver, *flags, env={...}, state=True) -> ExporterProcess."""
 
-    def start(imds_url: str, receiver: OTLPReceiver | None, *args: str, env: dict[str, str] | None = None,
-              state: bool = True) -> ExporterProcess:
+    def start(
+        imds_url: str, receiver: OTLPReceiver | None, *args: str, env: dict[str, str] | None = None, state: bool = True
+    ) -> ExporterProcess:
         flags = [f"--imds.url={imds_url}", "--poll.interval=250ms"]
         if state:
             flags.append(f"--state.file={tmp_path / 'state' / 'se-exporter.json'}")

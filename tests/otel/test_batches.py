@@ -19,9 +19,17 @@ TRANSITION = "scheduled_event.transition"
 
 
 def freeze(event_id: str, description: str) -> dict[str, object]:
-    return {"EventId": event_id, "EventType": "Freeze", "ResourceType": "VirtualMachine", "Resources": ["vm-a"],
-            "EventStatus": "Scheduled", "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT", "Description": description,
-            "EventSource": "Platform", "DurationInSeconds": 5}
+    return {
+        "EventId": event_id,
+        "EventType": "Freeze",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["vm-a"],
+        "EventStatus": "Scheduled",
+        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+        "Description": description,
+        "EventSource": "Platform",
+        "DurationInSeconds": 5,
+    }
 
 
 def test_records_with_huge_descriptions_arrive_after_an_outage(
@@ -39,17 +47,26 @@ def test_records_with_huge_descriptions_arrive_after_an_outage(
     fake_imds.respond = lambda seen: current[0]
     otlp_grpc_receiver.set_failure(Failure())  # the collector is down while six records pile up
     exporter: ExporterProcess = start_exporter(  # type: ignore[operator]
-        f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a",
-        f"--state.file={tmp_path / 'state.json'}", env={**otlp_grpc_receiver.env, "OTEL_SDK_DISABLED": "false"})
-    wait_for(lambda: 'azure_scheduled_events_log_spool_depth 2.0' in exporter.metrics(), 20, "the first document")
+        f"--imds.url={fake_imds.url}",
+        "--poll.interval=250ms",
+        "--vm.name=vm-a",
+        f"--state.file={tmp_path / 'state.json'}",
+        env={**otlp_grpc_receiver.env, "OTEL_SDK_DISABLED": "false"},
+    )
+    wait_for(lambda: "azure_scheduled_events_log_spool_depth 2.0" in exporter.metrics(), 20, "the first document")
     current[0] = Answer(body=json.dumps(documents[1]).encode())
-    wait_for(lambda: 'azure_scheduled_events_log_spool_depth 6.0' in exporter.metrics(), 30, "six records waiting")
+    wait_for(lambda: "azure_scheduled_events_log_spool_depth 6.0" in exporter.metrics(), 30, "six records waiting")
     otlp_grpc_receiver.set_failure(None)
     began = time.monotonic()
     logs = otlp_grpc_receiver.wait_for_logs(event_name=TRANSITION, count=6, timeout=60)
     assert {(log["scheduled_event.id"], log["scheduled_event.transition"]) for log in logs} == {
-        ("A", "scheduled"), ("B", "scheduled"), ("A", "cancelled"), ("B", "cancelled"),
-        ("C", "scheduled"), ("D", "scheduled")}
+        ("A", "scheduled"),
+        ("B", "scheduled"),
+        ("A", "cancelled"),
+        ("B", "cancelled"),
+        ("C", "scheduled"),
+        ("D", "scheduled"),
+    }
     assert time.monotonic() - began < 60
     assert exporter.stop() == 0
 
@@ -84,8 +101,9 @@ def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_und
     telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
     assert telemetry.spool is not None
     try:
-        telemetry.spool.append([AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}")
-                                for n in (1, 2)])
+        telemetry.spool.append(
+            [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in (1, 2)]
+        )
         otlp_http_receiver.wait_for_logs(count=2, timeout=30)
         wait_for(lambda: telemetry.spool is not None and telemetry.spool.depth == 0, 10, "an empty spool")
         assert telemetry.spool.dropped == 0

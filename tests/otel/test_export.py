@@ -18,11 +18,18 @@ def by_kind(logs: list[ReceivedLog], event_id: str) -> dict[str, ReceivedLog]:
     return {str(log[TRANSITION]): log for log in logs if log["scheduled_event.id"] == event_id}
 
 
-def test_transitions_spans_and_resource(simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver,
-                                        start_otel: StartOTel) -> None:
+def test_transitions_spans_and_resource(
+    simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
-    exporter = start_otel(url, otlp_receiver, env={
-        "OTEL_SERVICE_NAME": "se-test", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=ci,service.name=x"})
+    exporter = start_otel(
+        url,
+        otlp_receiver,
+        env={
+            "OTEL_SERVICE_NAME": "se-test",
+            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=ci,service.name=x",
+        },
+    )
     exporter.wait_ready()
     reboot = world.add_event(EventPlan("Reboot", event_source="User", notice=900, description="by the user"))
     freeze = world.add_event(EventPlan("Freeze", notice=600, duration=5, resources=("other-vm", "sim-vm-0")))
@@ -89,7 +96,8 @@ def test_transitions_spans_and_resource(simulator: tuple[SimWorld, str], otlp_re
 
 
 def test_collector_unreachable_from_the_start_does_not_stop_monitoring(
-        simulator: tuple[SimWorld, str], start_otel: StartOTel) -> None:
+    simulator: tuple[SimWorld, str], start_otel: StartOTel
+) -> None:
     world, url = simulator
     exporter = start_otel(url, None, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, state=False)
     exporter.wait_ready()
@@ -100,8 +108,9 @@ def test_collector_unreachable_from_the_start_does_not_stop_monitoring(
     assert "lost: no --state.file" in exporter.logs()
 
 
-def test_sigterm_flushes_within_a_bounded_time(simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver,
-                                               start_otel: StartOTel) -> None:
+def test_sigterm_flushes_within_a_bounded_time(
+    simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
     # Spans would wait a minute for their batch, and without --state.file the spool is in memory:
     # only the shutdown flush can deliver them.
@@ -114,5 +123,4 @@ def test_sigterm_flushes_within_a_bounded_time(simulator: tuple[SimWorld, str], 
     assert time.monotonic() - began < 8
     log = otlp_receiver.wait_for_logs(event_name=TRANSITION, timeout=1)[0]
     assert log["scheduled_event.type"] == "Terminate" and log.severity_text == "WARN"
-    otlp_receiver.wait_for_spans(name="scheduled_events.poll", attributes={"scheduled_event.changed": True},
-                                 timeout=1)
+    otlp_receiver.wait_for_spans(name="scheduled_events.poll", attributes={"scheduled_event.changed": True}, timeout=1)

@@ -38,8 +38,9 @@ def test_every_scenario_has_its_impact_and_cause_on_metrics_logs_and_spans(
     exporter.wait_ready()
 
     first = otlp_receiver.wait_for_logs(event_name=TRANSITION, count=len(EXPECTED), timeout=20)
-    assert {log["scheduled_event.id"]: (log["scheduled_event.impact"], log["scheduled_event.cause"])
-            for log in first} == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}
+    assert {
+        log["scheduled_event.id"]: (log["scheduled_event.impact"], log["scheduled_event.cause"]) for log in first
+    } == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}
 
     info = {
         sample.labels["event_id"]: (sample.labels["impact"], sample.labels["cause"])
@@ -53,10 +54,12 @@ def test_every_scenario_has_its_impact_and_cause_on_metrics_logs_and_spans(
     assert isinstance(clock, ManualClock), "the simulator fixture runs on a manual clock"
     clock.advance(5000)  # every scenario runs to its end: completed or cancelled
     spans = otlp_receiver.wait_for_spans(name="scheduled_event.lifecycle", count=len(EXPECTED), timeout=20)
-    assert {span["scheduled_event.id"]: (span["scheduled_event.impact"], span["scheduled_event.cause"])
-            for span in spans} == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}
+    assert {
+        span["scheduled_event.id"]: (span["scheduled_event.impact"], span["scheduled_event.cause"]) for span in spans
+    } == {event_id: EXPECTED[name] for event_id, name in scenario_of.items()}
     logs = otlp_receiver.wait_for_logs(event_name=TRANSITION, count=len(EXPECTED) * 2, timeout=20)
     for log in logs:  # the cause of an event first seen Started stays "failure" on every later record
         assert (log["scheduled_event.impact"], log["scheduled_event.cause"]) == EXPECTED[
-            scenario_of[str(log["scheduled_event.id"])]]
+            scenario_of[str(log["scheduled_event.id"])]
+        ]
     assert exporter.stop() == 0

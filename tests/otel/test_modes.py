@@ -14,8 +14,8 @@ TRANSITION = "scheduled_event.transition"
 
 
 def test_sdk_disabled_builds_no_pipeline_but_keeps_the_stderr_line(
-        simulator: tuple[SimWorld, str], otlp_http_receiver: OTLPHttpReceiver, start_otel: StartOTel,
-        tmp_path: Path) -> None:
+    simulator: tuple[SimWorld, str], otlp_http_receiver: OTLPHttpReceiver, start_otel: StartOTel, tmp_path: Path
+) -> None:
     world, url = simulator
     exporter = start_otel(url, otlp_http_receiver, "--log.format=json", env={"OTEL_SDK_DISABLED": "true"})
     exporter.wait_ready()
@@ -31,8 +31,9 @@ def test_sdk_disabled_builds_no_pipeline_but_keeps_the_stderr_line(
     assert not (tmp_path / "state" / "se-exporter.json.spool").exists()
 
 
-def test_logs_exporter_none_sends_spans_only(simulator: tuple[SimWorld, str], otlp_http_receiver: OTLPHttpReceiver,
-                                             start_otel: StartOTel) -> None:
+def test_logs_exporter_none_sends_spans_only(
+    simulator: tuple[SimWorld, str], otlp_http_receiver: OTLPHttpReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
     exporter = start_otel(url, otlp_http_receiver, env={"OTEL_LOGS_EXPORTER": "none"})
     exporter.wait_ready()
@@ -43,12 +44,13 @@ def test_logs_exporter_none_sends_spans_only(simulator: tuple[SimWorld, str], ot
     assert otlp_http_receiver.store.count_requests("logs") == 0
 
 
-def test_console_exporters_print_instead_of_sending(simulator: tuple[SimWorld, str],
-                                                    otlp_http_receiver: OTLPHttpReceiver,
-                                                    start_otel: StartOTel) -> None:
+def test_console_exporters_print_instead_of_sending(
+    simulator: tuple[SimWorld, str], otlp_http_receiver: OTLPHttpReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
-    exporter = start_otel(url, otlp_http_receiver,
-                          env={"OTEL_LOGS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "console"})
+    exporter = start_otel(
+        url, otlp_http_receiver, env={"OTEL_LOGS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "console"}
+    )
     exporter.wait_ready()
     world.add_event(EventPlan("Reboot"))
     wait_for(lambda: f'"event_name": "{TRANSITION}"' in exporter.logs(), 15, "the record printed on stdout")

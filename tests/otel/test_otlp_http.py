@@ -67,8 +67,13 @@ class Collector:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 encoding = self.headers.get("Content-Encoding", "")
-                body = gzip.decompress(raw) if encoding == "gzip" else zlib.decompress(raw) if encoding == "deflate" \
+                body = (
+                    gzip.decompress(raw)
+                    if encoding == "gzip"
+                    else zlib.decompress(raw)
+                    if encoding == "deflate"
                     else raw
+                )
                 collector.seen.append(Seen(self.path, dict(self.headers), body, self.number))
                 if collector.hold is not None:
                     collector.hold.wait(10)
@@ -118,11 +123,13 @@ def signal(endpoint: str, **kwargs: object) -> SignalConfig:
     return SignalConfig(exporter="otlp", endpoint=endpoint, timeout=2.0, **kwargs)  # type: ignore[arg-type]
 
 
-def test_posts_protobuf_with_the_configured_headers_on_one_kept_alive_connection(serve: Callable[..., tuple[
-        Collector, int]]) -> None:
+def test_posts_protobuf_with_the_configured_headers_on_one_kept_alive_connection(
+    serve: Callable[..., tuple[Collector, int]],
+) -> None:
     collector, port = serve()
-    client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs?tenant=a", headers={"authorization": "Bearer x"}),
-                            "se-exporter/test")
+    client = OTLPHttpClient(
+        signal(f"http://127.0.0.1:{port}/v1/logs?tenant=a", headers={"authorization": "Bearer x"}), "se-exporter/test"
+    )
     assert all(client.post(BODY).accepted for _ in range(3))
     assert [(s.path, s.body) for s in collector.seen] == [("/v1/logs?tenant=a", BODY)] * 3
     headers = collector.seen[0].headers
@@ -134,15 +141,29 @@ def test_posts_protobuf_with_the_configured_headers_on_one_kept_alive_connection
 @pytest.mark.parametrize("compression", ["gzip", "deflate"])
 def test_compression(serve: Callable[..., tuple[Collector, int]], compression: str) -> None:
     collector, port = serve()
-    assert OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/traces", compression=compression), "t").post(
-        BODY).accepted
+    assert (
+        OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/traces", compression=compression), "t").post(BODY).accepted
+    )
     assert collector.seen[0].headers["Content-Encoding"] == compression and collector.seen[0].body == BODY
 
 
-@pytest.mark.parametrize(("status", "retryable"), [(400, False), (401, False), (404, False), (413, False),
-                                                   (500, False), (429, True), (502, True), (503, True), (504, True)])
+@pytest.mark.parametrize(
+    ("status", "retryable"),
+    [
+        (400, False),
+        (401, False),
+        (404, False),
+        (413, False),
+        (500, False),
+        (429, True),
+        (502, True),
+        (503, True),
+        (504, True),
+    ],
+)
 def test_answers_other_than_2xx_are_retryable_only_as_the_specification_says(
-        serve: Callable[..., tuple[Collector, int]], status: int, retryable: bool) -> None:
+    serve: Callable[..., tuple[Collector, int]], status: int, retryable: bool
+) -> None:
     _, port = serve(Collector(status=status))
     outcome = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY)
     assert (outcome.accepted, outcome.retryable, outcome.retry_after) == (False, retryable, None)
@@ -150,20 +171,27 @@ def test_answers_other_than_2xx_are_retryable_only_as_the_specification_says(
 
 
 @pytest.mark.parametrize(("retry_after", "seconds"), [("7", 7.0), ("100000", 300.0), ("soon", None)])
-def test_retry_after_is_honoured_within_a_bound(serve: Callable[..., tuple[Collector, int]], retry_after: str,
-                                                seconds: float | None) -> None:
+def test_retry_after_is_honoured_within_a_bound(
+    serve: Callable[..., tuple[Collector, int]], retry_after: str, seconds: float | None
+) -> None:
     _, port = serve(Collector(status=503, retry_after=retry_after))
     outcome = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t").post(BODY)
     assert outcome.retryable and outcome.retry_after == seconds
 
 
 def test_a_partial_success_is_taken_with_what_was_rejected(serve: Callable[..., tuple[Collector, int]]) -> None:
-    rejected = ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
-        rejected_log_records=3, error_message="attribute too long"))
+    rejected = ExportLogsServiceResponse(
+        partial_success=ExportLogsPartialSuccess(rejected_log_records=3, error_message="attribute too long")
+    )
     _, port = serve(Collector(answer=rejected.SerializeToString()))
-    client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t", partial_success=lambda body: (
-        ExportLogsServiceResponse.FromString(body).partial_success.rejected_log_records,
-        ExportLogsServiceResponse.FromString(body).partial_success.error_message))
+    client = OTLPHttpClient(
+        signal(f"http://127.0.0.1:{port}/v1/logs"),
+        "t",
+        partial_success=lambda body: (
+            ExportLogsServiceResponse.FromString(body).partial_success.rejected_log_records,
+            ExportLogsServiceResponse.FromString(body).partial_success.error_message,
+        ),
+    )
     outcome = client.post(BODY)
     assert (outcome.accepted, outcome.rejected) == (True, 3)
     assert outcome.problem == "the collector rejected 3 of them: attribute too long"
@@ -181,10 +209,12 @@ def test_nobody_listening_and_no_such_host_are_retryable_and_say_so() -> None:
 
 
 def test_a_collector_dripping_its_answer_is_a_timeout_within_the_timeout(
-        serve: Callable[..., tuple[Collector, int]]) -> None:
+    serve: Callable[..., tuple[Collector, int]],
+) -> None:
     _, port = serve(Collector(drip=0.2))
-    client = OTLPHttpClient(SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=1.0),
-                            "t")
+    client = OTLPHttpClient(
+        SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=1.0), "t"
+    )
     began = time.monotonic()
     outcome = client.post(BODY)
     assert time.monotonic() - began < 2.0
@@ -199,7 +229,8 @@ def test_a_user_agent_header_of_the_users_replaces_ours(serve: Callable[..., tup
 
 
 def test_a_connection_the_collector_closed_while_idle_is_replaced_without_a_failure(
-        serve: Callable[..., tuple[Collector, int]]) -> None:
+    serve: Callable[..., tuple[Collector, int]],
+) -> None:
     collector, port = serve(Collector(close_idle=True))
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
     assert client.post(BODY).accepted
@@ -209,11 +240,13 @@ def test_a_connection_the_collector_closed_while_idle_is_replaced_without_a_fail
 
 
 def test_a_collector_too_slow_on_a_kept_connection_gets_the_request_once(
-        serve: Callable[..., tuple[Collector, int]]) -> None:
+    serve: Callable[..., tuple[Collector, int]],
+) -> None:
     """Only a connection found closed is tried again: a timeout is a failure, not a reason to send twice."""
     collector, port = serve()
-    client = OTLPHttpClient(SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=0.5),
-                            "t")
+    client = OTLPHttpClient(
+        SignalConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/v1/logs", timeout=0.5), "t"
+    )
     assert client.post(BODY).accepted
     collector.hold = hold = threading.Event()
     try:
@@ -240,7 +273,8 @@ def test_close_makes_a_send_in_progress_give_up(serve: Callable[..., tuple[Colle
 
 
 def test_close_during_a_send_on_a_kept_connection_does_not_send_again(
-        serve: Callable[..., tuple[Collector, int]]) -> None:
+    serve: Callable[..., tuple[Collector, int]],
+) -> None:
     collector, port = serve()
     client = OTLPHttpClient(signal(f"http://127.0.0.1:{port}/v1/logs"), "t")
     assert client.post(BODY).accepted
@@ -269,12 +303,24 @@ def server_tls(pki: PKI, client_ca: Path | None = None) -> ssl.SSLContext:
     return context
 
 
-def test_tls_with_the_configured_ca_and_client_certificate(serve: Callable[..., tuple[Collector, int]],
-                                                           pki: PKI) -> None:
+def test_tls_with_the_configured_ca_and_client_certificate(
+    serve: Callable[..., tuple[Collector, int]], pki: PKI
+) -> None:
     collector, port = serve(tls=server_tls(pki, client_ca=pki.ca_file))
     endpoint = f"https://127.0.0.1:{port}/v1/logs"
-    assert OTLPHttpClient(signal(endpoint, certificate=str(pki.ca_file), client_certificate=str(pki.path("client.crt")),
-                                 client_key=str(pki.path("client.key"))), "t").post(BODY).accepted
+    assert (
+        OTLPHttpClient(
+            signal(
+                endpoint,
+                certificate=str(pki.ca_file),
+                client_certificate=str(pki.path("client.crt")),
+                client_key=str(pki.path("client.key")),
+            ),
+            "t",
+        )
+        .post(BODY)
+        .accepted
+    )
     assert collector.seen[0].body == BODY
     # Without our CA the collector's certificate is not trusted; without a client certificate it refuses us.
     untrusted = OTLPHttpClient(signal(endpoint), "t").post(BODY)
@@ -318,8 +364,11 @@ class Proxy:
                 host, port = authority.rsplit(":", 1)
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 with socket.create_connection((host, int(port))) as upstream:
-                    upstream.sendall(f"POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {len(body)}\r\n"
-                                     f"Connection: close\r\n\r\n".encode() + body)
+                    upstream.sendall(
+                        f"POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {len(body)}\r\n"
+                        f"Connection: close\r\n\r\n".encode()
+                        + body
+                    )
                     answer = b"".join(iter(lambda: upstream.recv(65536), b""))
                 self.wfile.write(answer)
                 self.close_connection = True
@@ -354,12 +403,17 @@ def proxy() -> Iterator[Proxy]:
 
 
 def test_through_https_proxy_and_http_proxy_as_the_environment_says(
-        serve: Callable[..., tuple[Collector, int]], pki: PKI, proxy: Proxy) -> None:
+    serve: Callable[..., tuple[Collector, int]], pki: PKI, proxy: Proxy
+) -> None:
     collector, tls_port = serve(tls=server_tls(pki))
     _, plain_port = serve(collector)
-    environ = {"HTTPS_PROXY": proxy.url, "http_proxy": proxy.url, "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca_file),
-               "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
-               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces"}
+    environ = {
+        "HTTPS_PROXY": proxy.url,
+        "http_proxy": proxy.url,
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca_file),
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces",
+    }
     config = parse_otel_environment(environ)
     assert OTLPHttpClient(config.logs, "t").post(BODY).accepted
     assert OTLPHttpClient(config.traces, "t").post(BODY).accepted
@@ -367,50 +421,61 @@ def test_through_https_proxy_and_http_proxy_as_the_environment_says(
     assert [(s.path, s.body) for s in collector.seen] == [("/v1/logs", BODY), ("/v1/traces", BODY)]
 
 
-@pytest.mark.parametrize(("environ", "proxy"), [
-    ({}, None),
-    ({"HTTPS_PROXY": "http://proxy:3128"}, None),  # the endpoint is http://
-    ({"HTTP_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
-    ({"http_proxy": "http://lower:3128", "HTTP_PROXY": "http://upper:3128"}, "http://lower:3128"),
-    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "localhost,collector.example"}, None),
-    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example"}, None),
-    ({"HTTP_PROXY": "http://proxy:3128", "no_proxy": "*"}, None),
-    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "ollector.example,other.example"}, "http://proxy:3128"),
-    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:4318"}, None),
-    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:9999"}, "http://proxy:3128"),
-])
+@pytest.mark.parametrize(
+    ("environ", "proxy"),
+    [
+        ({}, None),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, None),  # the endpoint is http://
+        ({"HTTP_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        ({"http_proxy": "http://lower:3128", "HTTP_PROXY": "http://upper:3128"}, "http://lower:3128"),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "localhost,collector.example"}, None),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": ".example"}, None),
+        ({"HTTP_PROXY": "http://proxy:3128", "no_proxy": "*"}, None),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "ollector.example,other.example"}, "http://proxy:3128"),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:4318"}, None),
+        ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "collector.example:9999"}, "http://proxy:3128"),
+    ],
+)
 def test_which_proxy_the_environment_gives_the_endpoint(environ: dict[str, str], proxy: str | None) -> None:
     config = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4318", **environ})
     assert config.logs.proxy == config.traces.proxy == proxy
 
 
-@pytest.mark.parametrize(("endpoint", "no_proxy", "bypassed"), [
-    ("http://10.1.2.3:4318", "10.0.0.0/8", True),  # Kubernetes lists hold ranges
-    ("http://10.1.2.3:4318", "192.168.0.0/16,172.16.0.0/12", False),
-    ("http://[fd00::5]:4318", "fd00::/8", True),
-    ("http://10.1.2.3:4318", "10.1.2.3", True),
-    ("http://10.1.2.3:4318", "10.1.2.3:4318", True),
-    ("http://10.1.2.3:4318", "10.1.2.3:4317", False),
-    ("http://[::1]:4318", "[::1]:4318", True),
-    ("http://collector.example:4318", "example", True),
-    ("http://collector.example:4318", "10.0.0.0/8", False),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "no_proxy", "bypassed"),
+    [
+        ("http://10.1.2.3:4318", "10.0.0.0/8", True),  # Kubernetes lists hold ranges
+        ("http://10.1.2.3:4318", "192.168.0.0/16,172.16.0.0/12", False),
+        ("http://[fd00::5]:4318", "fd00::/8", True),
+        ("http://10.1.2.3:4318", "10.1.2.3", True),
+        ("http://10.1.2.3:4318", "10.1.2.3:4318", True),
+        ("http://10.1.2.3:4318", "10.1.2.3:4317", False),
+        ("http://[::1]:4318", "[::1]:4318", True),
+        ("http://collector.example:4318", "example", True),
+        ("http://collector.example:4318", "10.0.0.0/8", False),
+    ],
+)
 def test_no_proxy_takes_ranges_and_ports(endpoint: str, no_proxy: str, bypassed: bool) -> None:
-    config = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "HTTP_PROXY": "http://proxy:3128",
-                                     "NO_PROXY": no_proxy})
+    config = parse_otel_environment(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "HTTP_PROXY": "http://proxy:3128", "NO_PROXY": no_proxy}
+    )
     assert (config.logs.proxy is None) == bypassed
 
 
-def test_proxy_credentials_go_to_the_proxy_only(serve: Callable[..., tuple[Collector, int]], pki: PKI,
-                                               proxy: Proxy) -> None:
+def test_proxy_credentials_go_to_the_proxy_only(
+    serve: Callable[..., tuple[Collector, int]], pki: PKI, proxy: Proxy
+) -> None:
     """Credentials in HTTPS_PROXY were dropped: the proxy answered 407 for as long as the exporter ran."""
     collector, tls_port = serve(tls=server_tls(pki))
     _, plain_port = serve(collector)
     credentialed = proxy.url.replace("http://", "http://se%40user:p%3Ass@")
-    environ = {"HTTPS_PROXY": credentialed, "HTTP_PROXY": credentialed,
-               "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca_file),
-               "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
-               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces"}
+    environ = {
+        "HTTPS_PROXY": credentialed,
+        "HTTP_PROXY": credentialed,
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(pki.ca_file),
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"https://127.0.0.1:{tls_port}/v1/logs",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{plain_port}/v1/traces",
+    }
     config = parse_otel_environment(environ)
     assert OTLPHttpClient(config.logs, "t").post(BODY).accepted
     assert OTLPHttpClient(config.traces, "t").post(BODY).accepted

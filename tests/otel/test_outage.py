@@ -21,7 +21,8 @@ def spool_depth(exporter: ExporterProcess) -> float | None:
 
 
 def test_outage_and_restart_lose_nothing_and_duplicate_nothing(
-        simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel) -> None:
+    simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
     first = start_otel(url, otlp_receiver)
     first.wait_ready()
@@ -59,14 +60,20 @@ def test_outage_and_restart_lose_nothing_and_duplicate_nothing(
 
     logs = otlp_receiver.store.find_logs(event_name=TRANSITION)
     kinds = [(log["scheduled_event.id"], log[TRANSITION]) for log in logs]
-    assert kinds == [(reboot, "scheduled"), (reboot, "started"), (freeze, "scheduled"), (freeze, "cancelled"),
-                     (reboot, "completed")], "every record exactly once, in order"
+    assert kinds == [
+        (reboot, "scheduled"),
+        (reboot, "started"),
+        (freeze, "scheduled"),
+        (freeze, "cancelled"),
+        (reboot, "completed"),
+    ], "every record exactly once, in order"
     assert max(Counter(log["log.record.uid"] for log in logs).values()) == 1
     assert value(second.metrics(), "azure_scheduled_events_log_spool_dropped_total") == 0
 
     # The lifecycle span of the event that outlived the restart starts at its first sighting.
-    span = otlp_receiver.wait_for_spans(name="scheduled_event.lifecycle",
-                                        attributes={"scheduled_event.id": reboot}, timeout=15)[0]
+    span = otlp_receiver.wait_for_spans(
+        name="scheduled_event.lifecycle", attributes={"scheduled_event.id": reboot}, timeout=15
+    )[0]
     assert span.start_time_unix_nano == scheduled.time_unix_nano
     assert [e.name for e in span.events] == ["scheduled", "started", "completed"]
     assert second.stop() == 0

@@ -21,14 +21,18 @@ def polls(exporter_metrics: str) -> float:
 
 
 def test_without_otel_variables_nothing_is_exported_and_sigterm_is_immediate(
-        simulator: tuple[SimWorld, str], start_exporter: StartOTel) -> None:
+    simulator: tuple[SimWorld, str], start_exporter: StartOTel
+) -> None:
     world, url = simulator
     exporter = start_exporter(f"--imds.url={url}", "--poll.interval=250ms")
     exporter.wait_ready()
     world.add_event(EventPlan("Reboot", notice=900))
     began = time.monotonic()
-    wait_for(lambda: time.monotonic() - began >= WINDOW and polls(exporter.metrics()) >= 20, WINDOW + 10,
-             f"{WINDOW:g} s of polling")
+    wait_for(
+        lambda: time.monotonic() - began >= WINDOW and polls(exporter.metrics()) >= 20,
+        WINDOW + 10,
+        f"{WINDOW:g} s of polling",
+    )
     stopping = time.monotonic()
     assert exporter.stop() == 0
     assert time.monotonic() - stopping < 1.0, "nothing to ship: SIGTERM exits at once"
@@ -40,7 +44,8 @@ def test_without_otel_variables_nothing_is_exported_and_sigterm_is_immediate(
 
 
 def test_a_dead_collector_is_one_warning_per_signal_and_a_growing_pause(
-        simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel) -> None:
+    simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
     otlp_receiver.set_unavailable()  # answers 503 to everything: each attempt is counted
     exporter = start_otel(url, otlp_receiver, state=False)  # span batches every 200 ms
@@ -59,7 +64,8 @@ def test_a_dead_collector_is_one_warning_per_signal_and_a_growing_pause(
 
 
 def test_sigterm_with_everything_delivered_is_immediate(
-        simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel) -> None:
+    simulator: tuple[SimWorld, str], otlp_receiver: OTLPReceiver, start_otel: StartOTel
+) -> None:
     world, url = simulator
     exporter = start_otel(url, otlp_receiver, state=False)
     exporter.wait_ready()

@@ -25,8 +25,9 @@ ALLOWED = {"otel/pipeline.py": RESTRICTED, "otel/otlp_grpc.py": ("grpc",)}  # gr
 
 def test_only_the_otel_pipeline_imports_the_sdk() -> None:
     offenders = {
-        name: sorted(m for m in imported_modules(path) if m.startswith(RESTRICTED)
-                     and not m.startswith(ALLOWED.get(name, ())))
+        name: sorted(
+            m for m in imported_modules(path) if m.startswith(RESTRICTED) and not m.startswith(ALLOWED.get(name, ()))
+        )
         for path in PACKAGE.rglob("*.py")
         if (name := path.relative_to(PACKAGE).as_posix())
     }

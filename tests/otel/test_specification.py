@@ -52,8 +52,9 @@ def test_a_partial_success_is_counted_as_dropped_and_said_with_the_collectors_me
 def test_a_record_refused_for_good_is_set_aside_at_once_and_never_sent_again(
     otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
 ) -> None:
-    otlp_receiver.set_failure(Failure(http_status=400, grpc_code=grpc.StatusCode.INVALID_ARGUMENT, remaining=1,
-                                      message="malformed record"))
+    otlp_receiver.set_failure(
+        Failure(http_status=400, grpc_code=grpc.StatusCode.INVALID_ARGUMENT, remaining=1, message="malformed record")
+    )
     spool = pipeline.spool
     assert spool is not None
     spool.append(records(1))
@@ -69,8 +70,9 @@ def test_a_collector_refusing_everything_for_good_keeps_the_records_and_says_so_
     otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
 ) -> None:
     """401 (or 403, 404): the configuration, not the records. The request is not repeated every second."""
-    otlp_receiver.set_failure(Failure(http_status=401, grpc_code=grpc.StatusCode.UNAUTHENTICATED,
-                                      message="missing token"))
+    otlp_receiver.set_failure(
+        Failure(http_status=401, grpc_code=grpc.StatusCode.UNAUTHENTICATED, message="missing token")
+    )
     spool = pipeline.spool
     assert spool is not None
     spool.append(records(1, 2, 3))
@@ -116,7 +118,8 @@ def test_grpc_without_its_extra_is_a_configuration_error_that_says_how_to_get_it
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "grpc", None)  # as on a VM that installed the package without [grpc]
-    config = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
-                                     "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    config = parse_otel_environment(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    )
     with pytest.raises(ConfigError, match=r"pip install 'azure-scheduled-events-exporter\[grpc\]'"):
         build_telemetry(config, {}, tmp_path / "spool", "test")

@@ -14,11 +14,14 @@ from se_exporter.audit.spool import Spool
 
 def record(n: int) -> AuditRecord:
     attributes: dict[str, AttributeValue] = {
-        "scheduled_event.id": f"E{n}", "scheduled_event.resources": ("vm-a", "vm-b"),
-        "scheduled_event.document_incarnation": n, "scheduled_event.affects_this_vm": True,
+        "scheduled_event.id": f"E{n}",
+        "scheduled_event.resources": ("vm-a", "vm-b"),
+        "scheduled_event.document_incarnation": n,
+        "scheduled_event.affects_this_vm": True,
     }
-    return AuditRecord("scheduled_event.transition", "INFO", f"record {n}", attributes, 1_700_000_000_000_000_000 + n,
-                  f"uid-{n}")
+    return AuditRecord(
+        "scheduled_event.transition", "INFO", f"record {n}", attributes, 1_700_000_000_000_000_000 + n, f"uid-{n}"
+    )
 
 
 def uids(records: list[AuditRecord]) -> list[str]:
@@ -104,8 +107,10 @@ def test_wait_returns_when_records_arrive_and_never_blocks_after_wake() -> None:
 
 
 def big(n: int, description_bytes: int) -> AuditRecord:
-    attributes: dict[str, AttributeValue] = {"scheduled_event.id": f"E{n}", "scheduled_event.description":
-                                             "d" * description_bytes}
+    attributes: dict[str, AttributeValue] = {
+        "scheduled_event.id": f"E{n}",
+        "scheduled_event.description": "d" * description_bytes,
+    }
     return AuditRecord("scheduled_event.transition", "INFO", f"record {n}", attributes, n, f"uid-{n}")
 
 

@@ -16,8 +16,14 @@ pytestmark = pytest.mark.posix
 
 
 def record(n: int) -> AuditRecord:
-    return AuditRecord("scheduled_event.transition", "INFO", f"record {n} " + "x" * 400,
-                       {"scheduled_event.id": f"E{n}"}, 1_750_000_000_000_000_000 + n, f"uid-{n}")
+    return AuditRecord(
+        "scheduled_event.transition",
+        "INFO",
+        f"record {n} " + "x" * 400,
+        {"scheduled_event.id": f"E{n}"},
+        1_750_000_000_000_000_000 + n,
+        f"uid-{n}",
+    )
 
 
 @pytest.mark.parametrize("space_back_before", ["the next append", "close"])
@@ -55,7 +61,7 @@ def test_a_disk_still_full_at_close_is_said_at_close(tmp_path: Path, caplog: pyt
 
 
 def test_a_damaged_line_with_an_out_of_range_number_is_skipped(tmp_path: Path) -> None:
-    """"timestamp_ns": 1e999 once crashed the start (a crash loop)."""
+    """ "timestamp_ns": 1e999 once crashed the start (a crash loop)."""
     path = tmp_path / "spool"
     good = Spool(path)
     good.append([record(1), record(2)])

@@ -123,8 +123,12 @@ class OTLPReceiver:
         """
         listed = os.environ.get("NO_PROXY") or os.environ.get("no_proxy")
         no_proxy = ",".join(v for v in (listed, "127.0.0.1,localhost") if v)
-        return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": self.protocol,
-                "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": self.protocol,
+            "NO_PROXY": no_proxy,
+            "no_proxy": no_proxy,
+        }
 
     def set_unavailable(self, unavailable: bool = True, *, retry_after: float | None = None) -> None:
         """``True``: answer HTTP 503 / gRPC UNAVAILABLE (retryable) to every request until reset."""
@@ -159,13 +163,15 @@ class OTLPReceiver:
             logs = logs_service_pb2.ExportLogsServiceResponse()
             if partial is not None:
                 logs.partial_success.rejected_log_records = sum(
-                    len(scope.log_records) for resource in request.resource_logs for scope in resource.scope_logs)
+                    len(scope.log_records) for resource in request.resource_logs for scope in resource.scope_logs
+                )
                 logs.partial_success.error_message = partial
             return logs
         traces = trace_service_pb2.ExportTraceServiceResponse()
         if partial is not None and isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
             traces.partial_success.rejected_spans = sum(
-                len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+                len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
+            )
             traces.partial_success.error_message = partial
         return traces
 

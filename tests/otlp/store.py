@@ -38,8 +38,16 @@ class TelemetryStore:
         self.raw_requests: list[Message] = []
         """Every accepted request message, as decoded, for anything the flattening drops."""
 
-    def ingest(self, signal: str, message: Message, *, protocol: str, headers: Mapping[str, str],
-               content_type: str = "", content_encoding: str = "") -> None:
+    def ingest(
+        self,
+        signal: str,
+        message: Message,
+        *,
+        protocol: str,
+        headers: Mapping[str, str],
+        content_type: str = "",
+        content_encoding: str = "",
+    ) -> None:
         """Take an accepted request: flatten it and wake the waiters."""
         logs: list[ReceivedLog] = []
         spans: list[ReceivedSpan] = []
@@ -50,8 +58,17 @@ class TelemetryStore:
         else:
             raise TypeError(f"unexpected message {type(message).__name__}")
         status: int | str = 200 if protocol.startswith("http") else "OK"
-        record = RequestRecord(signal, protocol, True, status, dict(headers), content_type, content_encoding,
-                               len(logs) + len(spans), time.monotonic())
+        record = RequestRecord(
+            signal,
+            protocol,
+            True,
+            status,
+            dict(headers),
+            content_type,
+            content_encoding,
+            len(logs) + len(spans),
+            time.monotonic(),
+        )
         with self._cond:
             self._logs.extend(logs)
             self._spans.extend(spans)
@@ -59,11 +76,20 @@ class TelemetryStore:
             self._requests.append(record)
             self._cond.notify_all()
 
-    def record_rejected(self, signal: str, *, protocol: str, status: int | str, headers: Mapping[str, str],
-                        content_type: str = "", content_encoding: str = "") -> None:
+    def record_rejected(
+        self,
+        signal: str,
+        *,
+        protocol: str,
+        status: int | str,
+        headers: Mapping[str, str],
+        content_type: str = "",
+        content_encoding: str = "",
+    ) -> None:
         """Remember a refused request (it carries no records)."""
-        record = RequestRecord(signal, protocol, False, status, dict(headers), content_type, content_encoding,
-                               0, time.monotonic())
+        record = RequestRecord(
+            signal, protocol, False, status, dict(headers), content_type, content_encoding, 0, time.monotonic()
+        )
         with self._cond:
             self._requests.append(record)
             self._cond.notify_all()
@@ -83,8 +109,9 @@ class TelemetryStore:
         with self._cond:
             return list(self._requests)
 
-    def count_requests(self, signal: str | None = None, *, accepted: bool | None = None,
-                       transport: str | None = None) -> int:
+    def count_requests(
+        self, signal: str | None = None, *, accepted: bool | None = None, transport: str | None = None
+    ) -> int:
         """Count requests; ``transport`` is ``"http"`` or ``"grpc"`` (``None``: both)."""
         return len(self.find_requests(signal=signal, accepted=accepted, transport=transport))
 
@@ -96,31 +123,59 @@ class TelemetryStore:
             self.raw_requests.clear()
             self._cond.notify_all()
 
-    def find_logs(self, predicate: Callable[[ReceivedLog], bool] | None = None, *, event_name: str | None = None,
-                  attributes: Mapping[str, AttrValue] | None = None) -> list[ReceivedLog]:
+    def find_logs(
+        self,
+        predicate: Callable[[ReceivedLog], bool] | None = None,
+        *,
+        event_name: str | None = None,
+        attributes: Mapping[str, AttrValue] | None = None,
+    ) -> list[ReceivedLog]:
         """Logs received so far that match every given criterion (``attributes`` is a subset match)."""
-        return [log for log in self.logs
-                if (event_name is None or log.event_name == event_name) and matches(log.attributes, attributes)
-                and (predicate is None or predicate(log))]
+        return [
+            log
+            for log in self.logs
+            if (event_name is None or log.event_name == event_name)
+            and matches(log.attributes, attributes)
+            and (predicate is None or predicate(log))
+        ]
 
-    def find_spans(self, predicate: Callable[[ReceivedSpan], bool] | None = None, *, name: str | None = None,
-                   attributes: Mapping[str, AttrValue] | None = None) -> list[ReceivedSpan]:
+    def find_spans(
+        self,
+        predicate: Callable[[ReceivedSpan], bool] | None = None,
+        *,
+        name: str | None = None,
+        attributes: Mapping[str, AttrValue] | None = None,
+    ) -> list[ReceivedSpan]:
         """Spans received so far that match every given criterion (``attributes`` is a subset match)."""
-        return [span for span in self.spans
-                if (name is None or span.name == name) and matches(span.attributes, attributes)
-                and (predicate is None or predicate(span))]
+        return [
+            span
+            for span in self.spans
+            if (name is None or span.name == name)
+            and matches(span.attributes, attributes)
+            and (predicate is None or predicate(span))
+        ]
 
-    def find_requests(self, predicate: Callable[[RequestRecord], bool] | None = None, *, signal: str | None = None,
-                      accepted: bool | None = None, transport: str | None = None) -> list[RequestRecord]:
+    def find_requests(
+        self,
+        predicate: Callable[[RequestRecord], bool] | None = None,
+        *,
+        signal: str | None = None,
+        accepted: bool | None = None,
+        transport: str | None = None,
+    ) -> list[RequestRecord]:
         """Requests (taken or refused) that match every given criterion."""
-        return [request for request in self.requests
-                if (signal is None or request.signal == signal)
-                and (accepted is None or request.accepted == accepted)
-                and (transport is None or request.protocol.startswith(transport))
-                and (predicate is None or predicate(request))]
+        return [
+            request
+            for request in self.requests
+            if (signal is None or request.signal == signal)
+            and (accepted is None or request.accepted == accepted)
+            and (transport is None or request.protocol.startswith(transport))
+            and (predicate is None or predicate(request))
+        ]
 
-    def wait_for(self, find: Callable[[], list[_T]], *, count: int = 1, timeout: float = DEFAULT_TIMEOUT,
-                 what: str = "item(s)") -> list[_T]:
+    def wait_for(
+        self, find: Callable[[], list[_T]], *, count: int = 1, timeout: float = DEFAULT_TIMEOUT, what: str = "item(s)"
+    ) -> list[_T]:
         """Wait until ``find()`` returns at least ``count`` items (re-run after each request); return them.
 
         ``find`` runs under the store's lock: it may read the store but must not block.
@@ -130,40 +185,74 @@ class TelemetryStore:
             while len(found := find()) < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise ReceiverTimeout(f"expected >= {count} {what}, got {len(found)} within {timeout:.1f}s\n"
-                                          f"{self._describe()}")
+                    raise ReceiverTimeout(
+                        f"expected >= {count} {what}, got {len(found)} within {timeout:.1f}s\n{self._describe()}"
+                    )
                 self._cond.wait(remaining)
         return found
 
-    def wait_for_logs(self, predicate: Callable[[ReceivedLog], bool] | None = None, *, event_name: str | None = None,
-                      attributes: Mapping[str, AttrValue] | None = None, count: int = 1,
-                      timeout: float = DEFAULT_TIMEOUT) -> list[ReceivedLog]:
+    def wait_for_logs(
+        self,
+        predicate: Callable[[ReceivedLog], bool] | None = None,
+        *,
+        event_name: str | None = None,
+        attributes: Mapping[str, AttrValue] | None = None,
+        count: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> list[ReceivedLog]:
         """Wait until at least ``count`` matching logs were received; return all matching logs."""
-        return self.wait_for(lambda: self.find_logs(predicate, event_name=event_name, attributes=attributes),
-                             count=count, timeout=timeout,
-                             what=f"log(s) (event_name={event_name!r}, attributes={attributes!r})")
+        return self.wait_for(
+            lambda: self.find_logs(predicate, event_name=event_name, attributes=attributes),
+            count=count,
+            timeout=timeout,
+            what=f"log(s) (event_name={event_name!r}, attributes={attributes!r})",
+        )
 
-    def wait_for_spans(self, predicate: Callable[[ReceivedSpan], bool] | None = None, *, name: str | None = None,
-                       attributes: Mapping[str, AttrValue] | None = None, count: int = 1,
-                       timeout: float = DEFAULT_TIMEOUT) -> list[ReceivedSpan]:
+    def wait_for_spans(
+        self,
+        predicate: Callable[[ReceivedSpan], bool] | None = None,
+        *,
+        name: str | None = None,
+        attributes: Mapping[str, AttrValue] | None = None,
+        count: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> list[ReceivedSpan]:
         """Wait until at least ``count`` matching spans were received; return all matching spans."""
-        return self.wait_for(lambda: self.find_spans(predicate, name=name, attributes=attributes),
-                             count=count, timeout=timeout, what=f"span(s) (name={name!r}, attributes={attributes!r})")
+        return self.wait_for(
+            lambda: self.find_spans(predicate, name=name, attributes=attributes),
+            count=count,
+            timeout=timeout,
+            what=f"span(s) (name={name!r}, attributes={attributes!r})",
+        )
 
-    def wait_for_requests(self, predicate: Callable[[RequestRecord], bool] | None = None, *,
-                          signal: str | None = None, accepted: bool | None = None, count: int = 1,
-                          timeout: float = DEFAULT_TIMEOUT) -> list[RequestRecord]:
+    def wait_for_requests(
+        self,
+        predicate: Callable[[RequestRecord], bool] | None = None,
+        *,
+        signal: str | None = None,
+        accepted: bool | None = None,
+        count: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> list[RequestRecord]:
         """Wait until at least ``count`` matching requests (taken or refused) arrived."""
-        return self.wait_for(lambda: self.find_requests(predicate, signal=signal, accepted=accepted),
-                             count=count, timeout=timeout,
-                             what=f"request(s) (signal={signal!r}, accepted={accepted!r})")
+        return self.wait_for(
+            lambda: self.find_requests(predicate, signal=signal, accepted=accepted),
+            count=count,
+            timeout=timeout,
+            what=f"request(s) (signal={signal!r}, accepted={accepted!r})",
+        )
 
     def _describe(self, limit: int = 20) -> str:
         """What was received, for a timeout's message (the caller holds the lock)."""
         requests = self._requests
-        lines = [f"received: {len(self._logs)} log(s), {len(self._spans)} span(s); requests: "
-                 f"{sum(r.accepted for r in requests)} accepted, {sum(not r.accepted for r in requests)} rejected"]
-        lines += [f"  log {log.event_name or '-'} sev={log.severity_text or log.severity_number} "
-                  f"body={log.body!r} attrs={log.attributes!r}" for log in self._logs[-limit:]]
+        lines = [
+            f"received: {len(self._logs)} log(s), {len(self._spans)} span(s); requests: "
+            f"{sum(r.accepted for r in requests)} accepted, {sum(not r.accepted for r in requests)} rejected"
+        ]
+        lines += [
+            f"  log {log.event_name or '-'} sev={log.severity_text or log.severity_number} "
+            f"body={log.body!r} attrs={log.attributes!r}"
+            for log in self._logs[-limit:]
+        ]
         lines += [f"  span {span.name} attrs={span.attributes!r}" for span in self._spans[-limit:]]
         return "\n".join(lines)

@@ -33,13 +33,35 @@ PROMETHEUS_METRICS = frozenset({"up"})
 _KEYWORDS = frozenset(
     {
         # operators and modifiers
-        "and", "or", "unless", "atan2", "bool", "offset", "by", "without", "on", "ignoring",
-        "group_left", "group_right", "inf", "nan",
+        "and",
+        "or",
+        "unless",
+        "atan2",
+        "bool",
+        "offset",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "inf",
+        "nan",
         # aggregation operators (may be followed by "by (...)" rather than "(")
-        "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
-        "bottomk", "topk", "quantile",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
     }
-)  # fmt: skip
+)
 
 
 def exposed_names(metrics: dict[str, str]) -> set[str]:

@@ -50,10 +50,16 @@ def test_alertmanager_routes_by_severity(labels: list[str], receiver: str) -> No
 def test_rules_generated_with_another_job_selector_are_valid(tmp_path: Path) -> None:
     """The job selector is a template parameter of the generator: other values must work too."""
     subprocess.run(
-        [sys.executable, REPO_ROOT / "dashboards" / "generate.py", "--output-dir", tmp_path,
-         "--job-selector", 'job="azure-maintenance", env="prod"'],
+        [
+            sys.executable,
+            REPO_ROOT / "dashboards" / "generate.py",
+            "--output-dir",
+            tmp_path,
+            "--job-selector",
+            'job="azure-maintenance", env="prod"',
+        ],
         check=True,
-    )  # fmt: skip
+    )
     rules = (tmp_path / "alerts" / "se-exporter.rules.yml").read_text()
     assert 'up{job="azure-maintenance", env="prod"}' in rules
     run([require("promtool"), "check", "rules", tmp_path / "alerts" / "se-exporter.rules.yml"])

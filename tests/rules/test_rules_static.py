@@ -173,17 +173,21 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
     counters, store = Counters(approval_enabled=True), EventStore()
     soon = datetime(2030, 1, 1, tzinfo=UTC)
     polls = [
-        Document(1, (ScheduledEvent("R", "Reboot", "Started"), ScheduledEvent("S", "Freeze", "Scheduled",
-                                                                              not_before=soon))),
-        Document(2, (ScheduledEvent("S", "Freeze", "Scheduled", not_before=soon),
-                     ScheduledEvent("T", "Redeploy", "Started"))),  # R completed, T first seen Started
+        Document(
+            1, (ScheduledEvent("R", "Reboot", "Started"), ScheduledEvent("S", "Freeze", "Scheduled", not_before=soon))
+        ),
+        Document(
+            2, (ScheduledEvent("S", "Freeze", "Scheduled", not_before=soon), ScheduledEvent("T", "Redeploy", "Started"))
+        ),  # R completed, T first seen Started
     ]
     for now, document in enumerate(polls, start=1_000_000_000):
         counters.on_poll(PollResult(document, store.reconcile(document, now), (), True, VMIdentity(), now))
     counters.observe_response("GET", "200", 0.01)
     text = render(store, counters, PollStatus(up=True, last_success=1e9), spool=Spool(None))
-    exposed = {family.name + ("_total" if family.type == "counter" else ""): family.type
-               for family in text_string_to_metric_families(text)}
+    exposed = {
+        family.name + ("_total" if family.type == "counter" else ""): family.type
+        for family in text_string_to_metric_families(text)
+    }
     assert exposed == design_md_metrics()
 
 

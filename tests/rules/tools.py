@@ -14,6 +14,7 @@ from .promql import REPO_ROOT
 
 __all__ = ["require", "run"]
 
+
 def run(args: Sequence[str | Path], *, cwd: Path = REPO_ROOT, timeout: float = 120) -> str:
     """Run a command; fail the test with its full output unless it exits 0. Returns stdout."""
     proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)

@@ -62,8 +62,11 @@ def test_manual_clock() -> None:
 
 @pytest.mark.parametrize(
     ("unix", "text"),
-    [(1649716018.0, "Mon, 11 Apr 2022 22:26:58 GMT"), (1649716018.999, "Mon, 11 Apr 2022 22:26:58 GMT"),
-     (0.0, "Thu, 01 Jan 1970 00:00:00 GMT")],
+    [
+        (1649716018.0, "Mon, 11 Apr 2022 22:26:58 GMT"),
+        (1649716018.999, "Mon, 11 Apr 2022 22:26:58 GMT"),
+        (0.0, "Thu, 01 Jan 1970 00:00:00 GMT"),
+    ],
 )
 def test_rfc1123(unix: float, text: str) -> None:
     assert format_rfc1123(unix) == text

@@ -22,15 +22,32 @@ def simulate(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "se_exporter.simulator.command", *args],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 @pytest.fixture
 def running() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = simulate("--web.listen-address", "127.0.0.1:0", "--scenario", "hardware-failure",
-                    "--scenario", "spot-preempt", "--speed", "10", "--vm.name", "vm-cli", "--seed", "1",
-                    "--fault.status", "503:2")
+    proc = simulate(
+        "--web.listen-address",
+        "127.0.0.1:0",
+        "--scenario",
+        "hardware-failure",
+        "--scenario",
+        "spot-preempt",
+        "--speed",
+        "10",
+        "--vm.name",
+        "vm-cli",
+        "--seed",
+        "1",
+        "--fault.status",
+        "503:2",
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # blocks until the server is bound (or the process died)
@@ -48,7 +65,8 @@ def test_cli_serves_scenarios_and_faults(running: tuple[subprocess.Popen[str], s
         assert [client.get(EVENTS_PATH, params=API).status_code for _ in range(2)] == [503, 503]
         events = client.get(EVENTS_PATH, params=API).json()["Events"]
         assert [(e["EventType"], e["EventStatus"], e["Resources"]) for e in events] == [
-            ("Reboot", "Started", ["vm-cli"])]
+            ("Reboot", "Started", ["vm-cli"])
+        ]
         compute = client.get("/metadata/instance/compute", params={"api-version": "2021-02-01"}).json()
         assert compute["name"] == "vm-cli"
         state = client.get("/_sim/state").json()

@@ -27,8 +27,11 @@ def test_state(world: SimWorld, client: httpx.Client) -> None:
     state = client.get("/_sim/state").json()
     assert state["incarnation"] == 1 and state["speed"] == 1.0
     (event,) = state["events"]
-    assert (event["event_id"], event["status"], event["resources"]) == (ids["maintenance"], "Scheduled",
-                                                                         ["sim-peer-1", "sim-vm-0"])
+    assert (event["event_id"], event["status"], event["resources"]) == (
+        ids["maintenance"],
+        "Scheduled",
+        ["sim-peer-1", "sim-vm-0"],
+    )
     assert event["not_before_sim"] == state["sim_time"] + 900
     assert state["vm"]["name"] == "sim-vm-0"
 

@@ -17,8 +17,9 @@ REBOOT = EventPlan("Reboot", notice=600)
 
 
 @pytest.mark.parametrize(("status", "count"), [(500, 2), (503, 3), (429, 1), (410, 2)])
-def test_fail_next_n_requests(faults: FaultPlan, world: SimWorld, client: httpx.Client, status: int,
-                              count: int) -> None:
+def test_fail_next_n_requests(
+    faults: FaultPlan, world: SimWorld, client: httpx.Client, status: int, count: int
+) -> None:
     faults.fail_next(status, count)
     codes = [client.get(EVENTS_PATH, params=API).status_code for _ in range(count + 2)]
     assert codes == [status] * count + [200, 200]
@@ -51,8 +52,10 @@ def test_probabilistic_errors_are_reproducible(world: SimWorld) -> None:
 
         plan = FaultPlan([FaultRule("status", None, probability=0.3, status=503)], rng=random.Random(seed))
         with SimulatorServer(world, faults=plan) as server, httpx.Client(trust_env=False) as client:
-            codes = [client.get(server.url + EVENTS_PATH, params=API, headers={"Metadata": "true"}).status_code
-                     for _ in range(100)]
+            codes = [
+                client.get(server.url + EVENTS_PATH, params=API, headers={"Metadata": "true"}).status_code
+                for _ in range(100)
+            ]
         return [i for i, code in enumerate(codes) if code == 503]
 
     first = failures(11)
@@ -172,8 +175,9 @@ def test_gzip_bomb(faults: FaultPlan, client: httpx.Client) -> None:
     assert get_document(client)["Events"] == []  # one-off
 
 
-def test_drip_sends_the_real_answer_one_byte_at_a_time(faults: FaultPlan, world: SimWorld,
-                                                       client: httpx.Client) -> None:
+def test_drip_sends_the_real_answer_one_byte_at_a_time(
+    faults: FaultPlan, world: SimWorld, client: httpx.Client
+) -> None:
     world.add_event(REBOOT)
     faults.drip_next(0.001)
     arrivals = []

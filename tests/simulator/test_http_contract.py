@@ -10,8 +10,10 @@ import pytest
 from se_exporter.simulator import EventPlan, ManualClock, SimulatorServer, SimWorld
 from tests.simulator.conftest import API, EVENTS_PATH, approve, get_document
 
-RFC1123 = re.compile(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
-                     r"\d{4} \d{2}:\d{2}:\d{2} GMT$")
+RFC1123 = re.compile(
+    r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"\d{4} \d{2}:\d{2}:\d{2} GMT$"
+)
 GUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 FREEZE = EventPlan("Freeze", "Platform", notice=900, duration=5, started_for=30, description="Live migration")
 
@@ -91,8 +93,17 @@ def test_scheduled_event_shape(world: SimWorld, client: httpx.Client) -> None:
 def test_fields_by_api_version(world: SimWorld, client: httpx.Client, api_version: str, absent: set[str]) -> None:
     world.add_event(FREEZE)
     (event,) = get_document(client, api_version)["Events"]
-    every = {"EventId", "EventType", "ResourceType", "Resources", "EventStatus", "NotBefore",
-             "Description", "EventSource", "DurationInSeconds"}
+    every = {
+        "EventId",
+        "EventType",
+        "ResourceType",
+        "Resources",
+        "EventStatus",
+        "NotBefore",
+        "Description",
+        "EventSource",
+        "DurationInSeconds",
+    }
     assert set(event) == every - absent
 
 
@@ -154,8 +165,9 @@ def test_malformed_approval_is_400_and_changes_nothing(world: SimWorld, client: 
 
 def test_approval_needs_the_metadata_header(world: SimWorld, server: SimulatorServer) -> None:
     event_id = world.add_event(FREEZE)
-    response = httpx.post(server.url + EVENTS_PATH, params=API, trust_env=False,
-                          json={"StartRequests": [{"EventId": event_id}]})
+    response = httpx.post(
+        server.url + EVENTS_PATH, params=API, trust_env=False, json={"StartRequests": [{"EventId": event_id}]}
+    )
     assert response.status_code == 400
     assert world.snapshot().events[0].status == "Scheduled"
 
@@ -171,8 +183,17 @@ def test_compute_metadata(server: SimulatorServer, client: httpx.Client) -> None
     response = client.get("/metadata/instance/compute", params={"api-version": "2021-02-01"})
     assert response.status_code == 200
     body = response.json()
-    for key in ("name", "vmId", "location", "subscriptionId", "resourceId", "vmSize", "vmScaleSetName",
-                "resourceGroupName", "osType"):
+    for key in (
+        "name",
+        "vmId",
+        "location",
+        "subscriptionId",
+        "resourceId",
+        "vmSize",
+        "vmScaleSetName",
+        "resourceGroupName",
+        "osType",
+    ):
         assert isinstance(body[key], str), key
     assert body["name"] == "sim-vm-0"
     assert body["resourceId"].endswith("/providers/Microsoft.Compute/virtualMachines/sim-vm-0")

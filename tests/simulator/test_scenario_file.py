@@ -34,12 +34,16 @@ def test_full_format_file(clock: ManualClock, world: SimWorld) -> None:
     freeze, reboot, mystery = ids["freeze"], ids["reboot"], ids["mystery"]
     assert sorted(history, key=lambda h: (h[3], h[0] != freeze)) == sorted(
         [
-            (freeze, "appeared", "scenario", 0), (freeze, "started", "scenario", 60),
+            (freeze, "appeared", "scenario", 0),
+            (freeze, "started", "scenario", 60),
             (freeze, "removed", "completed", 80),
-            (reboot, "appeared", "scenario", 10), (reboot, "rescheduled", "scenario", 100),
-            (reboot, "rescheduled", "scenario", 200), (reboot, "started", "not_before", 500),
+            (reboot, "appeared", "scenario", 10),
+            (reboot, "rescheduled", "scenario", 100),
+            (reboot, "rescheduled", "scenario", 200),
+            (reboot, "started", "not_before", 500),
             (reboot, "removed", "completed", 560),
-            (mystery, "appeared", "scenario", 20), (mystery, "removed", "completed", 25),
+            (mystery, "appeared", "scenario", 20),
+            (mystery, "removed", "completed", 25),
         ],
         key=lambda h: (h[3], h[0] != freeze),
     )
@@ -49,15 +53,24 @@ def test_multi_resource_order_is_kept(world: SimWorld, client: httpx.Client, clo
     world.play(load_scenario_file(TESTDATA / "two-vms.yaml"))
     clock.advance(20)
     resources = [(e["EventType"], e["Resources"]) for e in get_document(client)["Events"]]
-    assert resources == [("Freeze", ["sim-vm-0", "sim-peer-1"]), ("Reboot", ["sim-peer-1", "sim-vm-0"]),
-                         ("Hibernate", ["sim-vm-0"])]
+    assert resources == [
+        ("Freeze", ["sim-vm-0", "sim-peer-1"]),
+        ("Reboot", ["sim-peer-1", "sim-vm-0"]),
+        ("Hibernate", ["sim-vm-0"]),
+    ]
 
 
 def test_defaults() -> None:
     (event,) = parse_scenario(MINIMAL, default_name="fallback").events
     assert parse_scenario(MINIMAL, default_name="fallback").name == "fallback"
-    assert (event.at, event.plan.notice, event.plan.duration, event.plan.started_for, event.plan.resources,
-            event.plan.event_source) == (0.0, 900.0, -1, 60.0, ("self",), "Platform")
+    assert (
+        event.at,
+        event.plan.notice,
+        event.plan.duration,
+        event.plan.started_for,
+        event.plan.resources,
+        event.plan.event_source,
+    ) == (0.0, 900.0, -1, 60.0, ("self",), "Platform")
 
 
 @pytest.mark.parametrize(
@@ -74,8 +87,10 @@ def test_defaults() -> None:
         ("events:\n  - {id: e, type: Reboots}", "events[0].type: must be one of Freeze, Reboot"),
         ("events:\n  - {id: e, type: Reboot, source: Nature}", "events[0].source: must be one of Platform, User"),
         ("events:\n  - {id: e, type: Reboot, notice: soon}", 'events[0].notice: must be a number >= 0, got "soon"'),
-        ("events:\n  - {id: e, type: Reboot, notice: true}",
-         "events[0].notice: must be a number >= 0, got true (a boolean)"),
+        (
+            "events:\n  - {id: e, type: Reboot, notice: true}",
+            "events[0].notice: must be a number >= 0, got true (a boolean)",
+        ),
         ("events:\n  - {id: e, type: Reboot, notice: -5}", "events[0].notice: must be a number >= 0, got -5"),
         ("events:\n  - {id: e, type: Reboot, duration: 1.5}", "events[0].duration: must be an integer"),
         ("events:\n  - {id: e, type: Reboot, at: -1}", "events[0].at: must be a number >= 0, got -1"),
@@ -85,16 +100,24 @@ def test_defaults() -> None:
         ("events:\n  - {id: e, type: Reboot}\n  - {id: e, type: Freeze}", "events[1].id: duplicate id 'e'"),
         ("events:\n  - {id: e, type: Reboot, notice: 100, cancel_at: 100}", "events[0].cancel_at: must be within"),
         ("events:\n  - {id: e, type: Reboot, at: 50, start_at: 10}", "events[0].start_at: must be within"),
-        ("events:\n  - {id: e, type: Reboot, notice: null, cancel_at: 1}",
-         "events[0].cancel_at: not allowed for an event without notice"),
+        (
+            "events:\n  - {id: e, type: Reboot, notice: null, cancel_at: 1}",
+            "events[0].cancel_at: not allowed for an event without notice",
+        ),
         ("events:\n  - {id: e, type: Reboot, reschedule: {at: 1}}", "events[0].reschedule: must be a list"),
         ("events:\n  - {id: e, type: Reboot, reschedule: [{at: 1}]}", "events[0].reschedule[0].notice: is required"),
-        ("events:\n  - {id: e, type: Reboot, reschedule: [{at: 1, notice: 5, by: x}]}",
-         "events[0].reschedule[0].by: unknown key"),
-        ("events:\n  - {id: e, type: Reboot, notice: 100, reschedule: [{at: 150, notice: 5}]}",
-         "events[0].reschedule[0].at: must be after the previous step (0) and before NotBefore (100)"),
-        ("events:\n  - {id: e, type: Reboot, reschedule: [{at: 50, notice: 100}, {at: 40, notice: 10}]}",
-         "events[0].reschedule[1].at: must be after the previous step (50)"),
+        (
+            "events:\n  - {id: e, type: Reboot, reschedule: [{at: 1, notice: 5, by: x}]}",
+            "events[0].reschedule[0].by: unknown key",
+        ),
+        (
+            "events:\n  - {id: e, type: Reboot, notice: 100, reschedule: [{at: 150, notice: 5}]}",
+            "events[0].reschedule[0].at: must be after the previous step (0) and before NotBefore (100)",
+        ),
+        (
+            "events:\n  - {id: e, type: Reboot, reschedule: [{at: 50, notice: 100}, {at: 40, notice: 10}]}",
+            "events[0].reschedule[1].at: must be after the previous step (50)",
+        ),
     ],
 )
 def test_invalid_scenarios_name_the_key(text: str, message: str) -> None:

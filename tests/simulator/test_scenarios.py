@@ -15,28 +15,79 @@ from tests.simulator.conftest import START, get_document
 Step = tuple[float, str | None, float | None]
 
 SEQUENCES: dict[str, tuple[str, str, list[str], list[Step]]] = {
-    "freeze-live-migration": ("Freeze", "Platform", ["sim-vm-0"], [
-        (0, "Scheduled", 900), (899, "Scheduled", 900), (900, "Started", None), (929, "Started", None),
-        (930, None, None)]),
-    "host-maintenance-freeze": ("Freeze", "Platform", ["sim-vm-0"], [
-        (0, "Scheduled", 900), (900, "Started", None), (919, "Started", None), (920, None, None)]),
-    "platform-redeploy-failure": ("Redeploy", "Platform", ["sim-vm-0"], [
-        (0, "Scheduled", 600), (600, "Started", None), (839, "Started", None), (840, None, None)]),
-    "user-reboot": ("Reboot", "User", ["sim-vm-0"], [
-        (0, "Scheduled", 900), (900, "Started", None), (1019, "Started", None), (1020, None, None)]),
-    "user-redeploy": ("Redeploy", "User", ["sim-vm-0"], [
-        (0, "Scheduled", 600), (600, "Started", None), (899, "Started", None), (900, None, None)]),
-    "spot-preempt": ("Preempt", "Platform", ["sim-vm-0"], [
-        (0, "Scheduled", 30), (29, "Scheduled", 30), (30, "Started", None), (60, None, None)]),
-    "terminate": ("Terminate", "User", ["sim-vm-0"], [
-        (0, "Scheduled", 300), (300, "Started", None), (360, None, None)]),
-    "cancelled-maintenance": ("Reboot", "Platform", ["sim-vm-0", "sim-peer-1"], [
-        (0, "Scheduled", 900), (299, "Scheduled", 900), (300, None, None), (2000, None, None)]),
-    "hardware-failure": ("Reboot", "Platform", ["sim-vm-0"], [
-        (0, "Started", None), (299, "Started", None), (300, None, None)]),
-    "reschedule": ("Reboot", "Platform", ["sim-peer-1", "sim-vm-0"], [
-        (0, "Scheduled", 900), (119, "Scheduled", 900), (120, "Scheduled", 1800), (900, "Scheduled", 1800),
-        (1800, "Started", None), (1920, None, None)]),
+    "freeze-live-migration": (
+        "Freeze",
+        "Platform",
+        ["sim-vm-0"],
+        [
+            (0, "Scheduled", 900),
+            (899, "Scheduled", 900),
+            (900, "Started", None),
+            (929, "Started", None),
+            (930, None, None),
+        ],
+    ),
+    "host-maintenance-freeze": (
+        "Freeze",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 900), (900, "Started", None), (919, "Started", None), (920, None, None)],
+    ),
+    "platform-redeploy-failure": (
+        "Redeploy",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 600), (600, "Started", None), (839, "Started", None), (840, None, None)],
+    ),
+    "user-reboot": (
+        "Reboot",
+        "User",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 900), (900, "Started", None), (1019, "Started", None), (1020, None, None)],
+    ),
+    "user-redeploy": (
+        "Redeploy",
+        "User",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 600), (600, "Started", None), (899, "Started", None), (900, None, None)],
+    ),
+    "spot-preempt": (
+        "Preempt",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 30), (29, "Scheduled", 30), (30, "Started", None), (60, None, None)],
+    ),
+    "terminate": (
+        "Terminate",
+        "User",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 300), (300, "Started", None), (360, None, None)],
+    ),
+    "cancelled-maintenance": (
+        "Reboot",
+        "Platform",
+        ["sim-vm-0", "sim-peer-1"],
+        [(0, "Scheduled", 900), (299, "Scheduled", 900), (300, None, None), (2000, None, None)],
+    ),
+    "hardware-failure": (
+        "Reboot",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Started", None), (299, "Started", None), (300, None, None)],
+    ),
+    "reschedule": (
+        "Reboot",
+        "Platform",
+        ["sim-peer-1", "sim-vm-0"],
+        [
+            (0, "Scheduled", 900),
+            (119, "Scheduled", 900),
+            (120, "Scheduled", 1800),
+            (900, "Scheduled", 1800),
+            (1800, "Started", None),
+            (1920, None, None),
+        ],
+    ),
 }
 
 
@@ -65,7 +116,11 @@ def test_built_in_scenario_sequence(name: str, clock: ManualClock, world: SimWor
         if status is not None:
             event = document["Events"][0]
             assert (event["EventId"], event["EventType"], event["EventSource"], event["Resources"]) == (
-                event_id, event_type, source, resources)
+                event_id,
+                event_type,
+                source,
+                resources,
+            )
             assert event["Description"]
         # The incarnation moves exactly when what the client sees moves.
         assert (document["DocumentIncarnation"] != incarnation) == (seen != previous), offset
@@ -78,12 +133,20 @@ def test_built_in_scenario_sequence(name: str, clock: ManualClock, world: SimWor
         ("freeze-live-migration", [("appeared", "scenario"), ("started", "not_before"), ("removed", "completed")]),
         ("cancelled-maintenance", [("appeared", "scenario"), ("removed", "cancelled")]),
         ("hardware-failure", [("appeared", "scenario"), ("removed", "completed")]),
-        ("reschedule", [("appeared", "scenario"), ("rescheduled", "scenario"), ("started", "not_before"),
-                        ("removed", "completed")]),
+        (
+            "reschedule",
+            [
+                ("appeared", "scenario"),
+                ("rescheduled", "scenario"),
+                ("started", "not_before"),
+                ("removed", "completed"),
+            ],
+        ),
     ],
 )
-def test_ground_truth_of_a_scenario(name: str, clock: ManualClock, world: SimWorld,
-                                    kinds: list[tuple[str, str]]) -> None:
+def test_ground_truth_of_a_scenario(
+    name: str, clock: ManualClock, world: SimWorld, kinds: list[tuple[str, str]]
+) -> None:
     world.play(builtin_scenario(name))
     clock.advance(5000)  # one jump: every change still gets its own due instant
     world.tick()
@@ -96,8 +159,7 @@ def test_ground_truth_of_a_scenario(name: str, clock: ManualClock, world: SimWor
 def test_hardware_failure_appears_started(world: SimWorld) -> None:
     world.play(builtin_scenario("hardware-failure"))
     (change,) = world.truth.changes()
-    assert (change.kind, change.status, change.previous_status, change.not_before) == ("appeared", "Started",
-                                                                                         None, "")
+    assert (change.kind, change.status, change.previous_status, change.not_before) == ("appeared", "Started", None, "")
 
 
 def test_jump_gives_the_same_history_as_fine_ticks() -> None:

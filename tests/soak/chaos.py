@@ -80,8 +80,18 @@ class SoakConfig:
 
     @classmethod
     def long(cls, minutes: float, seed: int) -> SoakConfig:
-        return cls(active=minutes * 60.0, tmax=30.0, mean_gap=2.0, burst_every=60.0, kill_every=40.0,
-                   kill_until=0.5, otlp_gap=(10.0, 30.0), otlp_outage=(2.0, 12.0), warmup=30.0, seed=seed)
+        return cls(
+            active=minutes * 60.0,
+            tmax=30.0,
+            mean_gap=2.0,
+            burst_every=60.0,
+            kill_every=40.0,
+            kill_until=0.5,
+            otlp_gap=(10.0, 30.0),
+            otlp_outage=(2.0, 12.0),
+            warmup=30.0,
+            seed=seed,
+        )
 
 
 @dataclass
@@ -135,8 +145,9 @@ class ArrivalRecordingFaultPlan(FaultPlan):
 class Fleet:
     """The exporter process of the moment, restarted by the chaos thread; remembers every run."""
 
-    def __init__(self, start_exporter: StartExporter, args: tuple[str, ...], env: dict[str, str],
-                 faults: FaultPlan) -> None:
+    def __init__(
+        self, start_exporter: StartExporter, args: tuple[str, ...], env: dict[str, str], faults: FaultPlan
+    ) -> None:
         self._start_exporter = start_exporter
         self._args = args
         self._env = env
@@ -174,8 +185,15 @@ class Fleet:
 
 def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> SoakResult:
     rng = random.Random(config.seed)
-    plan = plan_history(rng, active=config.active, speed=config.speed, tmin=config.tmin, tmax=config.tmax,
-                        mean_gap=config.mean_gap, burst_every=config.burst_every)
+    plan = plan_history(
+        rng,
+        active=config.active,
+        speed=config.speed,
+        tmin=config.tmin,
+        tmax=config.tmax,
+        mean_gap=config.mean_gap,
+        burst_every=config.burst_every,
+    )
     world = SimWorld(vm=SimulatedVM(name=VM_NAME), clock=SimClock(config.speed), rng=random.Random(config.seed))
     faults = ArrivalRecordingFaultPlan(rng=random.Random(config.seed + 1), rate_limit_per_s=5)
     policy = tmp / "policy.yaml"
@@ -192,13 +210,27 @@ def run_soak(config: SoakConfig, tmp: Path, start_exporter: StartExporter) -> So
 
 
 def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
-    config: SoakConfig, tmp: Path, start_exporter: StartExporter, rng: random.Random, plan: HistoryPlan,
-    world: SimWorld, faults: ArrivalRecordingFaultPlan, policy: Path, errors: list[str], disk: Path | None,
+    config: SoakConfig,
+    tmp: Path,
+    start_exporter: StartExporter,
+    rng: random.Random,
+    plan: HistoryPlan,
+    world: SimWorld,
+    faults: ArrivalRecordingFaultPlan,
+    policy: Path,
+    errors: list[str],
+    disk: Path | None,
 ) -> SoakResult:
     with SimulatorServer(world, faults=faults) as sim, OTLPHttpReceiver() as receiver:
-        args = (f"--imds.url={sim.url}", "--poll.interval=1s", f"--imds.timeout={IMDS_TIMEOUT}s",
-                f"--state.file={tmp / 'state' / 'se-exporter.json'}", f"--approval.config={policy}",
-                f"--vm.name={VM_NAME}", "--log.format=json")
+        args = (
+            f"--imds.url={sim.url}",
+            "--poll.interval=1s",
+            f"--imds.timeout={IMDS_TIMEOUT}s",
+            f"--state.file={tmp / 'state' / 'se-exporter.json'}",
+            f"--approval.config={policy}",
+            f"--vm.name={VM_NAME}",
+            "--log.format=json",
+        )
         env = {**receiver.env, "OTEL_SDK_DISABLED": "false"}
         fleet = Fleet(start_exporter, args, env, faults)
         fleet.start().process.wait_ready(30)
@@ -210,15 +242,34 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         outages: list[tuple[str, float]] = []
         rss: list[tuple[int, float, int]] = []
         threads = [
-            threading.Thread(target=_chaos, name="soak-chaos", args=(config, rng), kwargs={
-                "faults": faults, "fleet": fleet, "otlp_up": otlp_up, "began": began, "stop": stop, "errors": errors,
-                "disk": disk}),
-            threading.Thread(target=_otlp_chaos, name="soak-otlp", args=(config, random.Random(config.seed + 2)),
-                             kwargs={"receiver": receiver, "otlp_up": otlp_up, "stop": stop, "outages": outages}),
+            threading.Thread(
+                target=_chaos,
+                name="soak-chaos",
+                args=(config, rng),
+                kwargs={
+                    "faults": faults,
+                    "fleet": fleet,
+                    "otlp_up": otlp_up,
+                    "began": began,
+                    "stop": stop,
+                    "errors": errors,
+                    "disk": disk,
+                },
+            ),
+            threading.Thread(
+                target=_otlp_chaos,
+                name="soak-otlp",
+                args=(config, random.Random(config.seed + 2)),
+                kwargs={"receiver": receiver, "otlp_up": otlp_up, "stop": stop, "outages": outages},
+            ),
             threading.Thread(target=_director, name="soak-director", args=(world, plan, began, stop)),
             threading.Thread(target=_sampler, name="soak-rss", args=(fleet, stop, rss)),
-            threading.Thread(target=_web_chaos, name="soak-web", args=(config, random.Random(config.seed + 3)),
-                             kwargs={"fleet": fleet, "stop": stop, "errors": errors}),
+            threading.Thread(
+                target=_web_chaos,
+                name="soak-web",
+                args=(config, random.Random(config.seed + 3)),
+                kwargs={"fleet": fleet, "stop": stop, "errors": errors},
+            ),
         ]
         try:
             for thread in threads:
@@ -246,10 +297,21 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         truth = {**world.truth.to_json(), "requests": world.truth.requests_json(), "event_ids": ids}
         (tmp / "soak-truth.json").write_text(json.dumps(truth))  # for a look after a failure
         return SoakResult(
-            config=config, plan=plan, ids=ids, changes=world.truth.changes(), requests=world.truth.requests(),
-            approvals=world.truth.approvals(), arrivals=list(faults.arrivals), logs=receiver.store.logs,
-            runs=list(fleet.runs), rss=rss, final_metrics=final_metrics, otlp_outages=outages,
-            sim_seconds=world.clock.now() - sim_began, wall_seconds=time.monotonic() - began, errors=errors,
+            config=config,
+            plan=plan,
+            ids=ids,
+            changes=world.truth.changes(),
+            requests=world.truth.requests(),
+            approvals=world.truth.approvals(),
+            arrivals=list(faults.arrivals),
+            logs=receiver.store.logs,
+            runs=list(fleet.runs),
+            rss=rss,
+            final_metrics=final_metrics,
+            otlp_outages=outages,
+            sim_seconds=world.clock.now() - sim_began,
+            wall_seconds=time.monotonic() - began,
+            errors=errors,
         )
 
 
@@ -263,13 +325,26 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str, errors: list
 
 def _all_delivered(changes: tuple[Change, ...], receiver: OTLPHttpReceiver) -> bool:
     wanted = sum(1 for c in changes if c.event_id is not None)
-    uids = {log.attributes.get("log.record.uid") for log in receiver.store.logs
-            if log.event_name == "scheduled_event.transition"}
+    uids = {
+        log.attributes.get("log.record.uid")
+        for log in receiver.store.logs
+        if log.event_name == "scheduled_event.transition"
+    }
     return len(uids) >= wanted
 
 
-def _chaos(config: SoakConfig, rng: random.Random, *, faults: FaultPlan, fleet: Fleet, otlp_up: threading.Lock,
-           began: float, stop: threading.Event, errors: list[str], disk: Path | None) -> None:
+def _chaos(
+    config: SoakConfig,
+    rng: random.Random,
+    *,
+    faults: FaultPlan,
+    fleet: Fleet,
+    otlp_up: threading.Lock,
+    began: float,
+    stop: threading.Event,
+    errors: list[str],
+    disk: Path | None,
+) -> None:
     kill_until = began + config.active * config.kill_until
     next_kill = began + config.kill_every * 0.8
     signals = [signal.SIGKILL, signal.SIGTERM]
@@ -333,8 +408,15 @@ def _imds_fault(rng: random.Random, faults: FaultPlan) -> None:
     rule.count = 0  # never left armed: a late burst could overlap the next fault
 
 
-def _otlp_chaos(config: SoakConfig, rng: random.Random, *, receiver: OTLPHttpReceiver, otlp_up: threading.Lock,
-                stop: threading.Event, outages: list[tuple[str, float]]) -> None:
+def _otlp_chaos(
+    config: SoakConfig,
+    rng: random.Random,
+    *,
+    receiver: OTLPHttpReceiver,
+    otlp_up: threading.Lock,
+    stop: threading.Event,
+    outages: list[tuple[str, float]],
+) -> None:
     kinds = ["unavailable", "gone"]
     while not stop.wait(rng.uniform(*config.otlp_gap)):
         kind = kinds[len(outages) % 2]
@@ -352,8 +434,9 @@ def _otlp_chaos(config: SoakConfig, rng: random.Random, *, receiver: OTLPHttpRec
         outages.append((kind, seconds))
 
 
-def _web_chaos(config: SoakConfig, rng: random.Random, *, fleet: Fleet, stop: threading.Event,
-               errors: list[str]) -> None:
+def _web_chaos(
+    config: SoakConfig, rng: random.Random, *, fleet: Fleet, stop: threading.Event, errors: list[str]
+) -> None:
     """Idle and dripping connections, then scrapes all at once: a scrape must still answer within 2 s."""
     while not stop.wait(rng.uniform(*config.web_gap)):
         with fleet.restart_lock:  # not while a restart happens: a refused connection would mean nothing

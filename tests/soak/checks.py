@@ -41,15 +41,17 @@ def all_checks(result: SoakResult) -> dict[str, Any]:
     figures.update(check_request_rate(result))
     figures.update(check_memory(result))
     figures.update(fault_figures(result))
-    figures.update({
-        "events": len({e.event_id for e in expected}),
-        "event_shapes": result.plan.shapes,
-        "incarnation_resets": sum(1 for c in result.changes if c.kind == "incarnation_reset"),
-        "hours_simulated": round(result.sim_seconds / 3600, 2),
-        "wall_seconds": round(result.wall_seconds, 1),
-        "speed": result.config.speed,
-        "seed": result.config.seed,
-    })
+    figures.update(
+        {
+            "events": len({e.event_id for e in expected}),
+            "event_shapes": result.plan.shapes,
+            "incarnation_resets": sum(1 for c in result.changes if c.kind == "incarnation_reset"),
+            "hours_simulated": round(result.sim_seconds / 3600, 2),
+            "wall_seconds": round(result.wall_seconds, 1),
+            "speed": result.config.speed,
+            "seed": result.config.seed,
+        }
+    )
     return figures
 
 
@@ -108,8 +110,11 @@ def check_observable(result: SoakResult) -> dict[str, Any]:
                 f"(from {start:.2f}) without any intact answer served"
             )
     gaps = [b - a for a, b in itertools.pairwise(serves)]
-    return {"longest_blind_window_s": round(max(gaps, default=0.0), 2),
-            "shortest_state_s": round(shortest, 2), "shortest_state_ended_by_approval_s": round(until_approved, 3)}
+    return {
+        "longest_blind_window_s": round(max(gaps, default=0.0), 2),
+        "shortest_state_s": round(shortest, 2),
+        "shortest_state_ended_by_approval_s": round(until_approved, 3),
+    }
 
 
 def transition_logs(result: SoakResult) -> list[tuple[int, str, dict[str, Any], int]]:
@@ -211,7 +216,7 @@ def check_stderr(result: SoakResult, expected: list[Expected]) -> dict[str, Any]
             assert line["scheduled_event.id"] == otlp[uid]["scheduled_event.id"]
             assert line[TRANSITION] == otlp[uid][TRANSITION]
             if uid in first_run:
-                between = result.runs[first_run[uid]:run.index]  # each killed before it saved the state
+                between = result.runs[first_run[uid] : run.index]  # each killed before it saved the state
                 assert all(r.how == "SIGKILL" for r in between), (
                     f"{uid} logged by run {first_run[uid]} and again by run {run.index}, "
                     f"after {[r.how for r in between]}"
@@ -230,8 +235,9 @@ def check_counters(result: SoakResult, expected: list[Expected]) -> dict[str, An
     lines = Counter((str(r["scheduled_event.type"]), str(r[TRANSITION])) for r in stderr_transitions(final))
     for event_type in EVENT_TYPES:
         for kind in TransitionKind:
-            counter = value(result.final_metrics, "azure_scheduled_events_transitions_total",
-                            event_type=event_type, transition=kind)
+            counter = value(
+                result.final_metrics, "azure_scheduled_events_transitions_total", event_type=event_type, transition=kind
+            )
             assert counter == lines[(event_type, kind)], (
                 f"transitions_total{{{event_type},{kind}}} = {counter}, the process logged {lines[(event_type, kind)]}"
             )
@@ -244,8 +250,10 @@ def check_counters(result: SoakResult, expected: list[Expected]) -> dict[str, An
                 total[(str(record["scheduled_event.type"]), str(record[TRANSITION]))] += 1
     truth = Counter((e.event_type, e.kind) for e in expected)
     assert total == truth, f"transitions by type and kind differ from the truth: {total - truth} / {truth - total}"
-    return {"counter_series_checked": len(EVENT_TYPES) * len(TransitionKind),
-            "transitions_by_last_process": sum(lines.values())}
+    return {
+        "counter_series_checked": len(EVENT_TYPES) * len(TransitionKind),
+        "transitions_by_last_process": sum(lines.values()),
+    }
 
 
 def check_approvals(result: SoakResult) -> dict[str, Any]:
@@ -264,8 +272,11 @@ def check_approvals(result: SoakResult) -> dict[str, Any]:
         assert _policy_allows(plan), f"{event_id} approved outside the policy: {plan}"
         assert plan.resources[0] == SELF, f"{event_id} approved but this VM does not lead it: {plan.resources}"
     appeared_scheduled = {c.event_id for c in result.changes if c.kind == "appeared" and c.status == "Scheduled"}
-    due = {event_id for event_id in appeared_scheduled
-           if event_id is not None and _policy_allows(plans[event_id]) and plans[event_id].resources[0] == SELF}
+    due = {
+        event_id
+        for event_id in appeared_scheduled
+        if event_id is not None and _policy_allows(plans[event_id]) and plans[event_id].resources[0] == SELF
+    }
     missed = sorted(due - set(approved))
     assert not missed, f"{len(missed)} event(s) the policy approves were not approved: {missed[:5]}"
     return {"approvals": len(approved), "approvable_events": len(due)}
@@ -300,8 +311,11 @@ def check_memory(result: SoakResult) -> dict[str, Any]:
     head, tail = sorted(after[:5])[2], sorted(after[-5:])[2]
     growth = tail - head
     assert growth < MAX_RSS_GROWTH_KB, f"RSS grew {growth / 1024:.1f} MiB after warm-up ({head} -> {tail} kB)"
-    return {"rss_growth_kib": growth, "rss_peak_mib": round(peak / 1024, 1),
-            "rss_window_s": round(last[-1][0] - start, 1)}
+    return {
+        "rss_growth_kib": growth,
+        "rss_peak_mib": round(peak / 1024, 1),
+        "rss_window_s": round(last[-1][0] - start, 1),
+    }
 
 
 def fault_figures(result: SoakResult) -> dict[str, Any]:
@@ -312,8 +326,11 @@ def fault_figures(result: SoakResult) -> dict[str, Any]:
                 kinds[re.sub(r":.*", "", label) if label.startswith(("first_response", "delay")) else label] += 1
     kinds.update(run.how for run in result.runs if run.how in ("SIGKILL", "SIGTERM"))
     kinds.update(f"otlp_{kind}" for kind, _s in result.otlp_outages)
-    return {"faults_injected": sum(kinds.values()), "faults_by_kind": dict(sorted(kinds.items())),
-            "otlp_outage_seconds": round(sum(s for _k, s in result.otlp_outages), 1)}
+    return {
+        "faults_injected": sum(kinds.values()),
+        "faults_by_kind": dict(sorted(kinds.items())),
+        "otlp_outage_seconds": round(sum(s for _k, s in result.otlp_outages), 1),
+    }
 
 
 def summarise(figures: dict[str, Any], keys: Iterable[str] = ()) -> str:

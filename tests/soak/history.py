@@ -33,7 +33,10 @@ PEER = "peer-vm-1"
 OTHER = "peer-vm-2"
 # (resources, weight): this VM alone; this VM leading a peer; a peer leading this VM; not this VM.
 RESOURCE_SHAPES: tuple[tuple[tuple[str, ...], int], ...] = (
-    ((SELF,), 6), ((SELF, PEER), 1), ((PEER, SELF), 2), ((OTHER,), 1),
+    ((SELF,), 6),
+    ((SELF, PEER), 1),
+    ((PEER, SELF), 2),
+    ((OTHER,), 1),
 )
 FREEZE_DURATIONS = (-1, 0, 5, 8, 9, 30)  # around the policy's 8 s bound
 OTHER_DURATIONS = (-1, 0, 120, 900)
@@ -47,8 +50,9 @@ class HistoryPlan:
     shapes: dict[str, int] = field(default_factory=dict)  # what was generated, for the report
 
 
-def plan_history(rng: random.Random, *, active: float, speed: float, tmin: float, tmax: float,
-                 mean_gap: float, burst_every: float) -> HistoryPlan:
+def plan_history(
+    rng: random.Random, *, active: float, speed: float, tmin: float, tmax: float, mean_gap: float, burst_every: float
+) -> HistoryPlan:
     """Events appearing over ``[1, active - 2*tmin]`` real seconds, all gone by ``active``."""
     events: list[ScenarioEvent] = []
     shapes: dict[str, int] = {}
@@ -59,8 +63,9 @@ def plan_history(rng: random.Random, *, active: float, speed: float, tmin: float
             group, next_burst = rng.randint(6, 12), next_burst + burst_every
         lifetime = None
         for _ in range(group):
-            item, kind, lifetime = _event(rng, f"e{index}", at, active - at, speed=speed, tmin=tmin, tmax=tmax,
-                                          lifetime=lifetime)
+            item, kind, lifetime = _event(
+                rng, f"e{index}", at, active - at, speed=speed, tmin=tmin, tmax=tmax, lifetime=lifetime
+            )
             events.append(item)
             shapes[kind] = shapes.get(kind, 0) + 1
             index += 1
@@ -72,8 +77,17 @@ def plan_history(rng: random.Random, *, active: float, speed: float, tmin: float
     return HistoryPlan(scenario, resets, active, shapes)
 
 
-def _event(rng: random.Random, alias: str, at: float, room: float, *, speed: float, tmin: float, tmax: float,
-           lifetime: tuple[float, float] | None) -> tuple[ScenarioEvent, str, tuple[float, float]]:
+def _event(
+    rng: random.Random,
+    alias: str,
+    at: float,
+    room: float,
+    *,
+    speed: float,
+    tmin: float,
+    tmax: float,
+    lifetime: tuple[float, float] | None,
+) -> tuple[ScenarioEvent, str, tuple[float, float]]:
     """One event appearing at ``at`` (real s) and gone within ``room`` real seconds."""
     event_type = rng.choice(EVENT_TYPES)
     source = rng.choice(EVENT_SOURCES)
@@ -145,8 +159,17 @@ def expected_transitions(changes: tuple[Change, ...] | list[Change]) -> list[Exp
             "removed": "completed" if status.get(change.event_id) == "Started" else "cancelled",
         }[change.kind]
         not_before = parsedate_to_datetime(change.not_before) if change.not_before else None
-        out.append(Expected(change.event_id, kind, change.event_type or "", not_before, change.real_time,
-                            change.real_monotonic, change.seq))
+        out.append(
+            Expected(
+                change.event_id,
+                kind,
+                change.event_type or "",
+                not_before,
+                change.real_time,
+                change.real_monotonic,
+                change.seq,
+            )
+        )
         if change.status is not None:
             status[change.event_id] = change.status
     return out

@@ -23,8 +23,7 @@ def free_port() -> int:
 
 
 class ExporterProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log_path: Path,
-                 command: str = "run") -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, log_path: Path, command: str = "run") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -33,7 +32,10 @@ class ExporterProcess:
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "se_exporter", command, f"--web.listen-address=127.0.0.1:{self.port}", *args],
-            cwd=REPO, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     def get(self, path: str) -> httpx.Response:

@@ -40,10 +40,25 @@ class PollerStub:
         self.status = status
 
 
-def render(store: EventStore, counters: Counters | None = None, status: PollStatus | None = None, *,
-           clock: Callable[[], float] = time.time, version: str = "test", spool: SpoolGauge | None = None) -> str:
+def render(
+    store: EventStore,
+    counters: Counters | None = None,
+    status: PollStatus | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    version: str = "test",
+    spool: SpoolGauge | None = None,
+) -> str:
     """/metrics as the exporter renders it from these parts (text format)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(store=store, poller=PollerStub(status or PollStatus()),
-                                        counters=counters or Counters(), clock=clock, version=version, spool=spool))
+    registry.register(
+        SnapshotCollector(
+            store=store,
+            poller=PollerStub(status or PollStatus()),
+            counters=counters or Counters(),
+            clock=clock,
+            version=version,
+            spool=spool,
+        )
+    )
     return generate_latest(registry).decode("utf-8")

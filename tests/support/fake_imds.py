@@ -34,8 +34,14 @@ def document(incarnation: int, *events: dict[str, Any]) -> Answer:
     return Answer(body=json.dumps({"DocumentIncarnation": incarnation, "Events": list(events)}).encode())
 
 
-COMPUTE = {"name": "vm-a", "vmId": "11111111-0000-0000-0000-000000000001", "location": "westeurope",
-           "subscriptionId": "sub-1", "resourceId": "/subscriptions/sub-1/vm-a", "vmSize": "Standard_D2s_v5"}
+COMPUTE = {
+    "name": "vm-a",
+    "vmId": "11111111-0000-0000-0000-000000000001",
+    "location": "westeurope",
+    "subscriptionId": "sub-1",
+    "resourceId": "/subscriptions/sub-1/vm-a",
+    "vmSize": "Standard_D2s_v5",
+}
 
 
 class FakeIMDS:
@@ -109,7 +115,7 @@ class FakeIMDS:
                     return
                 try:
                     for index in range(len(answer.body)):
-                        self.wfile.write(answer.body[index:index + 1])
+                        self.wfile.write(answer.body[index : index + 1])
                         self.wfile.flush()
                         time.sleep(answer.drip)
                 except OSError:  # the client gave up on us: that is the point

@@ -19,8 +19,13 @@ class Distributions:
 
 def build_distributions(out: Path) -> Distributions:
     """``python -m build``: the sdist, then the wheel built from it, each in an isolated environment."""
-    result = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-                            capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
@@ -32,8 +37,17 @@ def install_into_clean_venv(distribution: Path, venv: Path) -> Path:
     dependencies (none are needed for ``--version``); returns its ``se-exporter`` console script."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     scripts, suffix = ("Scripts", ".exe") if os.name == "nt" else ("bin", "")  # a venv's layout differs on Windows
-    command = [sys.executable, "-m", "pip", "--python", str(venv / scripts / f"python{suffix}"), "install", "--quiet",
-               "--no-deps", str(distribution)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(venv / scripts / f"python{suffix}"),
+        "install",
+        "--quiet",
+        "--no-deps",
+        str(distribution),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return venv / scripts / f"se-exporter{suffix}"

@@ -63,7 +63,7 @@ class RawPeer:
 def drip(data: bytes, every: float = 0.2) -> Iterator[bytes | float]:
     """One byte at a time."""
     for index in range(len(data)):
-        yield data[index:index + 1]
+        yield data[index : index + 1]
         yield every
 
 
@@ -81,11 +81,13 @@ SLOW_ANSWERS: dict[str, Script] = {
     "status line dripped": lambda: drip(b"HTTP/1.1 200 OK\r\n" + b"X-Pad: " + b"a" * 200 + b"\r\n"),
     "headers dripped": lambda: [OK_HEAD, *drip(b"X-Pad: " + b"a" * 200 + b"\r\n")],
     "endless 100 Continue": lambda: forever(b"HTTP/1.1 100 Continue\r\n\r\n"),
-    "chunk-size line dripped": lambda: [OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
-                                        *drip(b"0000000000000000000000000000000000000028")],
-    "endless trailers": lambda: [OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
-                                 + b"%x\r\n" % len(DOCUMENT) + DOCUMENT + b"\r\n0\r\n",
-                                 *forever(b"X-Trailer: 1\r\n")],
+    "chunk-size line dripped": lambda: [
+        OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
+        *drip(b"0000000000000000000000000000000000000028"),
+    ],
+    "endless trailers": lambda: [
+        OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(DOCUMENT) + DOCUMENT + b"\r\n0\r\n",
+        *forever(b"X-Trailer: 1\r\n"),
+    ],
     "body dripped": lambda: [OK_HEAD + b"Content-Length: %d\r\n\r\n" % len(DOCUMENT), *drip(DOCUMENT)],
 }
-

@@ -26,6 +26,6 @@ def code_blocks(text: str, language: str) -> list[str]:
 def marked(path: Path, marker: str) -> str:
     """The one code block between ``<!-- marker -->`` and ``<!-- /marker -->``."""
     text = path.read_text(encoding="utf-8")
-    inner = text[text.index(f"<!-- {marker} -->"): text.index(f"<!-- /{marker} -->")]
+    inner = text[text.index(f"<!-- {marker} -->") : text.index(f"<!-- /{marker} -->")]
     (block,) = code_blocks(inner, "sh")
     return block

@@ -29,8 +29,9 @@ def mount_tmpfs(where: Path, size_kib: int, inodes: int | None = None) -> str:
     where.mkdir(parents=True, exist_ok=True)
     options = f"size={size_kib}k,mode=0700" + (f",nr_inodes={inodes}" if inodes else "")
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-                                 capture_output=True, text=True, check=False)
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True, check=False
+        )
     except OSError as error:
         return str(error)
     return "" if mounted.returncode == 0 else mounted.stderr.strip() or f"mount exited {mounted.returncode}"

@@ -9,8 +9,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T | None], timeout: float = 10.0, what: str = "condition",
-             interval: float = 0.02, retry_on: tuple[type[Exception], ...] = (Exception,)) -> T:
+def wait_for(
+    condition: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "condition",
+    interval: float = 0.02,
+    retry_on: tuple[type[Exception], ...] = (Exception,),
+) -> T:
     """Return the first truthy value of ``condition()``; fail with ``what`` after ``timeout`` s.
 
     An exception of a ``retry_on`` type (e.g. a port not open yet) counts as "not yet" and is reported

@@ -30,8 +30,9 @@ def users(**hashes: str) -> str:
 
 def test_basic_auth_over_https(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
     server = serve(write_config(TLS + HEADERS + users(prometheus=HASH)))
-    with httpx.Client(base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki),
-                      trust_env=False, timeout=5) as client:
+    with httpx.Client(
+        base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki), trust_env=False, timeout=5
+    ) as client:
         for path in ("/metrics", "/", "/-/healthy", "/-/ready", "/nope"):  # every path is protected
             response = client.get(path)
             assert response.status_code == 401, path
@@ -61,8 +62,12 @@ def test_basic_auth_over_https(serve: Serve, write_config: WriteConfig, pki: PKI
 )
 def test_malformed_authorization_is_401(serve: Serve, write_config: WriteConfig, authorization: str) -> None:
     server = serve(write_config(users(prometheus=HASH)))
-    response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5,
-                         headers={b"Authorization": authorization.encode("utf-8")})
+    response = httpx.get(
+        f"http://127.0.0.1:{server.port}/metrics",
+        trust_env=False,
+        timeout=5,
+        headers={b"Authorization": authorization.encode("utf-8")},
+    )
     assert response.status_code == 401
     assert response.headers["WWW-Authenticate"] == CHALLENGE
 
@@ -70,8 +75,12 @@ def test_malformed_authorization_is_401(serve: Serve, write_config: WriteConfig,
 def test_scheme_is_case_insensitive(serve: Serve, write_config: WriteConfig) -> None:
     server = serve(write_config(users(prometheus=HASH)))
     token = httpx.BasicAuth("prometheus", PASSWORD)._auth_header.split(" ", 1)[1]
-    response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5,
-                         headers={"Authorization": f"basic {token}"})
+    response = httpx.get(
+        f"http://127.0.0.1:{server.port}/metrics",
+        trust_env=False,
+        timeout=5,
+        headers={"Authorization": f"basic {token}"},
+    )
     assert response.status_code == 200
 
 
@@ -86,10 +95,14 @@ def test_auth_excluded_paths_for_probes(serve: Serve, write_config: WriteConfig)
 
 def test_extra_headers_on_every_response(serve: Serve, write_config: WriteConfig, pki: PKI) -> None:
     server = serve(write_config(TLS + HEADERS + users(prometheus=HASH)))
-    with httpx.Client(base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki),
-                      trust_env=False, timeout=5) as client:
-        for response in (client.get("/metrics"), client.get("/metrics", auth=("prometheus", PASSWORD)),
-                         client.get("/nope", auth=("prometheus", PASSWORD))):
+    with httpx.Client(
+        base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki), trust_env=False, timeout=5
+    ) as client:
+        for response in (
+            client.get("/metrics"),
+            client.get("/metrics", auth=("prometheus", PASSWORD)),
+            client.get("/nope", auth=("prometheus", PASSWORD)),
+        ):
             assert response.headers["X-Frame-Options"] == "deny"
             assert response.headers["X-Content-Type-Options"] == "nosniff"
 
@@ -106,8 +119,9 @@ def test_successful_check_is_cached_so_the_second_scrape_is_fast(
 ) -> None:
     slow_hash = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=12)).decode()
     server = serve(write_config(TLS + users(prometheus=slow_hash)))
-    with httpx.Client(base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki),
-                      trust_env=False, timeout=10) as client:
+    with httpx.Client(
+        base_url=f"https://127.0.0.1:{server.port}", verify=client_context(pki), trust_env=False, timeout=10
+    ) as client:
         client.get("/-/healthy")  # TLS session and connection set-up out of the measurement
 
         def timed() -> float:
@@ -176,8 +190,9 @@ def test_concurrent_scrapes_with_auth(serve: Serve, write_config: WriteConfig) -
     results: list[int] = []
 
     def scrape() -> None:
-        response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=10,
-                             auth=("prometheus", PASSWORD))
+        response = httpx.get(
+            f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=10, auth=("prometheus", PASSWORD)
+        )
         results.append(response.status_code)
 
     threads = [threading.Thread(target=scrape) for _ in range(8)]

@@ -17,11 +17,14 @@ from tests.web.conftest import HASH, PASSWORD
 from tests.web.pki import PKI
 
 
-def test_https_with_basic_auth(pki: PKI, config_dir: Path, fake_imds: FakeIMDS,
-                               start_exporter: Callable[..., ExporterProcess]) -> None:
+def test_https_with_basic_auth(
+    pki: PKI, config_dir: Path, fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess]
+) -> None:
     web = config_dir / "web.yml"
-    web.write_text(f"tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-                   f"basic_auth_users:\n  prometheus: {HASH}\n")
+    web.write_text(
+        f"tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        f"basic_auth_users:\n  prometheus: {HASH}\n"
+    )
     exporter = start_exporter(f"--imds.url={fake_imds.url}", env={"SE_EXPORTER_WEB_CONFIG_FILE": str(web)})
     url = f"https://localhost:{exporter.port}"
     verify = ssl.create_default_context(cafile=str(pki.ca_file))
@@ -38,8 +41,12 @@ def test_https_with_basic_auth(pki: PKI, config_dir: Path, fake_imds: FakeIMDS,
 def test_bad_web_config_stops_start_up(tmp_path: Path) -> None:
     web = tmp_path / "web.yml"
     web.write_text("basic_auth_users:\n  prometheus: not-a-bcrypt-hash\n")
-    result = subprocess.run([sys.executable, "-m", "se_exporter", f"--web.config.file={web}",
-                             "--web.listen-address=127.0.0.1:0"], cwd=REPO, capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "se_exporter", f"--web.config.file={web}", "--web.listen-address=127.0.0.1:0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert f"web config {web}: basic_auth_users.prometheus" in result.stderr

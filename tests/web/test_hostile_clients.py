@@ -61,7 +61,7 @@ def test_waiting_connections_that_send_a_byte_while_new_ones_come_never_stop_the
         for _ in range(MAX_CONNECTIONS + 20):
             connect(server, opened)
         for round_ in range(5):
-            for sock in opened[: 40]:
+            for sock in opened[:40]:
                 with contextlib.suppress(OSError):
                     sock.send(b"G")
             for _ in range(40):
@@ -115,8 +115,9 @@ def test_a_wrong_password_flood_does_not_delay_a_scrape_with_known_credentials(s
         with httpx.Client(trust_env=False, timeout=30) as client:
             while not stop.is_set():
                 with contextlib.suppress(httpx.HTTPError):
-                    refused.append(client.get(f"http://127.0.0.1:{server.port}/metrics",
-                                              auth=("prometheus", "wrong")).status_code)
+                    refused.append(
+                        client.get(f"http://127.0.0.1:{server.port}/metrics", auth=("prometheus", "wrong")).status_code
+                    )
 
     guessers = [threading.Thread(target=guess) for _ in range(64)]
     for thread in guessers:
@@ -149,16 +150,23 @@ def test_identical_scrapes_at_once_share_one_rendering(serve: Serve) -> None:
     """Memory holds one rendering of /metrics however many scrape at once (each is megabytes at 1,000 events)."""
     renders: list[float] = []
     registry = CollectorRegistry(auto_describe=True)
-    Gauge("slow_render", "A gauge whose collection takes 0.3 s.", registry=registry).set_function(
-        lambda: renders.append(time.monotonic()) or time.sleep(0.3) or 1.0)  # type: ignore[func-returns-value]
+
+    def slow_value() -> float:
+        renders.append(time.monotonic())
+        time.sleep(0.3)  # the rendering that takes long: what a scrape would wait on
+        return 1.0
+
+    Gauge("slow_render", "A gauge whose collection takes 0.3 s.", registry=registry).set_function(slow_value)
     server = WebServer(make_app(registry, "/metrics", lambda: True, "test"), "127.0.0.1", 0)
     server.start()
     try:
         renders.clear()
         with httpx.Client(trust_env=False, timeout=10) as client:
             answers: list[httpx.Response] = []
-            threads = [threading.Thread(target=lambda: answers.append(client.get(
-                f"http://127.0.0.1:{server.port}/metrics"))) for _ in range(20)]
+            threads = [
+                threading.Thread(target=lambda: answers.append(client.get(f"http://127.0.0.1:{server.port}/metrics")))
+                for _ in range(20)
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -171,8 +179,9 @@ def test_identical_scrapes_at_once_share_one_rendering(serve: Serve) -> None:
 
 def test_a_request_head_over_the_bound_is_refused(serve: Serve) -> None:
     server = serve(None)
-    answer = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5,
-                       headers={"X-Big": "a" * (100 << 10)})
+    answer = httpx.get(
+        f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5, headers={"X-Big": "a" * (100 << 10)}
+    )
     assert answer.status_code == 431
     assert scrape(server).status_code == 200
 
@@ -189,4 +198,3 @@ def test_many_connections_keep_the_server_within_its_file_descriptors(serve: Ser
             with contextlib.suppress(OSError):
                 closed += sock.recv(1) == b""
         assert closed >= MAX_CONNECTIONS - 10, "the oldest idle connections were closed to make room"
-
