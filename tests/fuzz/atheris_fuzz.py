@@ -1,9 +1,11 @@
 """Coverage-guided fuzzing with atheris (libFuzzer for Python), when it is installed.
 
-    python -m tests.fuzz.atheris_fuzz document -runs=100000 -artifact_prefix=/tmp/
+    python -m tests.fuzz.documents /tmp/corpus      # the document target's seeds, from the simulator
+    python -m tests.fuzz.atheris_fuzz document -runs=100000 -artifact_prefix=/tmp/ /tmp/corpus
     python -m tests.fuzz.atheris_fuzz policy -max_total_time=600
 
-Targets: ``document`` (the IMDS parser and everything downstream of it), ``policy`` (the approval
+Targets: ``document`` (the IMDS parser and everything downstream of it; its inputs are mutated as
+JSON documents, see :mod:`tests.fuzz.documents`), ``policy`` (the approval
 policy file), ``web_config`` (``--web.config.file``), ``state`` (the state file's event store). Only
 the typed errors may escape (``InvalidDocument``, ``ConfigError``); anything else is a crash, written
 by libFuzzer as ``crash-<sha1>`` under ``-artifact_prefix``. ``test_atheris.py`` runs each target for
@@ -31,6 +33,7 @@ with atheris.instrument_imports():
     from se_exporter.state.persistence import Persistence
     from se_exporter.store import EventStore
     from se_exporter.web.config import parse_web_config
+    from tests.fuzz.documents import mutate
     from tests.support.exposition import render
 
 IDENTITY = VMIdentity(name="vm-a")
@@ -94,11 +97,18 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 }
 
 
+def document_mutator(data: bytes, max_size: int, seed: int) -> bytes:
+    return mutate(data, max_size, seed, atheris.Mutate)
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[1] not in TARGETS:
         sys.exit(f"usage: python -m tests.fuzz.atheris_fuzz {{{','.join(TARGETS)}}} [libFuzzer flags]")
-    target = TARGETS[argv[1]]
-    atheris.Setup([argv[0], *argv[2:]], target)
+    name = argv[1]
+    if name == "document" and "--bytes-only" not in argv:  # --bytes-only: libFuzzer's mutations alone
+        atheris.Setup([argv[0], *argv[2:]], TARGETS[name], custom_mutator=document_mutator)
+    else:
+        atheris.Setup([argv[0], *(a for a in argv[2:] if a != "--bytes-only")], TARGETS[name])
     atheris.Fuzz()
 
 
