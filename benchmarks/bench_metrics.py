@@ -8,7 +8,10 @@
 - ``HTTP``: a real exporter process polling a simulator process (1 s), scraped over loopback by the
   driver with a fresh connection per scrape, with Prometheus's headers (OpenMetrics offered first,
   gzip; the exporter answers the text format, as node_exporter does) and with curl's (``*/*``: text
-  0.0.4, no compression). Latency is request sent → last byte read.
+  0.0.4, no compression). Latency is request sent → last byte read. Side by side (alternating), a
+  **plain prometheus_client exporter process** (``benchmarks/plain_server.py``: ``start_http_server``
+  over a registry holding the same series) is scraped with the same headers, and the ratio of the two
+  medians is reported.
 """
 
 from __future__ import annotations
@@ -16,11 +19,25 @@ from __future__ import annotations
 import gzip
 import http.client
 import logging
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_poll import make_body
-from benchmarks.common import ExporterProc, Mode, Report, count_samples, percentile, simulator_process, wait_until
+from benchmarks.common import (
+    ExporterProc,
+    Mode,
+    Proc,
+    Report,
+    clean_env,
+    count_samples,
+    free_port,
+    percentile,
+    simulator_process,
+    wait_until,
+)
 
 NAME = "metrics"
 SIZES = (0, 10, 100, 1000)
@@ -106,31 +123,54 @@ def _scrape(port: int, headers: dict[str, str]) -> tuple[float, bytes]:
     return (time.perf_counter() - began) * 1000, body
 
 
+def _plain_server(exposition: str, directory: Path) -> tuple[Proc, int]:
+    """The same series served the usual way: prometheus_client's start_http_server, in its own process."""
+    path = directory / "exposition.prom"
+    path.write_text(exposition, encoding="utf-8")
+    port = free_port()
+    server = Proc(
+        [sys.executable, "-m", "benchmarks.plain_server", str(path), str(port)], env=clean_env(), name="plain"
+    )
+    wait_until(lambda: server.alive() and "ready" in server.output, 30, "the plain prometheus_client server")
+    return server, port
+
+
 def _http_samples(size: int, repeats: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with simulator_process(size, seed=size) as url:
+    with simulator_process(size, seed=size) as url, tempfile.TemporaryDirectory(prefix="se-bench-metrics-") as tmp:
         exporter = ExporterProc(url, extra_args=["--vm.name=sim-vm-0"], name=f"exporter-{size}")
+        plain: Proc | None = None
         try:
             exporter.wait_ready()
             wait_until(
                 lambda: "azure_scheduled_events_event_info{" in exporter.metrics() or size == 0, 10, "events visible"
             )
+            plain, plain_port = _plain_server(exporter.metrics(), Path(tmp))
             for label, headers in (
                 ("Prometheus headers (text, gzip)", PROMETHEUS_HEADERS),
                 ("curl (text 0.0.4)", CURL_HEADERS),
             ):
                 for _ in range(3):
                     _scrape(exporter.port, headers)  # warm
-                samples, size_bytes = [], 0
-                for _ in range(repeats):
+                    _scrape(plain_port, headers)
+                samples, reference, size_bytes = [], [], 0
+                for _ in range(repeats):  # A B A B: the same moments of a noisy machine for both
                     ms, body = _scrape(exporter.port, headers)
                     samples.append(ms)
                     size_bytes = len(body)
+                    reference.append(_scrape(plain_port, headers)[0])
                     time.sleep(0.002)  # leave the poll loop its share, as a 15 s scrape interval would
-                plain = gzip.decompress(body) if "gzip" in headers.get("Accept-Encoding", "") else body
-                out[label] = {"samples": samples, "bytes": size_bytes, "series": count_samples(plain.decode())}
+                text = gzip.decompress(body) if "gzip" in headers.get("Accept-Encoding", "") else body
+                out[label] = {
+                    "samples": samples,
+                    "plain_samples": reference,
+                    "bytes": size_bytes,
+                    "series": count_samples(text.decode()),
+                }
         finally:
             exporter.stop()
+            if plain is not None:
+                plain.stop()
     return out
 
 
@@ -171,10 +211,13 @@ def run(mode: Mode) -> Report:
         ["events", "series", "se-exporter", "plain prometheus_client", "ratio"],
         plain_rows,
     )
+    http_plain_rows: list[list[Any]] = []
     for size in sizes:
         for label, cell in _http_samples(size, http_repeats).items():
             p50, p99 = percentile(cell["samples"], 50), percentile(cell["samples"], 99)
+            plain_p50 = percentile(cell["plain_samples"], 50)
             rows.append([f"HTTP, {label}", size, p50, p99, cell["series"], cell["bytes"]])
+            http_plain_rows.append([label, size, p50, plain_p50, f"{p50 / plain_p50:.2f}x"])
             data["cells"].append(
                 {
                     "how": f"HTTP {label}",
@@ -183,8 +226,15 @@ def run(mode: Mode) -> Report:
                     "p99_ms": p99,
                     "series": cell["series"],
                     "bytes": cell["bytes"],
+                    "plain_p50_ms": plain_p50,
+                    "plain_p99_ms": percentile(cell["plain_samples"], 99),
                 }
             )
+    report.table(
+        "/metrics over HTTP vs a plain prometheus_client server with the same series (ms, p50)",
+        ["headers", "events", "se-exporter", "plain prometheus_client", "ratio"],
+        http_plain_rows,
+    )
     report.table("/metrics latency (ms)", ["how", "events", "p50 ms", "p99 ms", "series", "bytes"], rows)
     report.data = data
     return report

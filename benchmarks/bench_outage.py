@@ -68,7 +68,7 @@ def fill_spool(state_file: Path, count: int) -> None:
     spool.close()
 
 
-def _dead_endpoint() -> dict[str, str]:
+def dead_endpoint() -> dict[str, str]:
     return {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
@@ -83,7 +83,7 @@ def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
         "reference loop": ReferenceProc(url, name="reference"),
         "exporter, OTel off": ExporterProc(url, name="exporter-off"),
         DEAD: ExporterProc(
-            url, otel_env=_dead_endpoint(), extra_args=[f"--state.file={state_file}"], name="exporter-dead-collector"
+            url, otel_env=dead_endpoint(), extra_args=[f"--state.file={state_file}"], name="exporter-dead-collector"
         ),
     }
     if receiver is not None:

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {
     "footprint": "### CPU and memory at 1 s polling",
     "outage": "### Idle CPU with the collector dead",
+    "onset": "### CPU from 1 s to 3 s after 300 records met a dead collector",
     "poll": "### Cost per poll, fetch excluded",
-    "metrics": "### /metrics latency",
+    "metrics": "### /metrics over HTTP vs a plain prometheus_client server",
     "detection": "### Detection latency at 1 s polling",
     "startup": "### Start-up: spawn → ready",
     "series": "### Series per VM and for a 10,000-VM fleet",

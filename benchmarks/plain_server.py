@@ -1,0 +1,26 @@
+"""A plain prometheus_client exporter in its own process: the usual way, for bench_metrics to compare with.
+
+``python -m benchmarks.plain_server EXPOSITION PORT`` builds Gauges and Counters holding the series of the
+exposition file (what se-exporter served), serves them with ``start_http_server`` on 127.0.0.1:PORT,
+prints ``ready`` and serves until it is terminated.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from prometheus_client import start_http_server
+
+from benchmarks.bench_metrics import plain_registry
+
+
+def main() -> None:
+    exposition, port = Path(sys.argv[1]).read_text(encoding="utf-8"), int(sys.argv[2])
+    _, thread = start_http_server(port, addr="127.0.0.1", registry=plain_registry(exposition))
+    print("ready", flush=True)
+    thread.join()  # until SIGTERM
+
+
+if __name__ == "__main__":
+    main()
