@@ -145,7 +145,7 @@ def approval_record(decision: ApprovalDecision) -> AuditRecord:
         decision.result, INFO
     )
     rule = f" by rule {decision.rule}" if decision.rule else ""
-    body = f"{event.event_type} {event.event_id} approval: {decision.result}{rule}: {decision.reason}"
+    body = f"{event.event_type} approval: {decision.result}{rule}: {decision.reason}"  # the id: an attribute
     return AuditRecord(APPROVAL_EVENT, severity, body, attributes, unix_nanos(decision.at), uid)
 
 
@@ -162,4 +162,4 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
     whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"
     source = f", source {event.event_source}" if event.event_source else ""
     what_it_does = f"impact {transition.impact}, cause {transition.cause}"
-    return f"{event.event_type} {what}{whom} ({what_it_does}; event {event.event_id}{source})"
+    return f"{event.event_type} {what}{whom} ({what_it_does}{source})"  # the id is an attribute (and a field)

@@ -22,8 +22,9 @@ from se_exporter.poller import PollResult
 log = logging.getLogger("se_exporter.events")
 _LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}
 CHUNK = 200
-# What a line shows on a terminal at info level (the body says the rest; debug and JSON show everything).
-_SUMMARY = ("scheduled_event.transition", "scheduled_event.approval.result")  # the body names the event
+# What a line shows on a terminal at info level: what happened, and to which event (so that one grep finds
+# an event's every line); the body says the rest, debug and JSON show every field.
+_SUMMARY = ("scheduled_event.transition", "scheduled_event.approval.result", "scheduled_event.id")
 
 
 class AuditTrail:

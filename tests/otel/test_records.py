@@ -110,7 +110,7 @@ def test_an_update_in_place_says_what_changed_and_warns_when_it_becomes_disrupti
         "DurationInSeconds 5 -> -1; Description (none) -> Host update)"
     )
     assert record.body.startswith("Reboot updated in place: (EventType Freeze -> Reboot; ")
-    assert record.body.endswith(", affects this VM (impact reboot, cause platform; event E1, source Platform)")
+    assert record.body.endswith(", affects this VM (impact reboot, cause platform, source Platform)")
 
 
 def test_unknown_vm_name_leaves_affects_this_vm_out_and_uid_is_stable() -> None:
@@ -242,8 +242,8 @@ def test_a_transition_is_one_short_line_on_a_terminal_that_says_its_impact_and_c
     """About 770 characters a line once: every attribute, at info level."""
     line = stderr_line("info", "logfmt")
     assert line.endswith(
-        ' msg="Reboot started, affects this VM (impact reboot, cause failure; event HW, source '
-        'Platform)" event=scheduled_event.transition scheduled_event.transition=started\n'
+        ' msg="Reboot started, affects this VM (impact reboot, cause failure, source Platform)"'
+        " event=scheduled_event.transition scheduled_event.transition=started scheduled_event.id=HW\n"
     )
     assert len(line) < 250
 
