@@ -30,6 +30,10 @@ CASES = [
     ("Redeploy", "Platform", FAILURE, "Scheduled", "redeploy", "failure"),
     ("Redeploy", "Platform", FAILURE.upper(), "Scheduled", "redeploy", "failure"),
     ("Redeploy", "User", "", "Scheduled", "redeploy", "user"),
+    # automaticallyApprove: a user's reboot or redeploy is listed directly as Started; never a failure
+    ("Reboot", "User", USER_REBOOT, "Started", "reboot", "user"),
+    ("Redeploy", "User", "", "Started", "redeploy", "user"),
+    ("Reboot", "User", FAILURE, "Started", "reboot", "user"),  # a user event, whatever its Description
     ("Redeploy", "Platform", HOST_MAINTENANCE, "Scheduled", "redeploy", "platform"),
     ("Preempt", "Platform", "", "Scheduled", "eviction", "platform"),
     ("Preempt", "", "", "Scheduled", "eviction", "unknown"),

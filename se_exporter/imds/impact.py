@@ -25,8 +25,8 @@ class Impact(StrEnum):
 
 
 class Cause(StrEnum):
-    FAILURE = "failure"  # first seen Started (the hardware-failure path) or a Description saying so
-    USER = "user"  # EventSource User
+    FAILURE = "failure"  # first seen Started from the platform (the hardware-failure path), or a Description saying so
+    USER = "user"  # EventSource User: never a failure, even when first seen Started (automaticallyApprove)
     PLATFORM = "platform"  # EventSource Platform
     UNKNOWN = "unknown"  # older api-versions without EventSource
 
@@ -67,8 +67,14 @@ def classify(event: ScheduledEvent, first_seen_status: str) -> Classification:
         impact = Impact.LIVE_MIGRATION if LIVE_MIGRATION_TEXT in folded else Impact.PAUSE
     else:
         impact = _IMPACT_BY_TYPE.get(event.event_type, Impact.UNKNOWN)
-    if first_seen_status == STARTED or FAILURE_TEXT in folded:
-        cause = Cause.FAILURE
-    else:
-        cause = _CAUSE_BY_SOURCE.get(event.event_source, Cause.UNKNOWN)
-    return Classification(impact, cause)
+    return Classification(impact, _cause(event, first_seen_status, folded))
+
+
+def _cause(event: ScheduledEvent, first_seen_status: str, folded_description: str) -> Cause:
+    # A user's own reboot or redeploy appears directly as Started where the VM or scale set sets
+    # scheduledEventsPolicy ... automaticallyApprove: a user event is never a failure.
+    if event.event_source == "User":
+        return Cause.USER
+    if first_seen_status == STARTED or FAILURE_TEXT in folded_description:
+        return Cause.FAILURE
+    return _CAUSE_BY_SOURCE.get(event.event_source, Cause.UNKNOWN)

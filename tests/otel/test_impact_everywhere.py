@@ -21,6 +21,7 @@ EXPECTED = {  # scenario -> (impact, cause)
     "spot-preempt": ("eviction", "platform"),
     "terminate": ("termination", "user"),
     "user-reboot": ("reboot", "user"),
+    "user-reboot-auto-approved": ("reboot", "user"),  # first seen Started, yet a user's: never a failure
     "user-redeploy": ("redeploy", "user"),
 }
 

@@ -75,6 +75,12 @@ SEQUENCES: dict[str, tuple[str, str, list[str], list[Step]]] = {
         ["sim-vm-0"],
         [(0, "Started", None), (299, "Started", None), (300, None, None)],
     ),
+    "user-reboot-auto-approved": (
+        "Reboot",
+        "User",
+        ["sim-vm-0"],
+        [(0, "Started", None), (119, "Started", None), (120, None, None)],
+    ),
     "reschedule": (
         "Reboot",
         "Platform",
