@@ -5,6 +5,7 @@ ever), which is exactly what the clients' deadlines are about."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import threading
 import time
@@ -85,9 +86,11 @@ SLOW_ANSWERS: dict[str, Script] = {
         OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n",
         *drip(b"0000000000000000000000000000000000000028"),
     ],
-    "endless trailers": lambda: [
-        OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(DOCUMENT) + DOCUMENT + b"\r\n0\r\n",
-        *forever(b"X-Trailer: 1\r\n"),
-    ],
+    # A generator, never a list: "[head, *forever(...)]" would build an endless list in the peer's thread,
+    # which once grew the test process to 24 GB long after the test had passed.
+    "endless trailers": lambda: itertools.chain(
+        [OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(DOCUMENT) + DOCUMENT + b"\r\n0\r\n"],
+        forever(b"X-Trailer: 1\r\n"),
+    ),
     "body dripped": lambda: [OK_HEAD + b"Content-Length: %d\r\n\r\n" % len(DOCUMENT), *drip(DOCUMENT)],
 }
