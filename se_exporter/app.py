@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +22,8 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
+from se_exporter.actions.config import Actions
+from se_exporter.actions.runner import ActionRunner
 from se_exporter.audit.trail import AuditTrail
 from se_exporter.config.files import os_problem
 from se_exporter.config.options import ExporterConfig
@@ -32,6 +33,7 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
+from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
 from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
@@ -40,9 +42,9 @@ from se_exporter.process import StopRequest
 from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
-from se_exporter.web.config import WebConfig, load_web_config
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
+from se_exporter.web.traffic import TrafficGate
 
 if TYPE_CHECKING:  # imported at run time only when a policy is configured
     from se_exporter.approval.policy import Policy
@@ -69,7 +71,7 @@ class Exporter:
         self._stop = stop or StopRequest()
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
-        web_config, policy = files.web_config, files.policy
+        web_config, policy, actions = files.web_config, files.policy, files.actions
         try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
             self.persistence = Persistence(config.state_file)
         except LockHeld as error:
@@ -82,7 +84,10 @@ class Exporter:
             raise ConfigError(f"--state.file: cannot write {config.state_file}: {os_problem(error)}") from None
         store = self.persistence.restore("store", EventStore.from_state, EventStore)
         self.persistence.track("store", store)
-        self.counters = Counters(approval_enabled=policy is not None)
+        self.counters = Counters(
+            approval_enabled=policy is not None,
+            actions={action.name: action.transitions for action in actions.actions} if actions else None,
+        )
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
@@ -112,6 +117,7 @@ class Exporter:
             settings, limiter, transport=transport, on_response=self.counters.observe_response, tracer=tracer
         )
         approver = self._approver(policy) if policy is not None else None
+        runner = self._actions(actions, clock) if actions is not None else None
         self.persistence.save()  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
@@ -121,6 +127,7 @@ class Exporter:
             interval=config.poll_interval,
             identity=identity,
             approver=approver,
+            actions=runner,
             clock=clock,
             tracer=tracer,
         )
@@ -136,7 +143,16 @@ class Exporter:
                 state=self.persistence if config.state_file else None,
             )
         )
-        app = make_app(self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__)
+        gate = TrafficGate(
+            store,
+            lambda: self.poller.identity,
+            lead_seconds=config.traffic_lead_time,
+            impacts=config.traffic_impacts,
+            clock=clock,
+        )
+        app = make_app(
+            self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__, gate.verdict
+        )
         try:
             self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
         except OSError as error:
@@ -170,6 +186,17 @@ class Exporter:
         self.web.stop()
         self.client.close()
         self.persistence.close()
+
+    def _actions(self, actions: Actions, clock: Callable[[], float]) -> ActionRunner:
+        options: dict[str, Any] = {"save": self.persistence.flush, "clock": clock}
+        runner = self.persistence.restore(
+            "actions",
+            lambda section: ActionRunner.from_state(section, actions, **options),
+            lambda: ActionRunner(actions, **options),
+        )
+        self.persistence.track("actions", runner)
+        log.info("actions %s loaded: %s", actions.source, ", ".join(action.name for action in actions.actions))
+        return runner
 
     def _approver(self, policy: Policy) -> Decider:
         from se_exporter.approval.approver import Approver
@@ -211,41 +238,6 @@ class Exporter:
             probe.close()
         log.info("learned VM identity name=%s vm_id=%s location=%s", learned.name, learned.vm_id, learned.location)
         return learned if given is None else msgspec.structs.replace(learned, name=given.name)
-
-
-@dataclass(frozen=True, slots=True)
-class OperatorFiles:
-    """The files an operator writes, read and validated as the exporter uses them."""
-
-    web_config: WebConfig | None = None
-    policy: Policy | None = None
-
-
-def load_operator_files(config: ExporterConfig) -> OperatorFiles:
-    """Read every configured file (``se-exporter check`` and the exporter alike); a ``ConfigError`` holds one
-    line per problem, of every file, each naming the file and the key path."""
-    problems: list[str] = []
-
-    def attempt(load: Callable[[], T]) -> T | None:
-        try:
-            return load()
-        except ConfigError as error:
-            problems.extend(str(error).splitlines())
-            return None
-
-    web_file, policy_file = config.web_config_file, config.approval_config
-    web_config = attempt(lambda: load_web_config(web_file)) if web_file is not None else None
-    policy = attempt(lambda: _load_policy(policy_file)) if policy_file is not None else None
-    if problems:
-        raise ConfigError("\n".join(problems))
-    return OperatorFiles(web_config, policy)
-
-
-def _load_policy(path: Path) -> Policy:
-    """The approval package is imported only when a policy is configured."""
-    from se_exporter.approval.policy import load_policy
-
-    return load_policy(path)
 
 
 def _address(config: ExporterConfig) -> str:

@@ -1,6 +1,6 @@
 """``se-exporter check``: validate the files an operator writes, as ``promtool check config`` does.
 
-Each file is read exactly as the exporter reads it at start (``app.load_operator_files``: the same
+Each file is read exactly as the exporter reads it at start (``operator_files.load_operator_files``: the same
 schema, the same hook and certificate checks), without binding a port or calling IMDS. Every problem of
 every file is one line on stderr naming the file and the key path, and the exit code is 2; otherwise
 ``ok`` on stdout and exit 0. Flags take their ``SE_EXPORTER_*`` environment twins like the exporter's,
@@ -16,6 +16,7 @@ from se_exporter.errors import ConfigError
 
 FILE_FLAGS = {  # flag -> (dest, what it is)
     "--approval.config": ("approval_config", "approval policy (YAML)"),
+    "--actions.config": ("actions_config", "actions on transitions (YAML)"),
     "--web.config.file": ("web_config_file", "TLS, basic auth and headers (exporter-toolkit format)"),
 }
 
@@ -27,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """0 and ``ok`` when every given file is valid; raises ``ConfigError`` (one line per problem) otherwise."""
-    from se_exporter.app import load_operator_files
     from se_exporter.config.options import ExporterConfig
+    from se_exporter.operator_files import load_operator_files
 
     files = {dest: getattr(args, dest) for dest, _ in FILE_FLAGS.values()}
     if not any(files.values()):

@@ -1,7 +1,7 @@
-"""The poll loop: IMDS client → document → event store → approver → sinks. It never dies on an IMDS fault.
+"""The poll loop: IMDS client → document → event store → approver, actions → sinks. It never dies on an IMDS fault.
 
-Every fact a poll produces travels one route: the store's transitions and the approver's decisions
-go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans). What the
+Every fact a poll produces travels one route: the store's transitions, the approver's decisions and the
+actions' outcomes go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans). What the
 loop itself achieved (up, last success, this VM's identity, failures by reason) is its ``status``,
 which /metrics and /-/ready read.
 """
@@ -18,6 +18,7 @@ from typing import Protocol
 
 from opentelemetry import trace
 
+from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.errors import IMDSError
 from se_exporter.imds.client import IMDSClient
@@ -58,6 +59,7 @@ class PollResult:
     identity: VMIdentity
     now: float
     settled: Sequence[ApprovalDecision] = ()  # work that ended before the document was read: before them
+    actions: Sequence[ActionOutcome] = ()  # actions that ended (or were refused) since the last poll
 
     @property
     def all_decisions(self) -> Sequence[ApprovalDecision]:
@@ -79,6 +81,16 @@ class Decider(Protocol):
     def close(self) -> Sequence[ApprovalDecision]: ...
 
 
+class Reactor(Protocol):
+    """The actions, seen from the loop: runs queued per poll, started once the state is saved, never blocking."""
+
+    def on_poll(self, transitions: Sequence[Transition], identity: VMIdentity) -> Sequence[ActionOutcome]: ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> Sequence[ActionOutcome]: ...
+
+
 class Poller:
     def __init__(
         self,
@@ -90,6 +102,7 @@ class Poller:
         interval: float,
         identity: VMIdentity | None = None,
         approver: Decider | None = None,
+        actions: Reactor | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         tracer: trace.Tracer | None = None,
@@ -102,6 +115,7 @@ class Poller:
         self._next_identity_attempt = float("-inf")
         self._sinks = sinks
         self._approver = approver
+        self._actions = actions
         self._persistence = persistence
         self._interval = interval
         self._clock = clock
@@ -130,13 +144,11 @@ class Poller:
             stop.wait(max(0.0, pause))
 
     def close(self) -> None:
-        """Stop the approver, hand its last decisions to the sinks and save the state."""
-        if self._approver is not None:
-            decisions = self._approver.close()
-            if decisions:  # the outcome of a POST that ended at shutdown
-                self._publish(
-                    PollResult(self._last_document, (), (), False, self.identity, self._clock(), settled=decisions)
-                )
+        """Stop the approver and the actions, hand their last outcomes to the sinks and save the state."""
+        decisions = self._approver.close() if self._approver is not None else ()  # a POST that ended at shutdown
+        outcomes = self._actions.close() if self._actions is not None else ()  # commands stopped with us
+        if decisions or outcomes:
+            self._publish(self._between_documents(settled=decisions, actions=outcomes))
         self._persistence.save()
 
     def refresh_identity(self) -> None:
@@ -178,9 +190,12 @@ class Poller:
         decisions: Sequence[ApprovalDecision] = ()
         if self._approver is not None:  # the store's states, in document order: events with their impact and cause
             settled, decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
+        outcomes = self._actions.on_poll(transitions, identity) if self._actions is not None else ()
         self._last_document = document
-        self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled))
+        self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled, outcomes))
         self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses
+        if self._actions is not None:
+            self._actions.release()  # runs start once the state says they may have: at most once
         self.status = replace(self.status, up=True, last_success=now)
         self._backoff.reset()
         if self._failing_reason is not None:
@@ -194,7 +209,16 @@ class Poller:
             except Exception:  # a bug in one sink must neither stop monitoring nor starve the other sinks
                 log.exception("poll sink %s failed", type(sink).__name__)
 
+    def _between_documents(
+        self, settled: Sequence[ApprovalDecision] = (), actions: Sequence[ActionOutcome] = ()
+    ) -> PollResult:
+        """A result with no document of its own: outcomes of work that ended while no document was read."""
+        return PollResult(self._last_document, (), (), False, self.identity, self._clock(), settled, actions)
+
     def _on_failure(self, error: IMDSError) -> None:
+        if self._actions is not None and (outcomes := self._actions.on_poll((), self.identity)):
+            self._publish(self._between_documents(actions=outcomes))  # IMDS down: actions still report
+            self._persistence.flush()
         errors = dict(self.status.errors)
         errors[error.reason] = errors.get(error.reason, 0) + 1
         self.status = replace(self.status, up=False, errors=MappingProxyType(errors))

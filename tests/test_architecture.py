@@ -31,12 +31,14 @@ STAGES: dict[str, int] = {
     "store": 3,
     "simulator": 3,  # the state machine; the simulator is a world of its own beside it
     "approval": 4,  # decides on the store's events
+    "actions": 4,  # runs the operator's commands on the store's transitions
     "poller": 5,  # drives IMDS → store → approver → sinks
     "metrics": 6,
     "audit": 6,
     "otel": 6,
     "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
+    "operator_files": 7,  # reads what the operator writes, as app does
     "demo": 8,
     "check": 8,
     "cli": 9,

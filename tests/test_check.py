@@ -87,6 +87,18 @@ def test_nothing_to_check_says_what_to_give() -> None:
     result = check()
     assert result.returncode == 2
     assert result.stderr == (
-        "se-exporter: error: nothing to check: give --approval.config, --web.config.file "
+        "se-exporter: error: nothing to check: give --approval.config, --actions.config, --web.config.file "
         "(or their SE_EXPORTER_* variables)\n"
+    )
+
+
+def test_the_actions_file_is_checked_like_the_others(tmp_path: Path) -> None:
+    shipped = Path(__file__).resolve().parent / "testdata" / "actions" / "notify.yaml"
+    assert check(f"--actions.config={shipped}").stdout == "ok\n"
+    bad = tmp_path / "actions.yaml"
+    bad.write_text("actions:\n  - name: notify\n    transitions: [rebooted]\n    command: [/bin/true]\n")
+    result = check(f"--actions.config={bad}")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(
+        f"se-exporter: error: actions config {bad}: actions[0].transitions[0]: must be one of"
     )

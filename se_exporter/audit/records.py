@@ -1,4 +1,4 @@
-"""Audit records as plain data: one per lifecycle transition and one per approval decision.
+"""Audit records as plain data: one per lifecycle transition, approval decision and action run.
 
 An ``AuditRecord`` is what docs/design.md's OpenTelemetry section calls a log record, before any SDK sees it:
 the spool stores it as JSON, the stderr line and the OTLP export are both rendered from it. Its
@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from se_exporter.actions.runs import ActionOutcome, ActionResult
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
@@ -24,8 +25,10 @@ from se_exporter.uids import uuid5_text
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
+ACTION_EVENT = "scheduled_event.action"
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
 _APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
+_ACTION_UID_NAMESPACE = uuid.UUID("5e1f0c3a-9b2d-4c7e-8f6a-1d2c3b4a5e6f")
 
 AttributeValue = str | bool | int | float | tuple[str, ...]
 
@@ -163,3 +166,25 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
     source = f", source {event.event_source}" if event.event_source else ""
     what_it_does = f"impact {transition.impact}, cause {transition.cause}"
     return f"{event.event_type} {what}{whom} ({what_it_does}{source})"  # the id is an attribute (and a field)
+
+
+def action_record(outcome: ActionOutcome) -> AuditRecord:
+    transition, event = outcome.transition, outcome.transition.event
+    uid = uuid5_text(_ACTION_UID_NAMESPACE, outcome.uid)  # one run per transition and action: stable
+    attributes: dict[str, AttributeValue] = {
+        "scheduled_event.id": event.event_id,
+        "scheduled_event.type": event.event_type,
+        "scheduled_event.transition": transition.kind,
+        "scheduled_event.impact": transition.impact,
+        "scheduled_event.cause": transition.cause,
+        "scheduled_event.action.name": outcome.action,
+        "scheduled_event.action.result": outcome.result,
+        "scheduled_event.action.summary": outcome.summary,
+        "scheduled_event.action.duration_s": round(outcome.duration_seconds, 3),
+        "log.record.uid": uid,
+    }
+    if outcome.last_output:
+        attributes["scheduled_event.action.last_output"] = outcome.last_output
+    severity = INFO if outcome.result is ActionResult.SUCCEEDED else WARN
+    body = f"{event.event_type} {transition.kind}: action {outcome.action} {outcome.result}: {outcome.summary}"
+    return AuditRecord(ACTION_EVENT, severity, body, attributes, unix_nanos(outcome.at), uid)

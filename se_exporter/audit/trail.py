@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 
-from se_exporter.audit.records import ERROR, WARN, AuditRecord, approval_record, transition_record
+from se_exporter.audit.records import ERROR, WARN, AuditRecord, action_record, approval_record, transition_record
 from se_exporter.audit.spool import Spool
 from se_exporter.logs import FIELDS
 from se_exporter.poller import PollResult
@@ -24,22 +24,30 @@ _LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}
 CHUNK = 200
 # What a line shows on a terminal at info level: what happened, and to which event (so that one grep finds
 # an event's every line); the body says the rest, debug and JSON show every field.
-_SUMMARY = ("scheduled_event.transition", "scheduled_event.approval.result", "scheduled_event.id")
+_SUMMARY = (
+    "scheduled_event.transition",
+    "scheduled_event.approval.result",
+    "scheduled_event.action.name",
+    "scheduled_event.action.result",
+    "scheduled_event.id",
+)
 
 
 class AuditTrail:
-    """A poll sink: writes each result's decisions and transitions as log lines and into the spool."""
+    """A poll sink: writes each result's decisions, action outcomes and transitions as log lines and into the
+    spool."""
 
     def __init__(self, spool: Spool | None = None) -> None:
         self._spool = spool
 
     def on_poll(self, result: PollResult) -> None:
-        if not result.decisions and not result.transitions and not result.settled:
+        if not result.decisions and not result.transitions and not result.settled and not result.actions:
             return
-        # In the order things happened: a POST's outcome (before the document was read: its approval caused
-        # the "started" it shows), the document's transitions, then the decisions made on it.
+        # In the order things happened: a POST's outcome and the actions that ended (before the document was
+        # read: an approval caused the "started" it shows), the document's transitions, then the decisions.
         records = itertools.chain(
             (approval_record(decision) for decision in result.settled),
+            (action_record(outcome) for outcome in result.actions),
             (transition_record(transition, result.identity) for transition in result.transitions),
             (approval_record(decision) for decision in result.decisions),
         )

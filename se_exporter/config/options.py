@@ -10,11 +10,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from se_exporter.config import flags
+from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, IMPACTS
 from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
 from se_exporter.logs import FORMATS, LEVELS
 
 HEALTHY_PATH = "/-/healthy"  # served by web.py; --web.telemetry-path may not take these or "/"
 READY_PATH = "/-/ready"
+TRAFFIC_PATH = "/-/traffic"  # for a load balancer's health probe: served without basic auth
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -30,7 +32,10 @@ class ExporterConfig:
     vm_name: str | None = None
     state_file: Path | None = None
     approval_config: Path | None = None
+    actions_config: Path | None = None
     web_config_file: Path | None = None
+    traffic_lead_time: float = 300.0
+    traffic_impacts: tuple[str, ...] = tuple(DISRUPTIVE_IMPACTS)
     log_level: str = "info"
     log_format: str = "logfmt"
 
@@ -121,6 +126,31 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         metavar="FILE",
         help="approval policy (YAML); approval is off without it",
     )
+    state.add_argument(
+        "--actions.config",
+        dest="actions_config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="commands to run on transitions (YAML); none without it",
+    )
+    traffic = parser.add_argument_group("traffic (/-/traffic, for a load balancer's health probe)")
+    traffic.add_argument(
+        "--traffic.lead-time",
+        dest="traffic_lead_time",
+        type=flags.duration,
+        default=d.traffic_lead_time,
+        metavar="DURATION",
+        help="answer 503 from this long before the NotBefore of a disruptive event (default 5m)",
+    )
+    traffic.add_argument(
+        "--traffic.impacts",
+        dest="traffic_impacts",
+        type=_impacts_flag,
+        default=d.traffic_impacts,
+        metavar="LIST",
+        help=f"impacts that take the VM out of traffic (default {','.join(d.traffic_impacts)})",
+    )
     logging_group = parser.add_argument_group("logging")
     logging_group.add_argument("--log.level", dest="log_level", choices=list(LEVELS), default=d.log_level)
     logging_group.add_argument("--log.format", dest="log_format", choices=list(FORMATS), default=d.log_format)
@@ -139,15 +169,20 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         vm_name=args.vm_name or None,
         state_file=args.state_file,
         approval_config=args.approval_config,
+        actions_config=args.actions_config,
         web_config_file=args.web_config_file,
+        traffic_lead_time=args.traffic_lead_time,
+        traffic_impacts=args.traffic_impacts,
         log_level=args.log_level,
         log_format=args.log_format,
     )
 
 
 def _path_flag(text: str) -> str:
-    if not text.startswith("/") or text in ("/", HEALTHY_PATH, READY_PATH):
-        raise argparse.ArgumentTypeError(f"{text!r} must start with / and not be /, {HEALTHY_PATH} or {READY_PATH}")
+    if not text.startswith("/") or text in ("/", HEALTHY_PATH, READY_PATH, TRAFFIC_PATH):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must start with / and not be /, {HEALTHY_PATH}, {READY_PATH} or {TRAFFIC_PATH}"
+        )
     return text
 
 
@@ -171,6 +206,14 @@ def _api_version_flag(text: str) -> str:
     if not _API_VERSION.match(text):
         raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2020-07-01)")
     return text
+
+
+def _impacts_flag(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [impact for impact in chosen if impact not in IMPACTS]
+    if not chosen or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of {', '.join(IMPACTS)}")
+    return tuple(dict.fromkeys(chosen))
 
 
 def _positive_duration(text: str) -> float:

@@ -154,7 +154,9 @@ def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 -
 
 
 def _bounds(info: types.IntType | types.FloatType) -> str:
-    for symbol, bound in ((">=", info.ge), (">", info.gt), ("<=", info.le), ("<", info.lt)):
-        if bound is not None:
-            return f" {symbol} {bound:g}"
-    return ""
+    bounds = [
+        f"{symbol} {bound:g}"
+        for symbol, bound in ((">=", info.ge), (">", info.gt), ("<=", info.le), ("<", info.lt))
+        if bound is not None
+    ]
+    return f" {' and '.join(bounds)}" if bounds else ""

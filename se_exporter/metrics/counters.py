@@ -1,4 +1,4 @@
-"""What happened, counted: transitions, approval outcomes, IMDS requests, time in Started, notice.
+"""What happened, counted: transitions, approval and action outcomes, IMDS requests, time in Started, notice.
 
 ``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
 client's response observer. The counters and histograms are prometheus_client's own, registered
@@ -9,12 +9,13 @@ label set that every VM of a fleet would pay for and no dashboard or rule reads)
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import Metric
 
+from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.decision import COUNTED_RESULTS
 from se_exporter.imds.document import EVENT_TYPES
 from se_exporter.metrics.names import PREFIX, BoundedValues, label
@@ -31,7 +32,8 @@ MAX_UNKNOWN_EVENT_TYPES = 5
 class Counters:
     """Safe from any thread (prometheus_client locks each value)."""
 
-    def __init__(self, approval_enabled: bool = False) -> None:
+    def __init__(self, approval_enabled: bool = False, actions: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``actions``: each configured action's name and the transitions it runs for (their zero series)."""
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
         self.transitions = Counter(
             PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
@@ -42,6 +44,12 @@ class Counters:
         if approval_enabled:
             for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
                 self.approvals.labels(event_type, result)
+        self.actions = Counter(
+            PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"], registry=None
+        )
+        for name, transitions in (actions or {}).items():
+            for transition, action_result in product(transitions, ACTION_RESULTS):
+                self.actions.labels(name, transition, action_result)
         self.imds_requests = Counter(
             PREFIX + "imds_requests",
             "IMDS requests by method and HTTP code (or error).",
@@ -71,6 +79,8 @@ class Counters:
         )
 
     def on_poll(self, result: PollResult) -> None:
+        for outcome in result.actions:
+            self.actions.labels(outcome.action, outcome.transition.kind, outcome.result).inc()
         for decision in result.all_decisions:
             if decision.counted:
                 self.approvals.labels(self._event_type(label(decision.event.event_type)), decision.result).inc()
@@ -101,6 +111,7 @@ class Counters:
         for metric in (
             self.transitions,
             self.approvals,
+            self.actions,
             self.imds_requests,
             self.imds_request_duration,
             self.started_duration,

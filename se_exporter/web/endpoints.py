@@ -1,4 +1,4 @@
-"""The HTTP endpoints: /metrics, the landing page, /-/healthy and /-/ready, as one WSGI application."""
+"""The HTTP endpoints: /metrics, the landing page, /-/healthy, /-/ready and /-/traffic, as one WSGI application."""
 
 from __future__ import annotations
 
@@ -8,14 +8,32 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from se_exporter.config.options import HEALTHY_PATH, READY_PATH
+from se_exporter.config.options import HEALTHY_PATH, READY_PATH, TRAFFIC_PATH
+from se_exporter.web.traffic import TrafficVerdict
 
 
 def make_app(
-    registry: CollectorRegistry, telemetry_path: str, ready: Callable[[], bool], version: str
+    registry: CollectorRegistry,
+    telemetry_path: str,
+    ready: Callable[[], bool],
+    version: str,
+    traffic: Callable[[], TrafficVerdict] | None = None,
 ) -> WSGIApplication:
     metrics_app = make_wsgi_app(registry)  # content negotiation, gzip and name[] filters included
     landing = _landing_page(telemetry_path, version).encode()
+
+    def readiness() -> tuple[str, str]:
+        return ("200 OK", "Ready") if ready() else ("503 Service Unavailable", "Not ready: no successful IMDS poll yet")
+
+    def traffic_answer() -> tuple[str, str]:
+        verdict = traffic() if traffic is not None else TrafficVerdict(True, "no traffic gate")
+        return ("200 OK" if verdict.takes_traffic else "503 Service Unavailable"), verdict.reason
+
+    plain: dict[str, Callable[[], tuple[str, str]]] = {
+        HEALTHY_PATH: lambda: ("200 OK", "Healthy"),
+        READY_PATH: readiness,
+        TRAFFIC_PATH: traffic_answer,
+    }
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -23,12 +41,9 @@ def make_app(
             environ["HTTP_ACCEPT"] = prefer_text_format(environ.get("HTTP_ACCEPT", ""))
             body: Iterable[bytes] = metrics_app(environ, start_response)
             return body
-        if path == HEALTHY_PATH:
-            return _text(start_response, "200 OK", "Healthy\n")
-        if path == READY_PATH:
-            if ready():
-                return _text(start_response, "200 OK", "Ready\n")
-            return _text(start_response, "503 Service Unavailable", "Not ready: no successful IMDS poll yet\n")
+        if (answer := plain.get(path)) is not None:
+            status, text = answer()
+            return _text(start_response, status, text + "\n")
         if path == "/":
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [landing]
@@ -64,6 +79,7 @@ def _landing_page(telemetry_path: str, version: str) -> str:
 <li><a href="{path}">Metrics</a></li>
 <li><a href="{HEALTHY_PATH}">Health</a></li>
 <li><a href="{READY_PATH}">Readiness</a> (ready after the first successful IMDS poll)</li>
+<li><a href="{TRAFFIC_PATH}">Traffic</a> (503 while a disruptive event for this VM is near: for a load balancer)</li>
 </ul>
 </body></html>
 """

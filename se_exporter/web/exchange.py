@@ -30,6 +30,7 @@ from wsgiref.types import WSGIApplication
 
 import h11
 
+from se_exporter.config.options import TRAFFIC_PATH
 from se_exporter.web.auth import REALM, BasicAuthenticator
 from se_exporter.web.config import WebConfig
 
@@ -62,7 +63,7 @@ class Exchange:
     def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str) -> None:
         self._app = app
         self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
-        self._excluded = config.auth_excluded_paths
+        self._excluded = config.auth_excluded_paths | {TRAFFIC_PATH}  # a load balancer's probe sends no password
         self._extra = list(config.headers)
         self._base = {
             "SERVER_PORT": str(port),

@@ -1,0 +1,1 @@
+"""Actions on transitions (``--actions.config``): the operator's commands, run in the background."""

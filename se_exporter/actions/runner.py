@@ -1,0 +1,191 @@
+"""Runs the actions a poll's transitions call for, in the background; never blocks a poll.
+
+Each poll queues a run per (transition, matching action) and reports the runs that ended since the last
+poll. Runs start only once the state file says they may have started (``release``, after the poll's state
+was saved, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
+restarts and crashes alike. A run released when the exporter crashed is reported ``failed`` after the
+restart, never run again; a clean stop puts the runs that had not started back in the queue, and they run
+after the restart. Commands run as the hook's do
+(``command.CommandRunner``: own process group, a time limit, stopped with their children), at most
+``concurrency`` at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from se_exporter.actions.config import Action, Actions
+from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_state, runs_to_state
+from se_exporter.command import CommandResult, CommandRunner
+from se_exporter.imds.event_env import event_environment, event_file, event_json
+from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.impact import Classification
+from se_exporter.platform import Platform, current
+from se_exporter.store import Transition
+
+log = logging.getLogger("se_exporter.actions")
+MAX_RUNS = 10_000  # waiting, running or not yet reported
+MAX_RUN_BYTES = 8 << 20  # what they hold (their events), so the state file stays far under its bound
+INTERRUPTED = "not run again: the exporter stopped while this run was started or about to start (at most once)"
+
+
+class ActionRunner:
+    def __init__(
+        self,
+        actions: Actions,
+        *,
+        save: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
+        platform: Platform | None = None,
+        kill_grace_seconds: float = 5.0,
+        runs: Sequence[Run] = (),
+    ) -> None:
+        self.actions = actions
+        self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
+        self._save, self._clock, self._environ = save, clock, environ
+        self._platform = platform or current()
+        self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)
+        self._executor = ThreadPoolExecutor(max_workers=actions.concurrency, thread_name_prefix="se-action")
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], Run] = {}
+        self._futures: dict[tuple[str, str], Future[None]] = {}
+        self._bytes = 0
+        self._saving_failed = False
+        for run in runs:
+            self._restore(run)
+
+    @classmethod
+    def from_state(cls, section: object, actions: Actions, **options: object) -> ActionRunner:
+        """The runner with the runs ``to_state`` saved (a msgspec error if the section is damaged)."""
+        runs = runs_from_state(section) if section is not None else []
+        return cls(actions, runs=runs, **options)  # type: ignore[arg-type]
+
+    def to_state(self) -> object:
+        with self._lock:
+            return runs_to_state(list(self._runs.values()))
+
+    def on_poll(self, transitions: Sequence[Transition], identity: VMIdentity) -> list[ActionOutcome]:
+        """Queue the runs ``transitions`` call for; return the outcomes to report now (runs that ended since
+        the last poll, and runs refused because too many wait)."""
+        refused = [refusal for t in transitions for refusal in self._queue(t, identity)]
+        with self._lock:
+            finished = [run for run in self._runs.values() if run.state is RunState.FINISHED]
+            for run in finished:
+                del self._runs[run.key]
+                self._futures.pop(run.key, None)
+                self._bytes -= run.size()
+            if finished:
+                self.state_version += 1
+        return [*(run.outcome for run in finished if run.outcome is not None), *refused]
+
+    def release(self) -> None:
+        """Start queued runs, once the state file records them as possibly started (else: next poll)."""
+        with self._lock:
+            # Enough to keep every worker busy until the next poll releases more, and no more: a crash turns
+            # each released run that had not started yet into a "failed" one (never run again).
+            budget = 2 * self.actions.concurrency - sum(run.state is RunState.RELEASED for run in self._runs.values())
+            queued = [run for run in self._runs.values() if run.state is RunState.QUEUED][: max(0, budget)]
+            for run in queued:
+                run.state = RunState.RELEASED
+            self.state_version += bool(queued)
+        if not queued:
+            return
+        if not self._save():
+            with self._lock:
+                for run in queued:
+                    run.state = RunState.QUEUED
+            if not self._saving_failed:
+                log.warning("actions held back: the state file cannot be saved, and a run must be remembered first")
+            self._saving_failed = True
+            return
+        self._saving_failed = False
+        for run in queued:
+            self._futures[run.key] = self._executor.submit(self._run, run)
+
+    def close(self) -> list[ActionOutcome]:
+        """Stop (the exporter stops): running commands are stopped, runs not started wait for the restart."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._commands.close()
+        for future in list(self._futures.values()):
+            if not future.cancelled():
+                future.exception(timeout=10)  # ends within the grace: its command was just stopped
+        with self._lock:
+            for key, future in self._futures.items():
+                if future.cancelled() and key in self._runs:
+                    self._runs[key].state = RunState.QUEUED
+            self.state_version += 1
+        return self.on_poll((), VMIdentity())
+
+    def _queue(self, transition: Transition, identity: VMIdentity) -> list[ActionOutcome]:
+        affects = identity.affects(transition.event.resources)
+        refused = []
+        for action in self.actions.actions:
+            if not action.matches(transition, affects):
+                continue
+            run = Run(action.name, transition, identity.name)
+            with self._lock:
+                if run.key in self._runs:
+                    continue
+                if len(self._runs) >= MAX_RUNS or self._bytes + run.size() > MAX_RUN_BYTES:
+                    refused.append(self._skipped(run, f"not run: {len(self._runs)} runs are waiting already"))
+                    continue
+                self._runs[run.key] = run
+                self._bytes += run.size()
+                self.state_version += 1
+        return refused
+
+    def _restore(self, run: Run) -> None:
+        if self.actions.by_name(run.action) is None:
+            run.outcome = self._skipped(run, "not run: the action is no longer in the actions file")
+            run.state = RunState.FINISHED
+        elif run.state is RunState.RELEASED:
+            run.outcome = self._outcome(run, ActionResult.FAILED, INTERRUPTED, 0.0)
+            run.state = RunState.FINISHED
+        self._runs[run.key] = run
+        self._bytes += run.size()
+
+    def _run(self, run: Run) -> None:
+        action = self.actions.by_name(run.action)
+        if action is None:  # the file is read once: only a restored run can name an action gone since
+            return
+        ran = self._command(action, run)
+        result = ActionResult.SUCCEEDED if ran.ok else ActionResult.TIMED_OUT if ran.timed_out else ActionResult.FAILED
+        outcome = self._outcome(run, result, ran.summary, ran.duration_seconds, ran.last_output)
+        with self._lock:
+            run.outcome, run.state = outcome, RunState.FINISHED
+            self.state_version += 1
+
+    def _command(self, action: Action, run: Run) -> CommandResult:
+        transition = run.transition
+        event = transition.event
+        classification = Classification(transition.impact, transition.cause)
+        left = event.not_before.timestamp() - self._clock() if event.not_before is not None else None
+        extra = {"SE_VM_NAME": run.vm_name or "", "SE_EVENT_TRANSITION": str(transition.kind), "SE_ACTION": run.action}
+        with event_file(event_json(event, classification)) as path:
+            env = event_environment(
+                event,
+                extra,
+                action.inherit_env,
+                base=self._environ,
+                platform=self._platform,
+                classification=classification,
+                seconds_left=left,
+                event_file=path,
+            )
+            about = f"{run.action} event_id={event.event_id} transition={transition.kind}"
+            return self._commands.run(action.command, env, action.timeout_seconds, about)
+
+    def _skipped(self, run: Run, summary: str) -> ActionOutcome:
+        return self._outcome(run, ActionResult.SKIPPED, summary, 0.0)
+
+    def _outcome(
+        self, run: Run, result: ActionResult, summary: str, duration: float, last_output: str = ""
+    ) -> ActionOutcome:
+        return ActionOutcome(
+            run.action, run.transition, run.vm_name, result, summary, duration, self._clock(), last_output
+        )

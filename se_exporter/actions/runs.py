@@ -1,0 +1,98 @@
+"""One run of one action for one transition: what is queued, what it became, and how it is saved.
+
+A run is keyed by the transition's uid and the action's name, so a transition runs each action at most
+once. Its section of the state file (``version`` 1) holds the runs not yet reported::
+
+    {"version": 1, "runs": [{"action": "notify", "state": "queued", "transition": {...}, "vm_name": "vm-a",
+                             "outcome": null}]}
+
+``queued``: never started, runs after a restart. ``released``: handed to the workers, so it may have
+started: after a crash it is reported ``failed`` and never run again (at most once; a clean stop puts the
+runs that had not started back to ``queued``). ``finished``: its outcome is saved until reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import msgspec
+
+from se_exporter.state.persistence import decode_section
+from se_exporter.store import Transition
+
+
+class RunState(StrEnum):
+    QUEUED = "queued"
+    RELEASED = "released"
+    FINISHED = "finished"
+
+
+class ActionResult(StrEnum):
+    SUCCEEDED = "succeeded"  # exit status 0 within its timeout
+    FAILED = "failed"  # another status, killed, could not start, or cut short by a crash or a stop
+    TIMED_OUT = "timed_out"  # stopped (with its children) at timeout_seconds
+    SKIPPED = "skipped"  # never run: too many runs waiting, or the action is no longer configured
+
+
+ACTION_RESULTS: tuple[str, ...] = tuple(ActionResult)
+
+
+class ActionOutcome(msgspec.Struct, frozen=True):
+    """How one run ended: what the sinks count, log and send as a ``scheduled_event.action`` record."""
+
+    action: str
+    transition: Transition
+    vm_name: str | None
+    result: ActionResult
+    summary: str  # "exited with status 0", "timed out after 30 s; ...", "not run: ..."
+    duration_seconds: float
+    at: float  # Unix time it ended (or was skipped)
+    last_output: str = ""
+
+    @property
+    def uid(self) -> str:
+        """Stable: the same if this outcome is ever reported again after a crash."""
+        return f"{self.transition.uid}/{self.action}"
+
+
+@dataclass(slots=True)
+class Run:
+    action: str
+    transition: Transition
+    vm_name: str | None
+    state: RunState = RunState.QUEUED
+    outcome: ActionOutcome | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.transition.uid, self.action)
+
+    def size(self) -> int:
+        """Roughly what the run holds, in bytes (its event dominates): the queue is bounded by it."""
+        event = self.transition.event
+        return 400 + len(event.description) + sum(len(name) + 4 for name in event.resources) + len(event.event_id)
+
+
+class _SavedRun(msgspec.Struct, forbid_unknown_fields=True):
+    action: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    state: RunState
+    transition: Transition
+    vm_name: str | None
+    outcome: ActionOutcome | None
+
+
+class _SavedRuns(msgspec.Struct, forbid_unknown_fields=True):
+    version: Literal[1]
+    runs: list[_SavedRun]
+
+
+def runs_to_state(runs: list[Run]) -> _SavedRuns:
+    return _SavedRuns(1, [_SavedRun(run.action, run.state, run.transition, run.vm_name, run.outcome) for run in runs])
+
+
+def runs_from_state(section: object) -> list[Run]:
+    """The saved runs (a msgspec error when the section is not one this version wrote)."""
+    saved = decode_section(section, _SavedRuns)
+    return [Run(run.action, run.transition, run.vm_name, run.state, run.outcome) for run in saved.runs]
