@@ -4,7 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import DISRUPTIVE, IMMINENT, PAUSES, RUNBOOK_BASE, m
+from dashboards.mixin.alert_parts import (
+    DISRUPTIVE_IMPACTS,
+    EVENT_MATCH,
+    IMMINENT_IMPACTS,
+    INFO_LABELS,
+    MAINTENANCE_WINDOW,
+    MEANING,
+    NOT_PAUSE,
+    NOT_USER,
+    REDEPLOY,
+    SCHEDULED,
+    STARTED,
+    THIS_VM,
+    alert,
+    info,
+    scheduled,
+    when,
+)
+from dashboards.mixin.config import m
 from dashboards.mixin.recording import (
     APPROVALS_FAILED,
     EXPORTER_UP,
@@ -12,79 +30,6 @@ from dashboards.mixin.recording import (
     POLL_ERRORS_RATIO,
     SPOOL_DROPPED,
 )
-
-INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
-EVENT_MATCH = "on (job, instance, event_id)"
-SCHEDULED = 'event_status="Scheduled"'
-STARTED = 'event_status="Started"'
-# Anything but a pause: the four disruptive impacts, and "unknown" (a new EventType is worth a look).
-NOT_PAUSE = f'impact!~"{PAUSES}"'
-DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
-REDEPLOY = 'event_type="Redeploy"'
-IMMINENT_IMPACTS = f'impact=~"{IMMINENT}"'
-NOT_USER = 'cause!="user"'
-# What each impact means for the workload, in the words of the runbook (a Go template).
-MEANING = (
-    '{{ if eq $labels.impact "reboot" }}The VM will restart: memory is lost, disks are kept.'
-    '{{ else if eq $labels.impact "redeploy" }}The VM moves to another host: memory and the temporary disk are lost.'
-    '{{ else if eq $labels.impact "eviction" }}The Spot VM will be evicted (deallocated or deleted).'
-    '{{ else if eq $labels.impact "termination" }}The VM will be deleted (scale-in or delete).'
-    '{{ else if eq $labels.impact "live_migration" }}The VM pauses for seconds while its memory moves host.'
-    '{{ else if eq $labels.impact "pause" }}The VM pauses; nothing is lost.'
-    "{{ else }}se-exporter does not know what this event type does.{{ end }}"
-)
-# Events for this VM; "unknown" (the exporter could not learn the VM name) counts as this VM.
-THIS_VM = 'affects_this_vm!="false"'
-
-
-def anchor(alertname: str) -> str:
-    """The anchor GitHub generates for a Markdown heading made of the alert name."""
-    return alertname.lower()
-
-
-def alert(  # noqa: PLR0917 - reads like the rule it builds
-    name: str,
-    expr: str,
-    for_: str,
-    severity: str,
-    summary: str,
-    description: str,
-) -> dict[str, Any]:
-    return {
-        "alert": name,
-        "expr": expr,
-        "for": for_,
-        "labels": {"severity": severity},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{RUNBOOK_BASE}#{anchor(name)}",
-        },
-    }
-
-
-def info(selectors: str) -> str:
-    return f"{m('event_info')}{{{selectors}}}"
-
-
-def scheduled(selectors: str) -> str:
-    """Seconds until NotBefore of the Scheduled events ``selectors`` picks, with the event's labels."""
-    events = info(f"{SCHEDULED}, {selectors}, {THIS_VM}")
-    return (
-        f"{m('event_seconds_until_not_before')}\n"
-        f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-        f"    {events}\n"
-        f"or {EVENT_MATCH}\n"
-        f"  # Should never happen (Scheduled events carry a NotBefore), but never miss the event.\n"
-        f'  label_replace({events}, "not_before", "unknown", "", "")'
-    )
-
-
-def _when(what: str) -> str:
-    return (
-        f"{what} {{{{ if $labels.not_before }}}}its NotBefore is unknown{{{{ else }}}}NotBefore is in "
-        "{{ $value | humanizeDuration }}{{ end }}."
-    )
 
 
 def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
@@ -95,7 +40,7 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "critical",
             "Azure maintenance that reboots, moves or removes a VM is scheduled.",
-            _when(
+            when(
                 "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
                 "{{ $labels.cause }}) is scheduled for {{ $labels.instance }};"
             )
@@ -107,7 +52,7 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "warning",
             "Azure will pause a VM for maintenance.",
-            _when(
+            when(
                 "{{ $labels.event_type }} event {{ $labels.event_id }} (impact pause, cause {{ $labels.cause }}) "
                 "will pause {{ $labels.instance }};"
             )
@@ -120,7 +65,7 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "0m",
             "info",
             "Azure will live-migrate a VM: a pause of seconds.",
-            _when(
+            when(
                 "{{ $labels.event_type }} event {{ $labels.event_id }} (impact live_migration, cause "
                 "{{ $labels.cause }}) will live-migrate {{ $labels.instance }};"
             )
@@ -151,6 +96,18 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
             "{{ $labels.cause }}) on {{ $labels.instance }} has been Started for {{ $value | humanizeDuration }}. "
             f"{MEANING}",
+        ),
+        alert(
+            "AzureScheduledEventMaintenanceWindow",
+            f"max_over_time({info(f'{STARTED}, {DISRUPTIVE_IMPACTS}, {THIS_VM}')}[{MAINTENANCE_WINDOW}])",
+            "0m",
+            "info",
+            "A VM is in, or just out of, Azure maintenance: its node-down alerts are expected.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+            "{{ $labels.cause }}) was Started on {{ $labels.instance }} within the last "
+            f"{MAINTENANCE_WINDOW}, and the VM may be down for it. This alert keeps firing {MAINTENANCE_WINDOW} "
+            "after the exporter's last sample (a rebooting VM's exporter is down too): the shipped Alertmanager "
+            "configuration inhibits node-down alerts of the same node or instance while it fires.",
         ),
         alert(
             "AzureScheduledEventStartedTooLong",

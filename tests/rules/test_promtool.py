@@ -40,6 +40,7 @@ def test_alertmanager_config_is_valid() -> None:
         (["severity=warning", "alertname=AzureScheduledEventsIMDSDown"], "chat"),
         (["severity=info", "alertname=AzureScheduledEventStarted"], "ticket"),
         (["alertname=SomethingWithoutSeverity"], "chat"),
+        (["severity=info", "alertname=AzureScheduledEventMaintenanceWindow"], "null"),  # an inhibition source only
     ],
 )
 def test_alertmanager_routes_by_severity(labels: list[str], receiver: str) -> None:

@@ -1,0 +1,83 @@
+"""The pieces every alerting rule is made of: selectors, the meaning of each impact, the rule's shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.mixin.config import DISRUPTIVE, IMMINENT, PAUSES, RUNBOOK_BASE, m
+
+INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
+EVENT_MATCH = "on (job, instance, event_id)"
+SCHEDULED = 'event_status="Scheduled"'
+STARTED = 'event_status="Started"'
+# Anything but a pause: the four disruptive impacts, and "unknown" (a new EventType is worth a look).
+NOT_PAUSE = f'impact!~"{PAUSES}"'
+DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
+REDEPLOY = 'event_type="Redeploy"'
+IMMINENT_IMPACTS = f'impact=~"{IMMINENT}"'
+NOT_USER = 'cause!="user"'
+# How long after a disruptive event was last seen Started its VM may still be down (a reboot, a redeploy):
+# the inhibition source of the shipped Alertmanager configuration fires that long after the last sample.
+MAINTENANCE_WINDOW = "30m"
+# What each impact means for the workload, in the words of the runbook (a Go template).
+MEANING = (
+    '{{ if eq $labels.impact "reboot" }}The VM will restart: memory is lost, disks are kept.'
+    '{{ else if eq $labels.impact "redeploy" }}The VM moves to another host: memory and the temporary disk are lost.'
+    '{{ else if eq $labels.impact "eviction" }}The Spot VM will be evicted (deallocated or deleted).'
+    '{{ else if eq $labels.impact "termination" }}The VM will be deleted (scale-in or delete).'
+    '{{ else if eq $labels.impact "live_migration" }}The VM pauses for seconds while its memory moves host.'
+    '{{ else if eq $labels.impact "pause" }}The VM pauses; nothing is lost.'
+    "{{ else }}se-exporter does not know what this event type does.{{ end }}"
+)
+# Events for this VM; "unknown" (the exporter could not learn the VM name) counts as this VM.
+THIS_VM = 'affects_this_vm!="false"'
+
+
+def anchor(alertname: str) -> str:
+    """The anchor GitHub generates for a Markdown heading made of the alert name."""
+    return alertname.lower()
+
+
+def alert(  # noqa: PLR0917 - reads like the rule it builds
+    name: str,
+    expr: str,
+    for_: str,
+    severity: str,
+    summary: str,
+    description: str,
+) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": for_,
+        "labels": {"severity": severity},
+        "annotations": {
+            "summary": summary,
+            "description": description,
+            "runbook_url": f"{RUNBOOK_BASE}#{anchor(name)}",
+        },
+    }
+
+
+def info(selectors: str) -> str:
+    return f"{m('event_info')}{{{selectors}}}"
+
+
+def scheduled(selectors: str) -> str:
+    """Seconds until NotBefore of the Scheduled events ``selectors`` picks, with the event's labels."""
+    events = info(f"{SCHEDULED}, {selectors}, {THIS_VM}")
+    return (
+        f"{m('event_seconds_until_not_before')}\n"
+        f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
+        f"    {events}\n"
+        f"or {EVENT_MATCH}\n"
+        f"  # Should never happen (Scheduled events carry a NotBefore), but never miss the event.\n"
+        f'  label_replace({events}, "not_before", "unknown", "", "")'
+    )
+
+
+def when(what: str) -> str:
+    return (
+        f"{what} {{{{ if $labels.not_before }}}}its NotBefore is unknown{{{{ else }}}}NotBefore is in "
+        "{{ $value | humanizeDuration }}{{ end }}."
+    )
