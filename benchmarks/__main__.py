@@ -17,6 +17,7 @@ BENCHMARKS = {
     "outage": "benchmarks.bench_outage",  # idle CPU with a dead collector and 1,000 records waiting
     "onset": "benchmarks.bench_onset",  # CPU in the first minute of an outage, 300 records waiting
     "poll": "benchmarks.bench_poll",  # cost per poll, fetch excluded
+    "actions": "benchmarks.bench_actions",  # poll latency and CPU with actions configured vs not
     "metrics": "benchmarks.bench_metrics",  # /metrics latency
     "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
     "startup": "benchmarks.bench_startup",  # spawn → ready, import time

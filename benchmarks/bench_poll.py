@@ -127,8 +127,9 @@ class _StubClient:
 
 
 @contextlib.contextmanager
-def wired_exporter(environ: dict[str, str] | None = None) -> Iterator[Any]:
-    """The real ``Exporter`` wiring (every sink, logging to memory), its poller fed by a stub client."""
+def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Iterator[Any]:
+    """The real ``Exporter`` wiring (every sink, logging to memory), its poller fed by a stub client;
+    ``options`` are more ``ExporterConfig`` fields (``actions_config``, ``state_file``...)."""
     import httpx
 
     from se_exporter import logs
@@ -141,7 +142,9 @@ def wired_exporter(environ: dict[str, str] | None = None) -> Iterator[Any]:
     def refuse(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503)
 
-    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self")
+    config = ExporterConfig(
+        listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self", **options
+    )
     exporter = Exporter(config, transport=httpx.MockTransport(refuse), environ=environ)
     exporter.start()
     exporter.poller.client = cast(IMDSClient, _StubClient(exporter.poller.client))

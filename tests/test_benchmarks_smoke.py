@@ -21,6 +21,7 @@ EXPECTED = {
     "outage": "### Idle CPU with the collector dead",
     "onset": "### CPU from 1 s to 3 s after 300 records met a dead collector",
     "poll": "### Cost per poll, fetch excluded",
+    "actions": "### Poll with and without actions",
     "metrics": "### /metrics over HTTP vs a plain prometheus_client server",
     "detection": "### Detection latency at 1 s polling",
     "startup": "### Start-up: spawn → ready",
