@@ -169,8 +169,9 @@ def test_metric_name_extraction() -> None:
 
 
 def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
-    """docs/design.md's table against a real exposition: approval on, a spool, every kind of event state."""
-    counters, store = Counters(approval_enabled=True), EventStore()
+    """docs/design.md's table against a real exposition: approval and actions on, a spool, every kind of event
+    state."""
+    counters, store = Counters(approval_enabled=True, actions={"notify": ("scheduled",)}), EventStore()
     soon = datetime(2030, 1, 1, tzinfo=UTC)
     polls = [
         Document(
