@@ -17,7 +17,6 @@ import msgspec
 
 from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import decode, field_problem
-from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import EventTypeName
 from se_exporter.imds.impact import Cause, Impact
@@ -98,6 +97,8 @@ class Actions:
 
 def load_actions(path: str | os.PathLike[str]) -> Actions:
     """Read and validate an actions file; raise ``ConfigError`` naming the key and the problem."""
+    from se_exporter.config.strict_yaml import load_yaml  # PyYAML only when there is an actions file
+
     source = os.fspath(path)
     prefix = f"{KIND} {source}"
     data = load_yaml(prefix, read_text(prefix, source))

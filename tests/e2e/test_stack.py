@@ -275,6 +275,8 @@ def expected_alerts(stack: Stack) -> dict[tuple[str, str], set[str]]:
         # "Memory-preserving update" is a Freeze that does not say "Live Migration": impact pause.
         ("AzureScheduledEventPauseScheduled", "firing"): {s.id("scheduled-freeze")},
         ("AzureScheduledEventStarted", "firing"): {s.id("hardware-failure"), s.id("started-redeploy")},
+        # Info, routed to nobody: it is there to inhibit node-down alerts while these two run.
+        ("AzureScheduledEventMaintenanceWindow", "firing"): {s.id("hardware-failure"), s.id("started-redeploy")},
         ("AzureScheduledEventLongNoticeRedeploy", "pending"): {s.id("long-notice-redeploy")},  # for: 5m
     }
 

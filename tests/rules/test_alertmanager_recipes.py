@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,11 @@ def firing(labels: dict[str, str], description: str = "") -> dict[str, Any]:
     }
 
 
+def _labelled(labels: dict[str, str]) -> Callable[[str, dict[str, Any]], bool]:
+    """A webhook match: an alert delivered with exactly these labels."""
+    return lambda _path, alert: bool(alert["labels"] == labels)
+
+
 def event_labels(alertname: str, severity: str, **more: str) -> dict[str, str]:
     return {
         "alertname": alertname,
@@ -116,7 +121,7 @@ def test_node_down_alerts_of_a_node_in_maintenance_are_inhibited_and_the_others_
     assert response.status_code == 200, response.text
 
     for labels in delivered:
-        webhook.wait_alert(lambda _p, a, labels=labels: a["labels"] == labels, 20, f"{labels} delivered")
+        webhook.wait_alert(_labelled(labels), 20, f"{labels} delivered")
     states = {tuple(sorted(a["labels"].items())): a["status"] for a in manager.alerts()}
     for labels in inhibited:
         status = states[tuple(sorted(labels.items()))]
