@@ -5,7 +5,7 @@ from __future__ import annotations
 from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.grafana import Layout, override, panel, stat, target, thresholds, timeseries, vm_link
 from dashboards.mixin.mappings import up_expr
-from dashboards.mixin.panels import approvals_by_result, poll_errors_by_reason
+from dashboards.mixin.panels import actions_by_result, approvals_by_result, poll_errors_by_reason
 from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, PERSISTENCE_ERRORS
 
 
@@ -52,6 +52,15 @@ def lifecycle_row(lay: Layout) -> None:
             decimals=0,
         ),
         4,
+        8,
+    )
+    lay.add(
+        actions_by_result(
+            "Runs of the actions on transitions (--actions.config) by result over $__rate_interval windows: "
+            "succeeded, failed (a non-zero status, a signal, or cut short by a crash or a stop), timed_out "
+            "(stopped with its children), skipped (too many waiting). Empty when no action is configured.",
+        ),
+        12,
         8,
     )
 

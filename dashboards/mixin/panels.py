@@ -77,6 +77,22 @@ def approvals_by_result(description: str) -> dict[str, Any]:
     )
 
 
+def actions_by_result(description: str) -> dict[str, Any]:
+    return timeseries(
+        "Actions by result",
+        description,
+        [
+            target(
+                f"sum by (action, result) (increase({m('actions_total')}{{{SEL}}}[$__rate_interval]))",
+                "{{action}} {{result}}",
+            )
+        ],
+        "short",
+        bars=True,
+        stacked=True,
+    )
+
+
 def poll_errors_by_reason(description: str, *, fleet: bool = False) -> dict[str, Any]:
     """``fleet``: from the job-level recording rule (every instance of the selected jobs), which stays fast
     at thousands of VMs; otherwise from the raw counters of the selected instances."""

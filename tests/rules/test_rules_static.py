@@ -36,8 +36,9 @@ SEVERITIES = {"critical", "warning", "info"}
 
 
 def _rules() -> list[dict[str, Any]]:
-    doc = yaml.safe_load((ALERTS / "se-exporter.rules.yml").read_text())
-    return [rule for group in doc["groups"] for rule in group["rules"]]
+    """Every rule we ship: the main file and the optional AKS group (alerts/aks.rules.yml)."""
+    docs = [yaml.safe_load((ALERTS / name).read_text()) for name in ("se-exporter.rules.yml", "aks.rules.yml")]
+    return [rule for doc in docs for group in doc["groups"] for rule in group["rules"]]
 
 
 RULES = _rules()
@@ -46,12 +47,17 @@ RECORDING_RULES = [r for r in RULES if "record" in r]
 ALERT_NAMES = [r["alert"] for r in ALERT_RULES]
 
 
+# kube-state-metrics' series the optional AKS group (alerts/aks.rules.yml) joins with ours by node.
+KUBE_STATE_METRICS = {"kube_node_spec_unschedulable"}
+
+
 def allowed_names() -> set[str]:
     return (
         exposed_names(DESIGN_METRICS)
         | exposed_names(SPOOL_METRICS)
         | set(PROMETHEUS_METRICS)
         | {r["record"] for r in RECORDING_RULES}
+        | KUBE_STATE_METRICS
     )
 
 

@@ -1,0 +1,39 @@
+"""The optional AKS rule group (alerts/aks.rules.yml): our events joined with kube-state-metrics by node.
+
+AKS cordons and drains a node for some events (node auto-drain: Redeploy, Preempt, Terminate) and not for
+others (a Reboot); a team's own action or hook may drain it too. The alert fires when a disruptive event for
+a node is near and the node is still schedulable: nothing is draining it in time. It needs the ``node``
+label on our series (the chart's and the kustomization's monitors add it) and kube-state-metrics'
+``kube_node_spec_unschedulable``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.mixin.alert_parts import DISRUPTIVE_IMPACTS, EVENT_MATCH, INFO_LABELS, MEANING, SCHEDULED, alert, info
+from dashboards.mixin.config import m
+
+NEAR_SECONDS = 600  # "near": within the 10 minutes before NotBefore that Azure gives a Reboot at the least
+UNCORDONED = "kube_node_spec_unschedulable == 0"
+LISTS_THIS_NODE = 'affects_this_vm="true"'  # the node's own VM, known by name: the join is by node
+
+
+def aks_rules() -> list[dict[str, Any]]:
+    until = m("event_seconds_until_not_before")
+    return [
+        alert(
+            "AzureScheduledEventNodeNotCordoned",
+            f"({until} < {NEAR_SECONDS})\n"
+            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
+            f"    {info(f'{SCHEDULED}, {DISRUPTIVE_IMPACTS}, {LISTS_THIS_NODE}')}\n"
+            f"and on (node) ({UNCORDONED})",
+            "2m",
+            "warning",
+            "Azure maintenance is near for a node that nobody has cordoned.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+            "{{ $labels.cause }}) can start on node {{ $labels.node }} ({{ $labels.instance }}) in "
+            "{{ $value | humanizeDuration }}, and the node is still schedulable: neither AKS node auto-drain "
+            f"nor an action or hook is draining it. {MEANING} Cordon and drain the node now, or accept the impact.",
+        )
+    ]
