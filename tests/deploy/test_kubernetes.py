@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path, PurePosixPath
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -41,15 +39,6 @@ def objects() -> dict[str, dict[str, Any]]:
             assert doc["kind"] not in found, f"two {doc['kind']} objects; the tests assume one"
             found[doc["kind"]] = doc
     return found
-
-
-@pytest.fixture(scope="module")
-def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("generate_prometheusrule", K8S_DIR / "generate_prometheusrule.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_kubernetes_validate_core_kinds(objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
@@ -279,44 +268,10 @@ def test_prometheusrule_structure(objects: dict[str, dict[str, Any]], tmp_path: 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_prometheusrule_in_sync_with_rule_file(generator: ModuleType) -> None:
-    committed = (K8S_DIR / "prometheusrule.yaml").read_text(encoding="utf-8")
-    expected = generator.render(RULES_FILE.read_text(encoding="utf-8"))
-    hint = "run: python deploy/kubernetes/generate_prometheusrule.py"
-    assert yaml.safe_load(committed)["spec"]["groups"] == load_yaml(RULES_FILE)["groups"], hint
-    assert committed == expected, hint
-
-
-def test_generator_round_trip(generator: ModuleType, tmp_path: Path) -> None:
-    """On a synthetic rule file: groups copied verbatim (multi-line PromQL too), --check works."""
-    rules = tmp_path / "rules.yml"
-    rules.write_text(
-        "groups:\n"
-        "  - name: example\n"
-        "    rules:\n"
-        "      - alert: Example\n"
-        "        expr: |\n"
-        "          azure_scheduled_events_imds_up == 0\n"
-        "            and on() vector(1)\n"
-        "        for: 5m\n"
-        "        labels: {severity: warning}\n"
-        "        annotations: {summary: 'IMDS down on {{ $labels.instance }}: \"quoted\"'}\n"
-        "      - record: job:example:sum\n"
-        "        expr: sum(azure_scheduled_events_pending)\n",
-        encoding="utf-8",
-    )
-    output = tmp_path / "prometheusrule.yaml"
-    assert generator.main(["--rules", str(rules), "--output", str(output), "--check"]) == 1
-    assert generator.main(["--rules", str(rules), "--output", str(output)]) == 0
-    assert generator.main(["--rules", str(rules), "--output", str(output), "--check"]) == 0
-    text = output.read_text(encoding="utf-8")
-    assert text.startswith("# GENERATED")
-    document = yaml.safe_load(text)
-    assert document["kind"] == "PrometheusRule" and document["apiVersion"] == CRD_GROUP
-    assert document["spec"]["groups"] == load_yaml(rules)["groups"]
-    assert "expr: |" in text, "multi-line PromQL stays readable"
-    with pytest.raises(ValueError, match="groups"):
-        generator.render("groups: []\n")
+def test_prometheusrule_in_sync_with_rule_file() -> None:
+    """Generated (deploy/copies.py); tests/test_dashboards_static.py checks every generated file byte for byte."""
+    committed = load_yaml(K8S_DIR / "prometheusrule.yaml")
+    assert committed["spec"]["groups"] == load_yaml(RULES_FILE)["groups"], "run: python dashboards/generate.py"
 
 
 def test_container_image_matches_dockerfile_contract(objects: dict[str, dict[str, Any]]) -> None:

@@ -1,0 +1,164 @@
+"""The Helm chart, by the real helm: lint, every ci/ values file, the schema's refusals, and every object
+validated (core kinds by kubernetes-validate, the monitors and rules by prometheus-operator's models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cloudcoil.models.prometheus_operator import v1 as operator
+from pydantic import BaseModel
+
+from tests.deploy.helm import CHART, CI_VALUES, NAMESPACE, Helm, Rendered
+from tests.deploy.support import DASHBOARDS_DIR, REPO, load_yaml
+from tests.support.tools import require
+
+EVERYTHING = CHART / "ci" / "everything-values.yaml"
+OPERATOR_MODELS: dict[str, type[BaseModel]] = {
+    "ServiceMonitor": operator.ServiceMonitor,
+    "PodMonitor": operator.PodMonitor,
+    "PrometheusRule": operator.PrometheusRule,
+}
+CORE_KINDS = {"DaemonSet", "Service", "ServiceAccount", "ConfigMap", "NetworkPolicy"}
+
+
+def test_lint_strict(helm: Helm) -> None:
+    for values in (None, *CI_VALUES):
+        args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+        result = helm.run(*args, *(["--values", str(values)] if values else []))
+        assert "0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_defaults_render_only_what_needs_no_crd(helm: Helm) -> None:
+    assert helm.template().kinds() == ["DaemonSet", "Service", "ServiceAccount"]
+
+
+RENDERS = {  # each ci/ values file -> the kinds it renders, sorted
+    "default": "DaemonSet Service ServiceAccount",
+    "azure-monitor": "DaemonSet PodMonitor Service ServiceAccount",
+    "kube-prometheus": "ConfigMap ConfigMap DaemonSet PrometheusRule Service ServiceAccount ServiceMonitor",
+    "approval-otel-tls": "ConfigMap DaemonSet NetworkPolicy Service ServiceAccount ServiceMonitor",
+    "windows": "DaemonSet DaemonSet Service ServiceAccount",
+    "everything": "ConfigMap ConfigMap DaemonSet DaemonSet NetworkPolicy PodMonitor PrometheusRule Service "
+    "ServiceAccount ServiceMonitor",
+}
+
+
+def test_the_ci_folder_holds_the_combinations() -> None:
+    assert {p.name for p in CI_VALUES} == {f"{name}-values.yaml" for name in RENDERS}
+
+
+@pytest.mark.parametrize(("values", "kinds"), RENDERS.items())
+def test_each_ci_values_file_renders_its_objects(helm: Helm, values: str, kinds: str) -> None:
+    assert helm.template(CHART / "ci" / f"{values}-values.yaml").kinds() == kinds.split()
+
+
+def _every_rendering(helm: Helm) -> list[Rendered]:
+    return [helm.template(), *(helm.template(values) for values in CI_VALUES)]
+
+
+def test_core_kinds_pass_kubernetes_validate_strict(helm: Helm, tmp_path: Path) -> None:
+    tool = require("kubernetes-validate")
+    files = []
+    for number, rendered in enumerate(_every_rendering(helm)):
+        for index, doc in enumerate(d for d in rendered.documents if d["kind"] in CORE_KINDS):
+            files.append(tmp_path / f"{number}-{index}-{doc['kind']}.yaml")
+            files[-1].write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = subprocess.run(
+        [tool, "--strict", *map(str, files)], capture_output=True, text=True, timeout=300, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "ERROR" not in output and "WARN" not in output, output
+    assert output.count(" passed ") == len(files), output
+
+
+def _round_trip(doc: dict[str, Any]) -> dict[str, Any]:
+    """The object as prometheus-operator's model reads it: a key the model does not know is lost, so a
+    difference is an unknown key (or a wrong type). Azure's azmonitoring group has the same schema."""
+    as_operator = {**doc, "apiVersion": "monitoring.coreos.com/v1"}
+    model = OPERATOR_MODELS[doc["kind"]].model_validate(as_operator)
+    dumped: dict[str, Any] = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    return {**dumped, "apiVersion": doc["apiVersion"]}
+
+
+def test_monitors_and_rules_match_the_prometheus_operator_schema(helm: Helm) -> None:
+    checked = set()
+    for rendered in _every_rendering(helm):
+        for doc in rendered.documents:
+            if doc["kind"] in OPERATOR_MODELS:
+                assert doc["apiVersion"] in ("monitoring.coreos.com/v1", "azmonitoring.coreos.com/v1")
+                assert _round_trip(doc) == doc, doc["kind"]
+                checked.add((doc["kind"], doc["apiVersion"]))
+    assert {kind for kind, _ in checked} == set(OPERATOR_MODELS)
+    assert ("PodMonitor", "azmonitoring.coreos.com/v1") in checked
+
+
+def test_the_round_trip_notices_an_unknown_key() -> None:
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "m"},
+        "spec": {"selector": {}, "endpoints": [{"port": "metrics", "relabellings": []}]},
+    }
+    assert _round_trip(monitor) != monitor
+
+
+@pytest.mark.parametrize(
+    ("option", "values", "message"),
+    [
+        ("--set-string", "state.enabled=yes", "at '/state/enabled': got string, want boolean"),
+        ("--set", "approval.enabled=1", "at '/approval/enabled': got number, want boolean"),
+        ("--set-string", "service.port=http", "at '/service/port': got string, want integer"),
+        ("--set", "serviceMonitor.apiVersion=monitoring.coreos.com/v2", "at '/serviceMonitor/apiVersion'"),
+        ("--set", "opentelemetry.protocol=thrift", "at '/opentelemetry/protocol'"),
+        ("--set", "tolerations=everything", "at '/tolerations': got string, want array"),
+        ("--set", "webConfig.existingSecet=web", "at '/webConfig': additional properties 'existingSecet'"),
+        ("--set", "serviceMonitor.intervall=30s", "at '/serviceMonitor': additional properties 'intervall'"),
+        ("--set", "unknownTopLevel=1", "additional properties 'unknownTopLevel' not allowed"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_key(helm: Helm, option: str, values: str, message: str) -> None:
+    result = helm.run("template", "se-exporter", str(CHART), option, values, check=False)
+    assert result.returncode != 0, result.stdout
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_approval_without_a_policy_is_refused_with_what_to_give(helm: Helm) -> None:
+    result = helm.run("template", "se-exporter", str(CHART), "--set", "approval.enabled=true", check=False)
+    assert result.returncode != 0
+    assert "approval.policy is empty: give the policy" in result.stderr, result.stderr
+
+
+def test_the_approval_policy_it_mounts_is_one_the_exporter_accepts(helm: Helm, tmp_path: Path) -> None:
+    rendered = helm.template(CHART / "ci" / "approval-otel-tls-values.yaml")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(rendered.one("ConfigMap")["data"]["policy.yaml"], encoding="utf-8")
+    check = [sys.executable, "-m", "se_exporter", "check", f"--approval.config={policy}"]
+    result = subprocess.run(check, capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr
+
+
+def test_rules_are_exactly_those_of_alerts(helm: Helm) -> None:
+    shipped = load_yaml(REPO / "alerts" / "se-exporter.rules.yml")["groups"]
+    aks = load_yaml(REPO / "alerts" / "aks.rules.yml")["groups"]
+    rule = helm.template(sets=("prometheusRule.enabled=true",)).one("PrometheusRule")
+    assert rule["spec"]["groups"] == shipped
+    with_aks = helm.template(sets=("prometheusRule.enabled=true", "prometheusRule.aksRules=true"))
+    assert with_aks.one("PrometheusRule")["spec"]["groups"] == shipped + aks
+
+
+def test_dashboards_are_exactly_those_of_dashboards(helm: Helm) -> None:
+    rendered = helm.template(sets=("dashboards.enabled=true",))
+    found = {}
+    for config_map in rendered.all("ConfigMap"):
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        [(name, text)] = config_map["data"].items()
+        found[name] = json.loads(text)
+    expected = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in DASHBOARDS_DIR.glob("*.json")}
+    assert found == expected and len(found) == 2
