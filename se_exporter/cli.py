@@ -151,9 +151,9 @@ def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 
         add_exporter_flags(parser)
     elif command == "simulate":
-        import se_exporter.simulator.command as simulator_command
+        import se_exporter.simulator.flags as simulator_flags
 
-        simulator_command.add_arguments(parser)
+        simulator_flags.add_arguments(parser)
     elif command == "check":
         import se_exporter.check as check_command
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
-from se_exporter.simulator.command import speed
+from se_exporter.simulator.flags import speed
 from se_exporter.simulator.model import SimulatedVM
 from se_exporter.simulator.scenario_file import builtin_scenario
 from se_exporter.simulator.server import SimulatorServer

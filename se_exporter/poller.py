@@ -25,8 +25,9 @@ from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
+from se_exporter.lifecycle import EventState, Transition
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventState, EventStore, Transition
+from se_exporter.store import EventStore
 
 log = logging.getLogger(__name__)
 IDENTITY_RETRY_SECONDS = 60.0

@@ -10,14 +10,8 @@ store continues where it left off.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 import logging
-import uuid
 from collections.abc import Mapping
-from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated
 
@@ -25,9 +19,9 @@ import msgspec
 
 from se_exporter.imds.changes import content, describe_change
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
-from se_exporter.imds.impact import Cause, Impact, classify
+from se_exporter.imds.impact import classify
+from se_exporter.lifecycle import EventState, Transition, TransitionKind
 from se_exporter.state.persistence import decode_section
-from se_exporter.uids import uuid5_text
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -35,63 +29,6 @@ MAX_REMEMBERED_REMOVALS = 1000
 # state (and the state file, rewritten at each change) without end. A NotBefore older than these that
 # comes back is reported as a reschedule again.
 MAX_NOT_BEFORE_HISTORY = 32
-# Fixed namespace so that a transition's uid is the same in every process, forever.
-_UID_NAMESPACE = uuid.UUID("6f1d3c52-5a57-4d0e-9a35-9b1f2b8c1e01")
-_UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # keeps a damaged state file's times usable
-
-
-class TransitionKind(StrEnum):
-    SCHEDULED = "scheduled"  # first seen Scheduled
-    STARTED = "started"  # Scheduled -> Started, or first seen Started
-    COMPLETED = "completed"  # removed after Started
-    CANCELLED = "cancelled"  # removed while Scheduled
-    RESCHEDULED = "rescheduled"  # NotBefore changed while Scheduled
-    UPDATED = "updated"  # changed in place: type, Resources, source, duration, description (same EventId)
-
-
-class EventState(msgspec.Struct, frozen=True, gc=False):
-    """What the store knows of one listed event."""
-
-    event: ScheduledEvent  # as last seen
-    first_seen: _UnixTime  # Unix time of the first sighting
-    first_seen_status: str
-    started_at: _UnixTime | None = None  # Unix time the exporter saw it Started
-    not_before_history: tuple[datetime, ...] = ()  # every NotBefore seen while Scheduled
-    life: Annotated[int, msgspec.Meta(ge=1)] = 1  # > 1 when the EventId came back after its removal
-    # What the event will do and why (imds.impact): set whenever the event changes; a state file's
-    # values are recomputed on load, so an event first seen Started keeps the cause "failure".
-    impact: Impact = Impact.UNKNOWN
-    cause: Cause = Cause.UNKNOWN
-
-    def started_seconds(self, now: float) -> float | None:
-        return None if self.started_at is None else max(0.0, now - self.started_at)
-
-
-class Transition(msgspec.Struct, frozen=True, gc=False):
-    kind: TransitionKind
-    event: ScheduledEvent  # the event as seen at the transition (last seen, for removals)
-    previous_status: str  # "" when first seen
-    observed_at: float  # Unix time the exporter observed the change
-    document_incarnation: int
-    first_seen: float
-    first_seen_status: str
-    started_seconds: float | None = None  # time spent in Started, on "completed"
-    life: int = 1
-    impact: Impact = Impact.UNKNOWN
-    cause: Cause = Cause.UNKNOWN
-    changes: str = ""  # on "updated": what changed (``imds.changes.describe_change``)
-
-    @property
-    def uid(self) -> str:
-        """Stable id of this transition: the same if it is ever emitted again after a crash (per new NotBefore
-        for "rescheduled", per new content for "updated")."""
-        not_before = (
-            self.event.not_before.isoformat()
-            if self.kind is TransitionKind.RESCHEDULED and self.event.not_before is not None
-            else None
-        )
-        detail = _content_digest(self.event) if self.kind is TransitionKind.UPDATED else not_before
-        return _transition_uid(self.event.event_id, self.life, self.kind, detail)
 
 
 class _StoreState(msgspec.Struct):
@@ -100,19 +37,6 @@ class _StoreState(msgspec.Struct):
     incarnation: int | None
     events: tuple[EventState, ...]
     removed: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
-
-
-@functools.lru_cache(maxsize=1024)  # each sink asks for the uid of the same transition
-def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> str:
-    key = event_id if life == 1 else f"{event_id}#{life}"
-    key += f"/{kind}"
-    if detail is not None:
-        key += "/" + detail
-    return uuid5_text(_UID_NAMESPACE, key)
-
-
-def _content_digest(event: ScheduledEvent) -> str:
-    return hashlib.sha256(json.dumps(content(event), default=str).encode()).hexdigest()[:16]
 
 
 class EventStore:

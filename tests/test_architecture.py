@@ -28,6 +28,7 @@ STAGES: dict[str, int] = {
     "command": 0,  # foundation: no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
+    "lifecycle": 3,  # the store's values: event states and transitions
     "store": 3,
     "simulator": 3,  # the state machine; the simulator is a world of its own beside it
     "approval": 4,  # decides on the store's events

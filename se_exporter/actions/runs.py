@@ -19,8 +19,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from se_exporter.lifecycle import Transition
 from se_exporter.state.persistence import decode_section
-from se_exporter.store import Transition
 
 
 class RunState(StrEnum):

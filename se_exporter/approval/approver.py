@@ -36,24 +36,26 @@ from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.decision import ApprovalResult as Result
 from se_exporter.approval.hook import HookRunner, HookSubmitter
 from se_exporter.approval.judge import Judge, past_not_before, revision
-from se_exporter.approval.ledger import HOOK_RUNNING, POST_DUE, POSTING, LedgerEntry, dump_ledger, load_ledger
+from se_exporter.approval.ledger import (
+    HOOK_RUNNING,
+    POST_DUE,
+    POSTING,
+    RETENTION_SECONDS,
+    LedgerEntry,
+    dump_ledger,
+    load_ledger,
+    prune_ledger,
+)
 from se_exporter.approval.policy import Policy
 from se_exporter.approval.poster import BackgroundPoster, PostRetry, PostStartRequests
 from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, settle_post
-from se_exporter.imds.document import MAX_EVENTS, SCHEDULED
+from se_exporter.imds.document import SCHEDULED
 from se_exporter.imds.impact import Classification
-from se_exporter.store import EventState
+from se_exporter.lifecycle import EventState
 
 log = logging.getLogger("se_exporter.approval")
 
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
-# How long a decision on an event no longer listed is remembered: an approval for a week (an EventId that
-# comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
-RETENTION_SECONDS = 7 * 24 * 3600.0
-OTHER_RETENTION_SECONDS = 600.0
-# The ledger's bound (and its share of the state file): twice the events a document may list. Past it,
-# decisions on events no longer listed are forgotten oldest first, approvals last.
-MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
 
 
 class PollDecisions(NamedTuple):
@@ -140,7 +142,7 @@ class Approver:
                 self._consider(state, vm_name, now, batch, decisions.made)
             if batch:
                 self._poster.submit(batch)
-            pruned = self._prune(listed, now)
+            pruned = prune_ledger(self._ledger, listed.keys(), now, self._retention)
             if decisions.settled or decisions.made or batch or pruned or len(self._hooks) != hooks:
                 self.state_version += 1
         return decisions
@@ -271,31 +273,3 @@ class Approver:
         """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
         with self._lock:
             return recheck(items, self._latest, self._vm_name, self._clock(), self._judge)
-
-    def _prune(self, listed: Mapping[str, EventState], now: float) -> bool:
-        """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
-        ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest, approvals last; True if any."""
-        gone = [
-            event_id
-            for event_id, entry in self._ledger.items()
-            if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)
-        ]
-        forget = {event_id for event_id in gone if self._expired(self._ledger[event_id], now)}
-        if (excess := len(self._ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
-            kept = sorted(
-                (event_id for event_id in gone if event_id not in forget),
-                key=lambda event_id: (
-                    self._ledger[event_id].status == Result.APPROVED,
-                    self._ledger[event_id].last_seen,
-                ),
-            )
-            forget.update(kept[:excess])
-        for event_id in forget:
-            del self._ledger[event_id]
-        return bool(forget)
-
-    def _expired(self, entry: LedgerEntry, now: float) -> bool:
-        if entry.status == Result.SKIPPED:
-            return True
-        limit = self._retention if entry.status == Result.APPROVED else min(self._retention, OTHER_RETENTION_SECONDS)
-        return now - entry.last_seen > limit

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping, Set
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import msgspec
 
 from se_exporter.approval.decision import ApprovalResult
-from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.document import MAX_EVENTS, ScheduledEvent
 from se_exporter.state.persistence import decode_section
 
 LEDGER_VERSION = 1
@@ -35,6 +35,13 @@ POSTING = "posting"
 POST_DUE = "post_due"
 SavedStatus = Literal["approved", "dry_run", "hook_failed", "expired", "failed", "post_due"]
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
+# How long a decision on an event no longer listed is remembered: an approval for a week (an EventId that
+# comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
+RETENTION_SECONDS = 7 * 24 * 3600.0
+OTHER_RETENTION_SECONDS = 600.0
+# The ledger's bound (and its share of the state file): twice the events a document may list. Past it,
+# decisions on events no longer listed are forgotten oldest first, approvals last.
+MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
 
 
 @dataclass(slots=True)
@@ -125,3 +132,32 @@ _SAVED = frozenset(
         POST_DUE,
     }
 )
+
+
+def prune_ledger(
+    ledger: MutableMapping[str, LedgerEntry], listed: Set[str], now: float, retention: float = RETENTION_SECONDS
+) -> bool:
+    """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
+    ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest, approvals last; True if any."""
+    gone = [
+        event_id
+        for event_id, entry in ledger.items()
+        if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)
+    ]
+    forget = {event_id for event_id in gone if _expired(ledger[event_id], now, retention)}
+    if (excess := len(ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
+        kept = sorted(
+            (event_id for event_id in gone if event_id not in forget),
+            key=lambda event_id: (ledger[event_id].status == ApprovalResult.APPROVED, ledger[event_id].last_seen),
+        )
+        forget.update(kept[:excess])
+    for event_id in forget:
+        del ledger[event_id]
+    return bool(forget)
+
+
+def _expired(entry: LedgerEntry, now: float, retention: float) -> bool:
+    if entry.status == ApprovalResult.SKIPPED:
+        return True
+    limit = retention if entry.status == ApprovalResult.APPROVED else min(retention, OTHER_RETENTION_SECONDS)
+    return now - entry.last_seen > limit

@@ -19,7 +19,7 @@ from se_exporter.actions.runs import ActionOutcome, ActionResult
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
-from se_exporter.store import Transition, TransitionKind
+from se_exporter.lifecycle import Transition, TransitionKind
 from se_exporter.times import rfc3339, unix_nanos
 from se_exporter.uids import uuid5_text
 

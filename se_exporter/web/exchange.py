@@ -22,9 +22,8 @@ import logging
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 from wsgiref.types import WSGIApplication
 
@@ -33,28 +32,19 @@ import h11
 from se_exporter.config.options import TRAFFIC_PATH
 from se_exporter.web.auth import REALM, BasicAuthenticator
 from se_exporter.web.config import WebConfig
+from se_exporter.web.wire import (
+    IDLE_TIMEOUT_SECONDS,
+    MAX_HEAD_BYTES,
+    Answer,
+    Headers,
+    plain,
+    read_request,
+    write_answer,
+)
 
 log = logging.getLogger("se_exporter.web.server")
-HEAD_TIMEOUT_SECONDS = 10.0  # a request (and a TLS handshake) must arrive in full within this
-IDLE_TIMEOUT_SECONDS = 30.0  # a kept-alive connection waits this long for its next request
-WRITE_TIMEOUT_SECONDS = 10.0  # an answer must be taken within this
-MAX_HEAD_BYTES = 64 << 10
-MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
 MAX_AUTH_WAITING = 4
 _CHALLENGE = ("WWW-Authenticate", f'Basic realm="{REALM}"')
-Headers = list[tuple[str, str]]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    status: int
-    reason: str
-    headers: Headers
-    body: bytes
-
-
-class Timeout(Exception):
-    """The client took longer than it may (a slow or dripping client)."""
 
 
 class Exchange:
@@ -98,15 +88,15 @@ class Exchange:
         while True:
             idle(True)
             try:
-                request = await _read_request(http, reader, deadline)
+                request = await read_request(http, reader, deadline)
             except h11.RemoteProtocolError as error:
-                await _write(http, writer, _plain(error.error_status_hint, str(error)), head=False, close=True)
+                await write_answer(http, writer, plain(error.error_status_hint, str(error)), head=False, close=True)
                 return
             if request is None:
                 return
             idle(False)
             answer = await self._answer(request, client)
-            await _write(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
+            await write_answer(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
             if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
                 return
             http.start_next_cycle()
@@ -194,75 +184,6 @@ def _call(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
     status, headers = started[0]
     code, _, reason = status.partition(" ")
     return Answer(int(code), reason, headers, body)
-
-
-async def _read_request(http: h11.Connection, reader: asyncio.StreamReader, idle_deadline: float) -> h11.Request | None:
-    """The next request, read in full (its body discarded); None when the client closed the connection."""
-    deadline = idle_deadline  # until the first byte; then HEAD_TIMEOUT_SECONDS for the rest
-    request: h11.Request | None = None
-    body = 0
-    while True:
-        event = http.next_event()
-        if event is h11.NEED_DATA:
-            data = await _receive(reader, deadline)
-            if data and request is None and http.their_state is h11.IDLE and deadline == idle_deadline:
-                deadline = min(idle_deadline, time.monotonic() + HEAD_TIMEOUT_SECONDS)
-            http.receive_data(data)
-        elif isinstance(event, h11.Request):
-            request = event
-        elif isinstance(event, h11.Data):
-            body += len(event.data)
-            if body > MAX_BODY_BYTES:
-                raise h11.RemoteProtocolError("request body too large", error_status_hint=413)
-        elif isinstance(event, h11.EndOfMessage):
-            return request
-        elif isinstance(event, h11.ConnectionClosed):
-            return None
-
-
-async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise Timeout
-    try:
-        async with asyncio.timeout(left):
-            return await reader.read(16384)  # small reads: the head bound is checked between them
-    except TimeoutError:
-        raise Timeout from None
-
-
-async def _write(
-    http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool, close: bool
-) -> None:
-    headers: Headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
-    if close:
-        headers.append(("Connection", "close"))
-    data = http.send(
-        h11.Response(status_code=answer.status, reason=answer.reason.encode("latin-1"), headers=_encoded(headers))
-    )
-    if answer.body and not head:
-        data += http.send(h11.Data(data=answer.body))
-    data += http.send(h11.EndOfMessage())
-    writer.write(data)
-    try:
-        async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
-            await writer.drain()
-    except TimeoutError:
-        raise Timeout from None
-
-
-def _encoded(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
-
-
-def _plain(status: int, text: str) -> Answer:
-    reasons = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
-    return Answer(
-        status,
-        reasons.get(status, "Bad Request"),
-        [("Content-Type", "text/plain; charset=utf-8")],
-        f"{text}\n".encode(),
-    )
 
 
 def close_quietly(writer: asyncio.StreamWriter) -> None:

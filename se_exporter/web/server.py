@@ -22,8 +22,9 @@ from collections import OrderedDict
 from wsgiref.types import WSGIApplication
 
 from se_exporter.web.config import WebConfig
-from se_exporter.web.exchange import HEAD_TIMEOUT_SECONDS, Exchange, Timeout, close_quietly
+from se_exporter.web.exchange import Exchange, close_quietly
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, is_tls_hello
+from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 
 log = logging.getLogger(__name__)
 # Open connections at most (the process's 1,024 file descriptors also hold the state file, the spool and

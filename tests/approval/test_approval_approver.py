@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.approval.approver import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, Approver
+from se_exporter.approval.approver import Approver
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookResult, HookRunner, HookSubmitter
+from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS
 from se_exporter.approval.policy import Hook, Policy, Rule
 from se_exporter.approval.poster import PostRetry
 from se_exporter.imds.document import ScheduledEvent

@@ -1,6 +1,6 @@
 """The end-to-end stack, started once per test module (see conftest.py)::
 
-    SimulatorServer (thread) --IMDS--> se-exporter (subprocess, approval policy, OTLP to a test receiver)
+    SimulatorServer (thread) --IMDS--> se-exporter (subprocess, approval policy, an action, OTLP to a test receiver)
         <--scrape 1s-- Prometheus (Debian binary; shipped rules + a for:0s override copy)
             --alerts--> Alertmanager (Debian binary; the shipped routing tree) --webhook--> WebhookReceiver
 
@@ -85,6 +85,18 @@ def approval_policy(workdir: Path) -> tuple[Path, Path]:
     return write_yaml(workdir / "approval.yml", policy), marker
 
 
+def actions_file(workdir: Path) -> Path:
+    """An action on every scheduled and started transition that notes the event in a file."""
+    seen = workdir / "actions-seen"
+    action = {
+        "name": "e2e-note",
+        "transitions": ["scheduled", "started"],
+        "command": ["/bin/sh", "-c", f'echo "$SE_EVENT_TRANSITION $SE_EVENT_ID" >> {seen}'],
+        "timeout_seconds": 10,
+    }
+    return write_yaml(workdir / "actions.yml", {"actions": [action]})
+
+
 @contextlib.contextmanager
 def running_stack(workdir: Path, prometheus_bin: str, alertmanager_bin: str) -> Iterator[Stack]:
     """Start the whole stack and build the scene; stop everything on exit (also if start-up fails)."""
@@ -100,6 +112,7 @@ def running_stack(workdir: Path, prometheus_bin: str, alertmanager_bin: str) -> 
             f"--imds.url={sim.url}",
             "--poll.interval=250ms",
             f"--approval.config={policy}",
+            f"--actions.config={actions_file(workdir)}",
             f"--state.file={workdir / 'exporter-state.json'}",
             env={**otlp.env, "OTEL_SDK_DISABLED": "false", "OTEL_BSP_SCHEDULE_DELAY": "500"},
             log_path=workdir / "exporter.log",

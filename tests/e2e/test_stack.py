@@ -96,6 +96,7 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (FLEET, "Transitions", "A"): NONZERO,
         (FLEET, "Approvals by result", "A"): DATA,  # zero series: the exporter runs with an approval policy
         (FLEET, "Approval failures (time range)", "A"): NONZERO,  # the User Reboot's hook fails (scene.py)
+        (FLEET, "Actions by result", "A"): NONZERO,  # the stack's action runs on every scheduled transition
         (FLEET, "Exporters with IMDS down", "A"): equals(0),
         (FLEET, "Exporters with IMDS down", "B"): equals(1),
         (FLEET, "Poll errors by reason", "A"): DATA,  # zero series for every reason

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from se_exporter.web import exchange
+from se_exporter.web import wire
 from se_exporter.web.config import WebConfig
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import MAX_CONNECTIONS, WebServer
@@ -75,7 +75,7 @@ def test_slow_clients_neither_starve_a_scrape_nor_hold_on_for_ever(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """200 connections that sent one byte, and 20 that drip a byte a second: every scrape timed out."""
-    monkeypatch.setattr(exchange, "HEAD_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(wire, "HEAD_TIMEOUT_SECONDS", 2.0)
     server = serve(None)
     stop = threading.Event()
     with sockets() as opened:
