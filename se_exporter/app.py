@@ -22,8 +22,6 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
-from se_exporter.actions.config import Actions
-from se_exporter.actions.runner import ActionRunner
 from se_exporter.audit.trail import AuditTrail
 from se_exporter.config.files import os_problem
 from se_exporter.config.options import ExporterConfig
@@ -46,7 +44,9 @@ from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
-if TYPE_CHECKING:  # imported at run time only when a policy is configured
+if TYPE_CHECKING:  # imported at run time only when a policy or an actions file is configured
+    from se_exporter.actions.config import Actions
+    from se_exporter.actions.runner import ActionRunner
     from se_exporter.approval.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,8 @@ class Exporter:
         self.persistence.close()
 
     def _actions(self, actions: Actions, clock: Callable[[], float]) -> ActionRunner:
+        from se_exporter.actions.runner import ActionRunner  # only with an actions file
+
         options: dict[str, Any] = {"save": self.persistence.flush, "clock": clock}
         runner = self.persistence.restore(
             "actions",

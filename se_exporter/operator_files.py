@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from se_exporter.actions.config import Actions, load_actions
 from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError
 from se_exporter.web.config import WebConfig, load_web_config
 
-if TYPE_CHECKING:  # imported at run time only when a policy is configured
+if TYPE_CHECKING:  # imported at run time only when a policy or an actions file is configured
+    from se_exporter.actions.config import Actions
     from se_exporter.approval.policy import Policy
 
 T = TypeVar("T")
@@ -46,10 +46,16 @@ def load_operator_files(config: ExporterConfig) -> OperatorFiles:
     web_file, policy_file, actions_file = config.web_config_file, config.approval_config, config.actions_config
     web_config = attempt(lambda: load_web_config(web_file)) if web_file is not None else None
     policy = attempt(lambda: _load_policy(policy_file)) if policy_file is not None else None
-    actions = attempt(lambda: load_actions(actions_file)) if actions_file is not None else None
+    actions = attempt(lambda: _load_actions(actions_file)) if actions_file is not None else None
     if problems:
         raise ConfigError("\n".join(problems))
     return OperatorFiles(web_config, policy, actions)
+
+
+def _load_actions(path: Path) -> Actions:
+    from se_exporter.actions.config import load_actions
+
+    return load_actions(path)
 
 
 def _load_policy(path: Path) -> Policy:
