@@ -51,6 +51,10 @@ from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 SCOPE = "se_exporter"
 HELD_SPANS = 512  # spans kept while the collector is away (about 4 minutes of polls at 1 Hz with their GETs)
+# ...and at most this much of them (estimated: names and attribute values), so a thousand lifecycle spans of
+# the largest events ending in one poll cannot hold tens of MiB; each request carries at most REQUEST_BYTES.
+HELD_SPAN_BYTES = 1 << 20
+REQUEST_BYTES = 256 << 10
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 Post = Callable[[Any], Outcome]  # sends one encoded request (the protobuf message)
 
@@ -201,7 +205,9 @@ class PatientSpanExporter(SpanExporter):
     collector is away), so the processor never blocks on an outage."""
 
     def __init__(self, send: Callable[[Sequence[ReadableSpan]], Outcome], close: Callable[[], None]) -> None:
-        self.holding: Holding[ReadableSpan] = Holding(send, HELD_SPANS)
+        self.holding: Holding[ReadableSpan] = Holding(
+            send, HELD_SPANS, size=span_bytes, limit_bytes=HELD_SPAN_BYTES, request_bytes=REQUEST_BYTES
+        )
         self._close = close
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -214,6 +220,23 @@ class PatientSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return True
+
+
+def span_bytes(span: ReadableSpan) -> int:
+    """About the span's encoded size: its names and attribute values, which dominate it (the ids and
+    timestamps around them are counted as a fixed overhead)."""
+    size = 64 + len(span.name) + _attributes_bytes(span.attributes)
+    for event in span.events:
+        size += 32 + len(event.name) + _attributes_bytes(event.attributes)
+    return size
+
+
+def _attributes_bytes(attributes: Mapping[str, Any] | None) -> int:
+    total = 0
+    for key, value in (attributes or {}).items():
+        items = value if isinstance(value, list | tuple) else (value,)
+        total += 8 + len(key) + sum(4 + len(str(item)) for item in items)
+    return total
 
 
 def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None:
