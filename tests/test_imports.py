@@ -44,7 +44,9 @@ def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[
     return {line.split("|")[-1].strip() for line in log.read_text().splitlines() if line.startswith("import time:")}
 
 
-def test_without_otlp_policy_or_actions_no_sdk_no_approval_no_actions_no_simulator(fake_imds: FakeIMDS, tmp_path: Path) -> None:
+def test_without_otlp_policy_or_actions_no_sdk_no_approval_no_actions_no_simulator(
+    fake_imds: FakeIMDS, tmp_path: Path
+) -> None:
     modules = imported_by_run(fake_imds, tmp_path)
     assert "se_exporter.poller" in modules  # it did run
     for heavy in (
