@@ -66,6 +66,9 @@ NEEDS_DEBIAN = (  # promtool, prometheus, alertmanager, amtool or systemd-analyz
     "tests/test_metrics.py::test_golden_exposition_passes_promtool_check_metrics",
     "tests/integration/test_against_simulator.py",
     "tests/web/test_exporter_web_config.py",
+    "tests/rules/test_alertmanager_recipes.py",
+    "tests/deploy/test_helm_chart.py",  # helm: the Linux binary of the wheel the README's command installs
+    "tests/deploy/test_helm_objects.py",
 )
 NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM/SIGKILL, POSIX shells and groups
     "tests/approval/test_approval_exporter.py",
@@ -89,9 +92,16 @@ NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM
     "tests/test_cli.py::test_simulate_without_a_scenario",
     "tests/test_cli.py::test_an_unwritable_state_file",
     "tests/test_platform.py::test_serve_listens",
+    "tests/actions/test_actions_exporter.py",
+    "tests/approval/test_policy_cost.py",
+    "tests/otel/test_batches.py",
+    "tests/web/test_connection_flood.py",
+    "tests/web/test_traffic.py",
+    "tests/test_check.py::test_a_hook_that_is_not_executable_is_refused_as_at_start",
 )
 WHY = {
-    "debian": "needs Debian's prometheus, prometheus-alertmanager or systemd packages (the README's test command)",
+    "debian": "needs Debian's prometheus, prometheus-alertmanager or systemd packages, or the Linux helm binary "
+    "(the README's test command)",
     "posix": "needs POSIX processes and signals; the Windows side is covered by tests/test_platform.py",
 }
 
