@@ -7,21 +7,11 @@ transitions. Hooks run on the hook runner's thread; POSTs on one background thre
 because retries take seconds and the poll loop must keep observing meanwhile. What they come to is
 settled by ``approval/settling.py``, every decision is the judge's (``approval/judge.py``).
 
-Semantics (see docs/approval.md):
-
-- ``approved`` is final: an EventId is approved at most once, also across restarts (``to_state``).
-- Candidates whose hook passed (or with no hook) in the same poll share one POST.
-- An approval is for exactly the revision that was decided and that the hook ran on; an event that
-  changes meanwhile is ``skipped`` (``changed``) and decided again, its hook run again.
-- ``dry_run``, ``hook_failed`` and ``expired`` are redone only when the event changes
-  (``event_revision``: a new NotBefore is a change), or after a restart with a different policy.
-- Nothing is approved after NotBefore (Azure starts the event then anyway): a candidate whose NotBefore
-  has passed, or whose hook was still running at NotBefore, is ``expired``, and nothing is POSTed.
-- ``failed`` (the poster's own attempts were exhausted): retried on later polls after ``retry_delays``
-  (15 s, 60 s: at most three batches per revision), if still approvable, without re-running the hook;
-  not retried when the error is not retryable (400). A new revision starts afresh.
-- ``skipped`` is logged once per event, again when the event or the skip reason changes; a skip that
-  holds until the event or the VM name changes is not decided again at every poll.
+Semantics (docs/approval.md has them in full): ``approved`` is final, also across restarts; candidates
+that pass in one poll share one POST; an approval is for exactly the revision decided and hooked, a change
+means ``skipped`` (``changed``) and a new decision; ``dry_run``, ``hook_failed`` and ``expired`` stand until
+the event changes; nothing is approved after NotBefore; ``failed`` is retried after ``retry_delays`` unless
+not retryable; a ``skipped`` is logged once per event and reason, and not decided again at every poll.
 """
 
 from __future__ import annotations
