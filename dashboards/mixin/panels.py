@@ -62,29 +62,22 @@ def soonest_not_before(description: str) -> dict[str, Any]:
 
 
 def approvals_by_result(description: str) -> dict[str, Any]:
-    return timeseries(
-        "Approvals by result",
-        description,
-        [
-            target(
-                f"sum by (event_type, result) (increase({m('approvals_total')}{{{SEL}}}[$__rate_interval]))",
-                "{{event_type}} {{result}}",
-            )
-        ],
-        "short",
-        bars=True,
-        stacked=True,
-    )
+    return _by_result("Approvals by result", description, "approvals_total", "event_type")
 
 
 def actions_by_result(description: str) -> dict[str, Any]:
+    return _by_result("Actions by result", description, "actions_total", "action")
+
+
+def _by_result(title: str, description: str, counter: str, label: str) -> dict[str, Any]:
+    """Stacked bars of a counter's increase by ``label`` and result."""
     return timeseries(
-        "Actions by result",
+        title,
         description,
         [
             target(
-                f"sum by (action, result) (increase({m('actions_total')}{{{SEL}}}[$__rate_interval]))",
-                "{{action}} {{result}}",
+                f"sum by ({label}, result) (increase({m(counter)}{{{SEL}}}[$__rate_interval]))",
+                f"{{{{{label}}}}} {{{{result}}}}",
             )
         ],
         "short",
