@@ -36,9 +36,9 @@ class Holding(Generic[T]):
         what: str = "span",
         monotonic: Callable[[], float] = time.monotonic,
         *,
-        size: Callable[[T], int] = lambda _item: 1,
-        limit_bytes: int = 1 << 62,
-        request_bytes: int = 1 << 62,
+        size: Callable[[T], int],
+        limit_bytes: int,
+        request_bytes: int,
     ) -> None:
         self._send = send
         self._what = what
@@ -54,10 +54,6 @@ class Holding(Generic[T]):
         self._failing_since: float | None = None
         self._refusal = ""  # the last "not retried" reason reported, so it is said once per kind
         self.dropped = 0  # since the outage began: did not fit, refused for good, or rejected
-
-    @property
-    def held(self) -> int:
-        return len(self._held)
 
     def offer(self, items: Sequence[T]) -> None:
         """Send ``items`` with whatever is held, now or at the next attempt."""
