@@ -58,14 +58,16 @@ def test_each_ci_values_file_renders_its_objects(helm: Helm, values: str, kinds:
     assert helm.template(CHART / "ci" / f"{values}-values.yaml").kinds() == kinds.split()
 
 
-def _every_rendering(helm: Helm) -> list[Rendered]:
+@pytest.fixture(scope="module")
+def every_rendering(helm: Helm) -> list[Rendered]:
+    """The defaults and every ci/ file, rendered once for the validators."""
     return [helm.template(), *(helm.template(values) for values in CI_VALUES)]
 
 
-def test_core_kinds_pass_kubernetes_validate_strict(helm: Helm, tmp_path: Path) -> None:
+def test_core_kinds_pass_kubernetes_validate_strict(every_rendering: list[Rendered], tmp_path: Path) -> None:
     tool = require("kubernetes-validate")
     files = []
-    for number, rendered in enumerate(_every_rendering(helm)):
+    for number, rendered in enumerate(every_rendering):
         for index, doc in enumerate(d for d in rendered.documents if d["kind"] in CORE_KINDS):
             files.append(tmp_path / f"{number}-{index}-{doc['kind']}.yaml")
             files[-1].write_text(yaml.safe_dump(doc), encoding="utf-8")
@@ -86,9 +88,9 @@ def _round_trip(doc: dict[str, Any]) -> dict[str, Any]:
     return {**dumped, "apiVersion": doc["apiVersion"]}
 
 
-def test_monitors_and_rules_match_the_prometheus_operator_schema(helm: Helm) -> None:
+def test_monitors_and_rules_match_the_prometheus_operator_schema(every_rendering: list[Rendered]) -> None:
     checked = set()
-    for rendered in _every_rendering(helm):
+    for rendered in every_rendering:
         for doc in rendered.documents:
             if doc["kind"] in OPERATOR_MODELS:
                 assert doc["apiVersion"] in ("monitoring.coreos.com/v1", "azmonitoring.coreos.com/v1")
