@@ -74,6 +74,41 @@ def test_the_metrics_table_is_the_contracts() -> None:
     assert documented == set(DESIGN_METRICS)
 
 
+ENV_ASSIGNMENT = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+COMMAND_SEPARATORS = frozenset({"&&", "||", ";", "|", "sudo", "exec"})
+
+
+def _invocations(words: list[str]) -> list[int]:
+    """Where a shell line runs se-exporter: a word ending in se-exporter in a command's position (first, or
+    after a separator, sudo or variable assignments). Elsewhere it names a container, a release, a chart,
+    a unit or a folder."""
+    found = []
+    for index, word in enumerate(words):
+        before = index - 1
+        while before >= 0 and ENV_ASSIGNMENT.match(words[before]):
+            before -= 1
+        if word.endswith("se-exporter") and (before < 0 or words[before] in COMMAND_SEPARATORS):
+            found.append(index)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("line", "runs_at"),
+    [
+        ("se-exporter --state.file=x", [0]),
+        ("/opt/se-exporter/bin/se-exporter --poll.interval=2s", [0]),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4318 se-exporter --state.file=x", [1]),
+        ("python3 -m venv /opt/se-exporter && /opt/se-exporter/bin/se-exporter demo", [5]),
+        ("sudo se-exporter check --approval.config=p.yaml", [1]),
+        ("helm upgrade --install se-exporter deploy/helm/se-exporter --create-namespace", []),
+        ("docker run -d --name se-exporter --restart unless-stopped", []),
+        ("systemctl enable --now se-exporter", []),
+    ],
+)
+def test_the_flag_check_finds_where_a_line_runs_the_exporter(line: str, runs_at: list[int]) -> None:
+    assert _invocations(line.split()) == runs_at
+
+
 def test_every_flag_the_docs_use_exists() -> None:
     parser = build_parser()
     known = {
@@ -86,11 +121,6 @@ def test_every_flag_the_docs_use_exists() -> None:
         for block in code_blocks(page.read_text(), "sh"):
             for line in block.splitlines():
                 words = line.split("#")[0].split()
-                if words[:1] in (["helm"], ["kubectl"]):
-                    continue  # there se-exporter names a release, a chart or an object
-                starts = [
-                    i for i, w in enumerate(words) if w.endswith("se-exporter") and words[i - 1 : i] != ["--name"]
-                ]
-                for start in starts:
+                for start in _invocations(words):
                     used = {w.split("=")[0] for w in words[start + 1 :] if w.startswith("--")}
                     assert used <= known, f"{page.name}: {sorted(used - known)} in {line!r}"
