@@ -69,9 +69,10 @@ VOLUME ["/var/lib/se-exporter"]
 USER 10160:10160
 EXPOSE 10160
 
-# No curl in the image: a Python one-liner that follows SE_EXPORTER_WEB_LISTEN_ADDRESS's port and
-# bypasses any HTTP(S)_PROXY. A non-2xx answer or a refused connection raises, so the exit code is 1.
+# No curl in the image. The probe finds the port and the scheme as the exporter does: from the flags on
+# the entrypoint's command line (--web.listen-address, --web.config.file), else their SE_EXPORTER_*
+# variables, else :10160; it bypasses any HTTP(S)_PROXY. Exit 0 healthy, 1 not.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request as u; p = os.environ.get('SE_EXPORTER_WEB_LISTEN_ADDRESS', ':10160').rpartition(':')[2] or '10160'; u.build_opener(u.ProxyHandler({})).open(f'http://127.0.0.1:{p}/-/healthy', timeout=4)"]
+    CMD ["python", "-m", "se_exporter.web.healthcheck"]
 
 ENTRYPOINT ["se-exporter"]

@@ -69,6 +69,7 @@ NEEDS_DEBIAN = (  # promtool, prometheus, alertmanager, amtool or systemd-analyz
     "tests/rules/test_alertmanager_recipes.py",
     "tests/deploy/test_helm_chart.py",  # helm: the Linux binary of the wheel the README's command installs
     "tests/deploy/test_helm_objects.py",
+    "tests/shipped/",  # podman, mmdebstrap and wine
 )
 NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM/SIGKILL, POSIX shells and groups
     "tests/approval/test_approval_exporter.py",
@@ -98,6 +99,7 @@ NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM
     "tests/web/test_connection_flood.py",
     "tests/web/test_traffic.py",
     "tests/test_check.py::test_a_hook_that_is_not_executable_is_refused_as_at_start",
+    "tests/shipped/",
 )
 WHY = {
     "debian": "needs Debian's prometheus, prometheus-alertmanager or systemd packages, or the Linux helm binary "
@@ -108,6 +110,8 @@ WHY = {
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.nodeid.startswith("tests/shipped/"):
+            item.add_marker(pytest.mark.shipped)
         for marker, prefixes in (("debian", NEEDS_DEBIAN), ("posix", NEEDS_POSIX)):
             if item.nodeid.startswith(prefixes):
                 item.add_marker(getattr(pytest.mark, marker))

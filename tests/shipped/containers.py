@@ -1,0 +1,215 @@
+"""podman, a local Debian base image, and the project's image built from ``Dockerfile``.
+
+No image registry is reachable here, so the base is made: a Debian bookworm minbase with python3, pip and
+venv (``mmdebstrap``), laid out like the official python image (``python`` and ``pip`` in /usr/local/bin,
+pip allowed to install system-wide), imported with ``podman import`` and passed as
+``--build-arg PYTHON_IMAGE``. Its tarball is cached in ``.cache/shipped/`` (git-ignored); images are
+tagged by the hash of what they are built from, so a second test worker or run reuses them.
+
+podman's settings for this machine live in a private ``containers.conf`` named by ``CONTAINERS_CONF``
+(the system-wide one is left as it is): runc (crun refuses a hybrid cgroup layout) and rlimits within the
+host's hard limits (root cannot raise them). Builds use ``--format docker`` (OCI drops HEALTHCHECK) and
+reach the package index as the host's pip does: its CA bundle and index settings are mounted for the
+build only (``podman build -v``), never written into a layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.deploy.support import REPO
+from tests.support.tools import unavailable
+
+CACHE = REPO / ".cache" / "shipped"
+BASE_IMAGE = "localhost/se-exporter-test-base:bookworm"
+IMAGE_REPOSITORY = "localhost/azure-scheduled-events-exporter"
+PACKAGES = "podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns containernetworking-plugins catatonit"
+_BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "LICENSE", "se_exporter")
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """One test worker at a time makes a cached thing (a base image, the Wine prefix...)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f"{name}.lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _containers_conf() -> Path:
+    # Within the host's hard limits, and modest: runc refused nproc above 32768 here even under a hard
+    # limit of 96365 (measured); an exporter's container needs a few dozen of each.
+    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65_536)
+    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], 4_096)
+    path = CACHE / "containers.conf"
+    text = (
+        "# Written by tests/shipped/containers.py for the test suite's podman only.\n"
+        "[containers]\n"
+        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+    )
+    if not path.exists() or path.read_text() != text:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+@dataclass(frozen=True)
+class Podman:
+    binary: str
+    conf: Path
+
+    @classmethod
+    def find(cls) -> Podman:
+        missing = [tool for tool in ("podman", "runc", "mmdebstrap") if shutil.which(tool) is None]
+        if missing:
+            unavailable(f"{', '.join(missing)} not found (apt-get install {PACKAGES})")
+        if os.geteuid() != 0:
+            unavailable("the image tests run podman as root (the README's test command runs them so)")
+        return cls(str(shutil.which("podman")), _containers_conf())
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CONTAINERS_CONF": str(self.conf)}
+
+    def run(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, timeout=timeout, env=self.env(), check=False
+        )
+        if check:
+            assert result.returncode == 0, f"podman {' '.join(args)}: exit {result.returncode}\n{result.stderr[-4000:]}"
+        return result
+
+    def exists(self, image: str) -> bool:
+        return self.run("image", "exists", image, check=False).returncode == 0
+
+    def base_image(self) -> str:
+        with cache_lock("base"):
+            if not self.exists(BASE_IMAGE):
+                tarball = CACHE / "bookworm-python.tar"
+                if not tarball.exists():
+                    _debootstrap(tarball)
+                self.run(
+                    "import",
+                    "--change",
+                    "ENV PIP_BREAK_SYSTEM_PACKAGES=1",
+                    "--change",
+                    'CMD ["python"]',
+                    str(tarball),
+                    BASE_IMAGE,
+                    timeout=300,
+                )
+        return BASE_IMAGE
+
+    def project_image(self) -> str:
+        """The image ``Dockerfile`` builds, on the local base; built once per content."""
+        base = self.base_image()
+        tag = f"{IMAGE_REPOSITORY}:test-{_inputs_hash()}"
+        with cache_lock("image"):
+            if not self.exists(tag):
+                self._build(base, tag)
+        return tag
+
+    def _build(self, base: str, tag: str) -> None:
+        mounts = _pip_mounts(CACHE / "build-pip")
+        self.run(
+            "build",
+            "--format",
+            "docker",
+            "--network",
+            "host",
+            "--build-arg",
+            f"PYTHON_IMAGE={base}",
+            *mounts,
+            "--tag",
+            tag,
+            str(REPO),
+            timeout=900,
+        )
+
+
+def _inputs_hash() -> str:
+    digest = hashlib.sha256()
+    for name in _BUILD_INPUTS:
+        path = REPO / name
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if path.is_dir()
+            else [path]
+        )
+        for file in files:
+            digest.update(file.relative_to(REPO).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _debootstrap(tarball: Path) -> None:
+    partial = tarball.with_suffix(".partial")
+    hook = (
+        'ln -sf /usr/bin/python3 "$1/usr/local/bin/python" && ln -sf /usr/bin/pip3 "$1/usr/local/bin/pip" '
+        '&& rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED'
+    )
+    result = subprocess.run(
+        [
+            "mmdebstrap",
+            "--variant=minbase",
+            "--include=python3,python3-pip,python3-venv",
+            f"--customize-hook={hook}",
+            "--format=tar",
+            "bookworm",
+            str(partial),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, f"mmdebstrap: exit {result.returncode}\n{result.stderr[-4000:]}"
+    partial.rename(tarball)
+
+
+def _pip_mounts(into: Path) -> list[str]:
+    """``podman build -v`` options giving the build's pip the host pip's index and CA bundle, for the build only.
+
+    Of the host's pip configuration only what reaches an index over the network is kept (index URLs,
+    trusted hosts, proxy, the CA bundle); local paths (find-links, constraints) mean nothing in the build.
+    """
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
+    settings: dict[str, str] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        name = key.rpartition(".")[2]
+        settings[name] = value.strip().strip("'\"")
+    for name in ("index-url", "extra-index-url", "trusted-host", "proxy", "cert"):
+        if (from_env := os.environ.get("PIP_" + name.upper().replace("-", "_"))) is not None:
+            settings[name] = from_env
+    lines = ["[global]"]
+    for name in ("index-url", "extra-index-url"):
+        urls = [url for url in settings.get(name, "").split() if url.startswith(("http://", "https://"))]
+        if urls:
+            lines.append(f"{name} = {' '.join(urls)}")
+    for name in ("trusted-host", "proxy"):
+        if settings.get(name):
+            lines.append(f"{name} = {settings[name]}")
+    mounts: list[str] = []
+    cert = settings.get("cert") or os.environ.get("SSL_CERT_FILE", "")
+    if cert and Path(cert).is_file():
+        lines.append("cert = /run/host-pip/ca.crt")
+        mounts += ["--volume", f"{Path(cert).resolve()}:/run/host-pip/ca.crt:ro"]
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "pip.conf").write_text("\n".join(lines) + "\n")
+    return [*mounts, "--volume", f"{into / 'pip.conf'}:/etc/pip.conf:ro"]

@@ -1,0 +1,125 @@
+"""The image ``Dockerfile`` builds, run with podman as a user of it would (issue 28, part 1).
+
+Containers share the host's network (``--network host``): the exporter's port is chosen by each test,
+and the fake IMDS it polls listens on the host's loopback, so no traffic leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+
+import httpx
+
+from tests.deploy.support import free_port, project_version
+from tests.shipped.containers import Podman
+from tests.support.exposition import series
+from tests.support.fake_imds import FakeIMDS, document
+from tests.support.wait import wait_for
+
+Name = Callable[[], str]
+EVENT = {
+    "EventId": "C1",
+    "EventType": "Reboot",
+    "ResourceType": "VirtualMachine",
+    "Resources": ["vm-a"],
+    "EventStatus": "Scheduled",
+    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+    "Description": "",
+    "EventSource": "User",
+    "DurationInSeconds": -1,
+}
+
+
+def get(port: int, path: str) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5, trust_env=False)
+
+
+def start(podman: Podman, name: str, *args: str) -> None:
+    podman.run("run", "--detach", "--name", name, "--network", "host", *args)
+
+
+def healthy(podman: Podman, name: str) -> bool:
+    return podman.run("healthcheck", "run", name, check=False).returncode == 0
+
+
+def transitions(podman: Podman, name: str) -> list[str]:
+    logs = podman.run("logs", name)
+    return re.findall(r"transition=(\w+)", logs.stdout + logs.stderr)
+
+
+def test_version_is_the_package_version(podman: Podman, image: str) -> None:
+    result = podman.run("run", "--rm", image, "--version")
+    assert result.stdout.strip() == f"se-exporter {project_version()}"
+
+
+def test_demo_on_a_read_only_root_as_uid_10160_serves_metrics_and_stops_on_sigterm(
+    podman: Podman, image: str, container_name: Name
+) -> None:
+    name, port = container_name(), free_port()
+    start(podman, name, "--read-only", image, "demo", f"--web.listen-address=127.0.0.1:{port}")
+    wait_for(lambda: "azure_scheduled_events_event_info{" in get(port, "/metrics").text, 90, "a demo event listed")
+    status = podman.run("exec", name, "cat", "/proc/1/status").stdout
+    uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
+    assert set(uids) == {"10160"}, f"the exporter runs as {uids}, not uid 10160"
+    began = time.monotonic()
+    podman.run("stop", "--time", "10", name, timeout=30)
+    stopped_within = time.monotonic() - began
+    state = json.loads(podman.run("inspect", name).stdout)[0]["State"]
+    assert state["ExitCode"] == 0, state
+    assert stopped_within < 10, f"SIGTERM took {stopped_within:.1f} s (podman kills at 10 s)"
+
+
+def test_healthcheck_follows_the_listen_address_flag_and_variable(
+    podman: Podman, image: str, container_name: Name
+) -> None:
+    by_flag, by_variable, nothing = container_name(), container_name(), container_name()
+    flag_port, variable_port, other_port = free_port(), free_port(), free_port()
+    # The flag wins over its variable, in the exporter and so in the probe.
+    start(
+        podman,
+        by_flag,
+        "--env",
+        f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{other_port}",
+        image,
+        "demo",
+        f"--web.listen-address=127.0.0.1:{flag_port}",
+    )
+    start(podman, by_variable, "--env", f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{variable_port}", image, "demo")
+    for name, port in ((by_flag, flag_port), (by_variable, variable_port)):
+        wait_for(lambda: get(port, "/-/healthy").status_code == 200, 60, f"{name} listening")  # noqa: B023
+        assert healthy(podman, name), podman.run("healthcheck", "run", name, check=False).stdout
+    # No exporter in the container: the probe must fail.
+    unused = f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{free_port()}"
+    start(podman, nothing, "--env", unused, "--entrypoint", "sleep", image, "60")
+    assert not healthy(podman, nothing), "HEALTHCHECK passed with no exporter listening"
+
+
+def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
+    podman: Podman, image: str, container_name: Name, fake_imds: FakeIMDS
+) -> None:
+    name, port = container_name(), free_port()
+    volume = name  # removed with the container by the fixture
+    podman.run("volume", "create", volume)
+    fake_imds.respond = lambda seen: document(1, EVENT)
+    args = (
+        "--volume",
+        f"{volume}:/var/lib/se-exporter",
+        "--read-only",
+        image,
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--imds.url={fake_imds.url}",
+        "--poll.interval=250ms",
+    )
+    start(podman, name, *args)
+    wait_for(lambda: transitions(podman, name) == ["scheduled"], 60, "the scheduled transition logged")
+    saved = podman.run("exec", name, "cat", "/var/lib/se-exporter/state.json").stdout
+    assert '"C1"' in saved, "the state file in the volume holds the event"
+    podman.run("stop", "--time", "10", name, timeout=30)
+    podman.run("start", name)
+    wait_for(lambda: get(port, "/-/ready").status_code == 200, 60, "ready after the restart")
+    restarted = get(port, "/metrics").text
+    assert [s["event_id"] for s in series(restarted, "azure_scheduled_events_event_info")] == ["C1"]
+    assert transitions(podman, name) == ["scheduled"], "a transition emitted again after the restart"
