@@ -38,10 +38,11 @@ def stopped_within(exporter: ExporterProcess, sig: int, seconds: float) -> int:
     return code
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])  # by name: Windows has no SIGHUP
 def test_every_stop_signal_is_a_clean_stop_that_saves_the_state(
-    sig: int, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+    signal_name: str, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
+    sig = getattr(signal, signal_name)
     state = tmp_path / "state.json"
     fake_imds.respond = lambda seen: document(1, REBOOT)
     exporter = start_exporter(

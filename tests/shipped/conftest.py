@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.deploy.conftest import helm  # noqa: F401 - the session's real helm, shared
 from tests.shipped.containers import Podman
 
 

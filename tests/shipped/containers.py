@@ -16,10 +16,8 @@ build only (``podman build -v``), never written into a layer.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -40,6 +38,8 @@ _BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "
 @contextlib.contextmanager
 def cache_lock(name: str) -> Iterator[None]:
     """One test worker at a time makes a cached thing (a base image, the Wine prefix...)."""
+    import fcntl  # POSIX: the Windows suite under Wine imports this module but runs none of it
+
     CACHE.mkdir(parents=True, exist_ok=True)
     with (CACHE / f"{name}.lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -50,6 +50,8 @@ def cache_lock(name: str) -> Iterator[None]:
 
 
 def _containers_conf() -> Path:
+    import resource
+
     # Within the host's hard limits, and modest: runc refused nproc above 32768 here even under a hard
     # limit of 96365 (measured); an exporter's container needs a few dozen of each.
     nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65_536)

