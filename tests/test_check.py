@@ -102,3 +102,40 @@ def test_the_actions_file_is_checked_like_the_others(tmp_path: Path) -> None:
     assert result.stderr.startswith(
         f"se-exporter: error: actions config {bad}: actions[0].transitions[0]: must be one of"
     )
+
+
+NUL_IN_COMMANDS = [
+    (
+        "--approval.config",
+        'rules:\n  - name: r\n    event_types: [Reboot]\nhook:\n  command: ["/bin/tr\\0ue"]\n',
+        "hook.command[0]",
+    ),
+    (
+        "--actions.config",
+        'actions:\n  - name: a\n    transitions: [started]\n    command: ["true", "a\\0"]\n',
+        "actions[0].command[1]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("flag", "text", "key"), NUL_IN_COMMANDS, ids=["hook", "action"])
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_a_nul_in_a_command_is_a_config_error_naming_the_key(
+    flag: str, text: str, key: str, command: str, tmp_path: Path
+) -> None:
+    """Not a ValueError traceback from shutil.which (issue 28): one line, from check and at start-up alike."""
+    path = tmp_path / "file.yaml"
+    path.write_text(text)
+    args = [command, f"{flag}={path}"] + (["--imds.url=http://127.0.0.1:9"] if command == "run" else [])
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "se_exporter", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=environ,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert f": {key}: must be a non-blank string without NUL characters, got " in line

@@ -16,7 +16,7 @@ from typing import Annotated
 import msgspec
 
 from se_exporter.config.files import read_text, show
-from se_exporter.config.schema import decode, field_problem
+from se_exporter.config.schema import CommandWord, decode, field_problem
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import EventTypeName
 from se_exporter.imds.impact import Cause, Impact
@@ -28,7 +28,6 @@ DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 64
 
 _Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
-_Word = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
 _EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="an environment variable name")]
 _Seconds = Annotated[float, msgspec.Meta(gt=0, le=86_400, description="a number of seconds > 0 and <= 86400")]
 
@@ -38,7 +37,7 @@ class Action(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     name: _Name  # a label value of azure_scheduled_events_actions_total: letters, digits, "_", "." and "-"
     transitions: Annotated[tuple[TransitionKind, ...], msgspec.Meta(min_length=1)]
-    command: Annotated[tuple[_Word, ...], msgspec.Meta(min_length=1)]
+    command: Annotated[tuple[CommandWord, ...], msgspec.Meta(min_length=1)]
     event_types: Annotated[tuple[EventTypeName, ...], msgspec.Meta(min_length=1)] | None = None
     impacts: Annotated[tuple[Impact, ...], msgspec.Meta(min_length=1)] | None = None
     causes: Annotated[tuple[Cause, ...], msgspec.Meta(min_length=1)] | None = None

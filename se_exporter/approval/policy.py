@@ -19,7 +19,7 @@ import msgspec
 import re2
 
 from se_exporter.config.files import read_text, show
-from se_exporter.config.schema import decode, field_problem
+from se_exporter.config.schema import CommandWord, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import SCHEDULED, EventSourceName, EventTypeName, ScheduledEvent
@@ -123,7 +123,7 @@ def compiled_pattern(pattern: str) -> Any:
 class Hook(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The command run before approving; approval follows only its exit status 0."""
 
-    command: Annotated[tuple[_Name, ...], msgspec.Meta(min_length=1)]
+    command: Annotated[tuple[CommandWord, ...], msgspec.Meta(min_length=1)]
     timeout_seconds: _Seconds = DEFAULT_HOOK_TIMEOUT_SECONDS
     inherit_env: tuple[_EnvName, ...] = ()  # extra environment variables passed through to the hook
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import msgspec.inspect as types
@@ -30,6 +30,13 @@ _TOKEN = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+|\.\.\.)\]")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
+
+
+# A word of a command the exporter runs (a hook, an action): an operating system takes no NUL in an
+# argument, so a command holding one is refused with the file, not when it first runs.
+CommandWord = Annotated[
+    str, msgspec.Meta(pattern=r"^\s*[^\s\x00][^\x00]*$", description="a non-blank string without NUL characters")
+]
 
 
 def field_problem(key: str, problem: str) -> ValueError:
