@@ -1,9 +1,11 @@
 """Running an operator's command (the approval hook, an action): bounded in time and output, stopped whole.
 
-The command is an argument list (never a shell) and runs in a process group of its own (``platform``),
-so a timeout, a stop of the exporter, or a background process it left holding its output stops its
-children too: asked first, killed after ``kill_grace_seconds``. Its output is logged line by line (at
-most ``max_logged_lines``, each at most ``MAX_LINE_BYTES``); its last line is kept for the audit record.
+The command is an argument list (never a shell) and runs as a tree of its own (``platform``: a process
+group, a Job Object on Windows), so a timeout, a stop of the exporter, or a background process it left
+holding its output stops its children too: asked first, killed after ``kill_grace_seconds``. No wait is
+without a bound: a tree that cannot be killed is reported as such, and the caller goes on. Its output is
+logged line by line (at most ``max_logged_lines``, each at most ``MAX_LINE_BYTES``); its last line is kept
+for the audit record.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from se_exporter.platform import Platform, current
+from se_exporter.platform import Platform, ProcessTree, current
 
 MAX_LINE_BYTES = 4096
 
@@ -55,7 +57,7 @@ class CommandRunner:
         self._platform = platform or current()
         self._grace = kill_grace_seconds
         self._max_lines = max_logged_lines
-        self._running: set[subprocess.Popen[bytes]] = set()
+        self._running: dict[subprocess.Popen[bytes], ProcessTree] = {}
         self._lock = threading.Lock()
 
     def run(self, command: Sequence[str], env: Mapping[str, str], limit: float, about: str) -> CommandResult:
@@ -74,8 +76,9 @@ class CommandRunner:
         except (OSError, ValueError) as exc:
             self._log.warning("%s could not start: %s %s", self._what, about, exc)
             return CommandResult(None, False, time.monotonic() - started, f"could not start: {exc}")
+        tree = self._platform.track(proc)
         with self._lock:
-            self._running.add(proc)
+            self._running[proc] = tree
         tail: deque[str] = deque(maxlen=1)
         if proc.stdout is None:  # stdout=PIPE always gives one: mypy cannot know
             raise RuntimeError("a command started with stdout=PIPE has no stdout")
@@ -84,25 +87,22 @@ class CommandRunner:
         )
         reader.start()
         timed_out = False
+        code: int | None
         try:
             code = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             timed_out = True
-            code = self._stop(proc)
+            code = self._stop(proc, tree)
         finally:
             with self._lock:
-                self._running.discard(proc)
+                self._running.pop(proc, None)
         reader.join(timeout=self._grace)
         if reader.is_alive():  # something it started in the background holds its output: it ends with it
-            self._platform.kill(proc)
+            tree.kill()
             reader.join(timeout=self._grace)
-        summary = (
-            f"timed out after {limit:g} s; its processes were stopped"
-            if timed_out
-            else f"killed by signal {-code}"
-            if code < 0
-            else f"exited with status {code}"
-        )
+        left = tree.remaining()
+        tree.close()
+        summary = _summary(code, limit if timed_out else None, left)
         return CommandResult(
             None if timed_out else code, timed_out, time.monotonic() - started, summary, tail[0] if tail else ""
         )
@@ -110,23 +110,27 @@ class CommandRunner:
     def close(self) -> None:
         """Stop every command still running (the exporter is stopping): asked, then killed after the grace."""
         with self._lock:
-            running = list(self._running)
-        for proc in running:
-            self._platform.ask_to_stop(proc)
+            running = list(self._running.items())
+        for _, tree in running:
+            tree.ask_to_stop()
         deadline = time.monotonic() + self._grace
-        for proc in running:
+        for proc, tree in running:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self._platform.kill(proc)
+                tree.kill()
 
-    def _stop(self, proc: subprocess.Popen[bytes]) -> int:
-        """Ask the group to stop, give it ``grace`` seconds to clean up, then kill whatever is left."""
-        self._platform.ask_to_stop(proc)
+    def _stop(self, proc: subprocess.Popen[bytes], tree: ProcessTree) -> int | None:
+        """Ask the tree to stop, give it ``grace`` seconds to clean up, then kill whatever is left; the
+        command's exit code, or None if it still runs ``grace`` seconds after the kill."""
+        tree.ask_to_stop()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self._grace)
-        self._platform.kill(proc)
-        return proc.wait()
+        tree.kill()
+        try:
+            return proc.wait(timeout=self._grace)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _pump(self, stream: IO[bytes], about: str, tail: deque[str]) -> None:
         lines = 0
@@ -139,3 +143,17 @@ class CommandRunner:
                     self._log.info("%s output: %s %s", self._what, about, line)
                 elif lines == self._max_lines + 1:
                     self._log.warning("%s output: %s further output not logged", self._what, about)
+
+
+def _summary(code: int | None, timed_out_after: float | None, left: bool | None) -> str:
+    """How a run ended, in the words of the log and the audit record: what was stopped, and what was not."""
+    if timed_out_after is None:
+        return f"killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+    head = f"timed out after {timed_out_after:g} s"
+    if code is None:
+        return f"{head}; it could not be stopped and may still run"
+    if left:
+        return f"{head}; it was stopped, but processes it started still run"
+    if left is None:
+        return f"{head}; it was stopped (whether processes it started still run cannot be told here)"
+    return f"{head}; its processes were stopped"

@@ -25,6 +25,7 @@ from se_exporter.platform import (
     WindowsPlatform,
     current,
 )
+from se_exporter.platform.winjob import JobObject
 from tests.support.wait import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
@@ -41,14 +42,39 @@ POSIX_MODULES = {"fcntl", "termios", "pwd", "grp", "resource"}
 
 
 class FakeProcess:
-    """A started process as far as the seam is concerned: a pid, and the signals sent to it."""
+    """A started process as far as the seam is concerned: a pid, the signals sent to it, whether it runs."""
 
     def __init__(self, pid: int = 4242) -> None:
         self.pid = pid
         self.signals: list[int] = []
+        self.killed = False
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def poll(self) -> int | None:
+        return 1 if self.killed else None
+
+
+class FakeJob(JobObject):
+    """A Job Object that answers as told: whether terminate works, how many processes it still holds."""
+
+    def __init__(self, terminates: bool, active: int | None) -> None:
+        super().__init__(handle=None)
+        self.terminates, self.count, self.terminated, self.closed = terminates, active, False, False
+
+    def terminate(self) -> bool:
+        self.terminated = True
+        return self.terminates
+
+    def active(self) -> int | None:
+        return self.count
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def test_windows_starts_a_hook_in_its_own_process_group() -> None:
@@ -56,14 +82,49 @@ def test_windows_starts_a_hook_in_its_own_process_group() -> None:
     assert CREATE_NEW_PROCESS_GROUP == 0x200  # the Win32 value subprocess.CREATE_NEW_PROCESS_GROUP has there
 
 
-def test_windows_asks_the_group_to_stop_with_ctrl_break_then_kills_the_tree() -> None:
+def test_windows_asks_the_group_to_stop_with_ctrl_break_and_kills_the_job() -> None:
     ran: list[list[str]] = []
-    platform = WindowsPlatform(run=lambda command: ran.append(list(command)))
+    job = FakeJob(terminates=True, active=0)
+    platform = WindowsPlatform(run=lambda command: ran.append(list(command)), contain=lambda pid: job)
     process = FakeProcess(4242)
-    platform.ask_to_stop(process)
-    assert process.signals == [CTRL_BREAK_EVENT] and ran == []
-    platform.kill(process)
-    assert ran == [["taskkill", "/T", "/F", "/PID", "4242"]]
+    tree = platform.track(process)
+    tree.ask_to_stop()
+    assert process.signals == [CTRL_BREAK_EVENT] and not job.terminated
+    tree.kill()
+    assert job.terminated and ran == [] and process.killed
+    assert tree.remaining() is False
+    tree.close()
+    assert job.closed
+
+
+@pytest.mark.parametrize(
+    ("job", "remaining"),
+    [
+        (None, None),  # no Job Object could be made: the command is killed, its children cannot be counted
+        (FakeJob(terminates=False, active=2), True),  # the job refused: taskkill, and two are left
+    ],
+    ids=["no-job", "job-refuses"],
+)
+def test_windows_falls_back_to_taskkill_then_the_command_and_says_what_is_left(
+    job: FakeJob | None, remaining: bool | None
+) -> None:
+    ran: list[list[str]] = []
+    platform = WindowsPlatform(run=lambda command: ran.append(list(command)), contain=lambda pid: job)
+    process = FakeProcess(4242)
+    tree = platform.track(process)
+    assert tree.remaining() is True  # the command itself runs
+    tree.kill()
+    assert ran == [["taskkill", "/T", "/F", "/PID", "4242"]] and process.killed
+    assert tree.remaining() is remaining
+
+
+def test_windows_taskkill_that_hangs_or_is_missing_is_reported_not_raised() -> None:
+    from se_exporter.platform.windows import _run_quietly
+
+    missing = _run_quietly(["se-exporter-no-such-program"])
+    assert isinstance(missing, OSError)
+    slow = _run_quietly([sys.executable, "-c", "import time; time.sleep(60)"])  # the 10 s bound
+    assert isinstance(slow, subprocess.TimeoutExpired)
 
 
 def test_windows_stop_requests_are_ctrl_c_and_ctrl_break() -> None:
@@ -125,13 +186,16 @@ def test_posix_stops_and_kills_a_whole_process_group() -> None:
     try:
         assert proc.stdout is not None
         child = int(proc.stdout.readline())
-        platform.ask_to_stop(proc)
+        tree = platform.track(proc)
+        tree.ask_to_stop()
         wait_for(lambda: not _alive(child), 5, "the child stopped")
         assert proc.poll() is None, "the shell ignores SIGTERM"
-        platform.kill(proc)
+        assert tree.remaining() is True
+        tree.kill()
         assert proc.wait(5) == -signal.SIGKILL
+        assert tree.remaining() is False
     finally:
-        platform.kill(proc)
+        platform.track(proc).kill()
         proc.wait(5)
 
 
@@ -170,7 +234,7 @@ def test_nothing_outside_the_platform_module_calls_posix_only_functions() -> Non
     offenders = {
         str(p.relative_to(PACKAGE)): uses
         for p in sorted(PACKAGE.rglob("*.py"))
-        if p.name != "platform.py" and (uses := _posix_only_uses(p))
+        if p.relative_to(PACKAGE).parts[0] != "platform" and (uses := _posix_only_uses(p))
     }
     assert offenders == {}
 

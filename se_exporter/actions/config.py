@@ -16,7 +16,7 @@ from typing import Annotated
 import msgspec
 
 from se_exporter.config.files import read_text, show
-from se_exporter.config.schema import CommandWord, decode, field_problem
+from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import EventTypeName
 from se_exporter.imds.impact import Cause, Impact
@@ -46,6 +46,7 @@ class Action(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     inherit_env: tuple[_EnvName, ...] = ()  # extra environment variables passed through to the command
 
     def __post_init__(self) -> None:
+        check_command(self.command)
         if not math.isfinite(self.timeout_seconds):
             raise field_problem("timeout_seconds", f"must be a number of seconds > 0, got {self.timeout_seconds}")
         for key in ("transitions", "event_types", "impacts", "causes"):

@@ -19,7 +19,7 @@ import msgspec
 import re2
 
 from se_exporter.config.files import read_text, show
-from se_exporter.config.schema import CommandWord, decode, field_problem
+from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import SCHEDULED, EventSourceName, EventTypeName, ScheduledEvent
@@ -128,6 +128,7 @@ class Hook(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     inherit_env: tuple[_EnvName, ...] = ()  # extra environment variables passed through to the hook
 
     def __post_init__(self) -> None:
+        check_command(self.command)
         if not math.isfinite(self.timeout_seconds):
             raise field_problem("timeout_seconds", f"must be a number of seconds > 0, got {self.timeout_seconds}")
         for index, name in enumerate(self.inherit_env):

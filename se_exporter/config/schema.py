@@ -32,11 +32,15 @@ _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
 
 
-# A word of a command the exporter runs (a hook, an action): an operating system takes no NUL in an
-# argument, so a command holding one is refused with the file, not when it first runs.
-CommandWord = Annotated[
-    str, msgspec.Meta(pattern=r"^\s*[^\s\x00][^\x00]*$", description="a non-blank string without NUL characters")
-]
+CommandWord = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]  # a word of a hook's or an action's command
+
+
+def check_command(command: Sequence[str]) -> None:
+    """For ``__post_init__`` of a struct with a ``command``: no operating system takes a NUL in an argument,
+    so a command holding one is refused with its file, not when it first runs."""
+    for index, word in enumerate(command):
+        if "\x00" in word:
+            raise field_problem(f"command[{index}]", f"{show(word)} holds a NUL character, which no command can take")
 
 
 def field_problem(key: str, problem: str) -> ValueError:

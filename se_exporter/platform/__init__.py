@@ -1,0 +1,49 @@
+"""Everything that differs between Linux and Windows, behind one small seam.
+
+Nothing else in the package branches on the operating system: the command runner, the atomic writer,
+the spool, the default state file and the stop handling ask ``current()``. ``base`` says what the seam
+offers; ``posix`` and ``windows`` (with ``winjob``, its Job Objects) are the two sides. POSIX-only calls
+stay in ``posix``, and ``mypy --platform win32`` checks that no Windows path reaches them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from se_exporter.platform.base import (
+    CREATE_NEW_PROCESS_GROUP,
+    CTRL_BREAK_EVENT,
+    M_ARENA_MAX,
+    PRIVATE_FILE_MODE,
+    SIGBREAK,
+    SIGHUP,
+    SIGINT,
+    Platform,
+    Process,
+    ProcessTree,
+)
+from se_exporter.platform.posix import PosixPlatform, ProcessGroup
+from se_exporter.platform.windows import JobTree, WindowsPlatform
+
+__all__ = [
+    "CREATE_NEW_PROCESS_GROUP",
+    "CTRL_BREAK_EVENT",
+    "M_ARENA_MAX",
+    "PRIVATE_FILE_MODE",
+    "SIGBREAK",
+    "SIGHUP",
+    "SIGINT",
+    "JobTree",
+    "Platform",
+    "PosixPlatform",
+    "Process",
+    "ProcessGroup",
+    "ProcessTree",
+    "WindowsPlatform",
+    "current",
+]
+
+
+def current() -> Platform:
+    """The platform this process runs on."""
+    return WindowsPlatform() if os.name == "nt" else PosixPlatform()

@@ -1,0 +1,66 @@
+"""What the platform seam offers (its protocols) and the Win32 and glibc numbers it needs everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+# Win32 values (subprocess and signal define them only on Windows; the seam needs them everywhere).
+CREATE_NEW_PROCESS_GROUP = 0x00000200  # the hook and its children form one console process group
+CTRL_BREAK_EVENT = 1  # what GenerateConsoleCtrlEvent sends to that group
+SIGBREAK = 21  # how Python sees CTRL+BREAK
+SIGINT = 2  # how Python sees CTRL+C (what a WinSW service stop sends), and the same number on POSIX
+SIGHUP = 1  # POSIX (Windows has none)
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+PRIVATE_FILE_MODE = 0o600  # POSIX permissions of the state file and the spool (Windows: the directory's ACL)
+
+Run = Callable[[Sequence[str]], object]  # runs a command to completion, never raising (injected in tests)
+LockByte = Callable[[int], None]  # locks a file's first byte or raises OSError (injected in tests)
+
+
+class Process(Protocol):
+    """What the seam needs of a started process (``subprocess.Popen``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def poll(self) -> int | None: ...
+
+
+class ProcessTree(Protocol):
+    """A started command and every process it starts: stopped together, and asked what is left."""
+
+    def ask_to_stop(self) -> None: ...
+
+    def kill(self) -> None:
+        """Kill every process of the tree that can be killed; never raises, never waits."""
+
+    def remaining(self) -> bool | None:
+        """Whether a process of the tree still runs; None when the platform cannot tell."""
+
+    def close(self) -> None: ...
+
+
+class Platform(Protocol):
+    name: str
+    stop_signals: tuple[int, ...]  # what asks the exporter to stop
+    hook_base_env: tuple[str, ...]  # environment variables a hook inherits (besides inherit_env)
+    default_path: str  # the hook's PATH when the exporter has none
+
+    def hook_popen_options(self) -> dict[str, Any]: ...
+
+    def track(self, process: Process) -> ProcessTree:
+        """The tree of a command just started with ``hook_popen_options()``."""
+
+    def sync_directory(self, directory: Path) -> bool: ...
+
+    def default_state_file(self, environ: Mapping[str, str]) -> Path | None: ...
+
+    def lock_exclusively(self, fd: int) -> bool: ...
+
+    def limit_memory_arenas(self) -> None: ...

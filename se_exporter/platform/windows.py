@@ -1,0 +1,140 @@
+"""Windows: console process groups and Job Objects, CTRL+C and CTRL+BREAK, %ProgramData%, byte locks.
+
+``WindowsPlatform`` builds its commands, flags and paths from portable calls, so its choices are unit-tested
+on Linux (tests/test_platform.py) and run for real on Windows CPython under Wine (tests/shipped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from se_exporter.platform.base import (
+    CREATE_NEW_PROCESS_GROUP,
+    CTRL_BREAK_EVENT,
+    SIGBREAK,
+    SIGINT,
+    LockByte,
+    Process,
+    ProcessTree,
+    Run,
+)
+from se_exporter.platform.winjob import JobObject
+
+Contain = Callable[[int], JobObject | None]  # puts a process in a new Job Object (injected in tests)
+
+
+class JobTree:
+    """A command in a Job Object when it could join one; else the command and what ``taskkill /T`` finds."""
+
+    def __init__(self, process: Process, job: JobObject | None, run: Run) -> None:
+        self._process = process
+        self._job = job
+        self._run = run
+
+    def ask_to_stop(self) -> None:
+        with contextlib.suppress(OSError):  # already gone, or no console to send it through
+            self._process.send_signal(CTRL_BREAK_EVENT)
+
+    def kill(self) -> None:
+        if self._job is None or not self._job.terminate():
+            self._run(["taskkill", "/T", "/F", "/PID", str(self._process.pid)])  # /T: what it finds of the tree
+        with contextlib.suppress(OSError):  # the command itself, whatever the above could do
+            self._process.kill()
+
+    def remaining(self) -> bool | None:
+        active = self._job.active() if self._job is not None else None
+        if active is not None:
+            return active > 0
+        return True if self._process.poll() is None else None  # its children cannot be counted
+
+    def close(self) -> None:
+        if self._job is not None:
+            self._job.close()
+
+
+class WindowsPlatform:
+    name: str = "nt"
+    stop_signals: tuple[int, ...] = (SIGINT, SIGBREAK)  # CTRL+C (a WinSW service stop, a console), CTRL+BREAK
+    hook_base_env: tuple[str, ...] = (
+        "PATH",
+        "PATHEXT",
+        "SYSTEMROOT",
+        "SYSTEMDRIVE",
+        "WINDIR",
+        "COMSPEC",
+        "TEMP",
+        "TMP",
+        "USERPROFILE",
+        "HOMEDRIVE",
+        "HOMEPATH",
+        "APPDATA",
+        "LOCALAPPDATA",
+        "PROGRAMDATA",
+        "PROGRAMFILES",
+        "PSMODULEPATH",
+        "NUMBER_OF_PROCESSORS",
+        "PROCESSOR_ARCHITECTURE",
+        "USERNAME",
+        "TZ",
+        "KUBECONFIG",
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_SERVICE_PORT",
+    )  # without SYSTEMROOT and friends, Windows programs (PowerShell, Python) cannot start
+    default_path: str = r"C:\Windows\System32;C:\Windows;C:\Windows\System32\WindowsPowerShell\v1.0"
+
+    def __init__(
+        self, run: Run | None = None, lock_byte: LockByte | None = None, contain: Contain | None = None
+    ) -> None:
+        self._run = run or _run_quietly
+        self._lock_byte = lock_byte or _lock_first_byte
+        self._contain = contain or JobObject.contain
+
+    def hook_popen_options(self) -> dict[str, Any]:
+        return {"creationflags": CREATE_NEW_PROCESS_GROUP}  # CTRL+BREAK reaches the hook and its children
+
+    def track(self, process: Process) -> ProcessTree:
+        return JobTree(process, self._contain(process.pid), self._run)
+
+    def sync_directory(self, directory: Path) -> bool:
+        """Nothing to do, and nothing done (False): NTFS makes the rename (MoveFileEx) durable; a directory
+        cannot be fsynced."""
+        return False
+
+    def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
+        """Run as a service (WinSW sets WINSW_SERVICE_ID), state and spool live in %ProgramData%."""
+        if not environ.get("WINSW_SERVICE_ID"):
+            return None
+        return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
+
+    def limit_memory_arenas(self) -> None:
+        """Nothing: the Windows heap has no per-thread arenas to limit."""
+
+    def lock_exclusively(self, fd: int) -> bool:
+        """A non-blocking lock of the file's first byte (msvcrt.locking), released when the process ends."""
+        try:
+            self._lock_byte(fd)
+        except OSError:
+            return False
+        return True
+
+
+def _lock_first_byte(fd: int) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # OSError when another process holds it
+
+
+def _run_quietly(command: Sequence[str]) -> object:
+    """Run ``command`` within 10 s; what went wrong is returned, never raised (the caller falls back)."""
+    try:
+        return subprocess.run(list(command), capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        return error
