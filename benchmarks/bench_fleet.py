@@ -147,7 +147,7 @@ def _serve(prometheus: str, tmp: Path, port: int) -> subprocess.Popen[bytes]:
 
 
 def _blocks(data: Path) -> dict[str, float]:
-    stats = [json.loads(meta.read_text())["stats"] for meta in data.glob("*/meta.json")]
+    stats = [json.loads(meta.read_text(encoding="utf-8"))["stats"] for meta in data.glob("*/meta.json")]
     size = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
     samples = sum(s["numSamples"] for s in stats)
     return {
@@ -201,7 +201,7 @@ def _instant(base: str, expr: str, at: float) -> int:
 
 
 def _rules() -> list[tuple[str, str, str]]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
+    groups = yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]
     return [
         (rule.get("alert") or rule["record"], "alert" if "alert" in rule else "record", rule["expr"])
         for group in groups

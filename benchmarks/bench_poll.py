@@ -65,7 +65,7 @@ def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
     for _ in range(repeats):
         began = clock()
         fn()
-        samples.append((clock() - began) / 1000.0)  # µs
+        samples.append((clock() - began) / 1000.0)  # μs
     return samples
 
 
@@ -248,6 +248,6 @@ def run(mode: Mode) -> Report:
                     record("pipeline", size, case, samples)
     finally:
         logging.getLogger("se_exporter").handlers[:] = [logging.NullHandler()]
-    report.table("Cost per poll, fetch excluded (µs)", ["layer", "events", "case", "p50 µs", "p99 µs", "repeats"], rows)
+    report.table("Cost per poll, fetch excluded (μs)", ["layer", "events", "case", "p50 μs", "p99 μs", "repeats"], rows)
     report.data = data
     return report

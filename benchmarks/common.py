@@ -101,13 +101,13 @@ class Report:
 
 def machine_info() -> dict[str, Any]:
     model = "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
         for line in cpuinfo:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
     mem_kib = 0
-    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="utf-8") as meminfo:
         mem_kib = int(meminfo.readline().split()[1])
     return {
         "nproc": os.cpu_count(),
@@ -141,7 +141,7 @@ def write_results(report: Report, mode: Mode) -> Path:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of the whole process (every thread, also exited ones), in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
         text = stat.read()
     fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
@@ -149,7 +149,7 @@ def cpu_seconds(pid: int) -> float:
 
 def proc_status_kib(pid: int, key: str) -> int:
     """A ``kB`` field of /proc/<pid>/status, e.g. ``VmHWM`` (peak RSS) or ``VmRSS``."""
-    with open(f"/proc/{pid}/status") as status:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as status:
         for line in status:
             if line.startswith(key + ":"):
                 return int(line.split()[1])
@@ -232,7 +232,7 @@ class Proc:
         return True
 
     def kill_for_rusage(self) -> tuple[float, int]:
-        """SIGKILL now (no shutdown work counted) and reap: (CPU seconds of the whole life, µs precision;
+        """SIGKILL now (no shutdown work counted) and reap: (CPU seconds of the whole life, μs precision;
         peak RSS KiB). /proc/<pid>/stat only has clock ticks (10 ms); wait4's rusage is exact."""
         self.proc.kill()
         _, _, usage = os.wait4(self.proc.pid, 0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
-from se_exporter.config.files import os_problem
+from se_exporter.config.files import os_problem, socket_problem
 from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import ClientSettings, IMDSClient
@@ -157,7 +156,7 @@ class Exporter:
             self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
         except OSError as error:
             self.persistence.close()
-            problem = os.strerror(error.errno) if error.errno else str(error)  # without socket's "(while …)"
+            problem = socket_problem(error)
             raise ConfigError(f"--web.listen-address: cannot listen on {_address(config)}: {problem}") from None
 
     def start(self) -> None:

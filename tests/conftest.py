@@ -100,6 +100,10 @@ NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM
     "tests/web/test_traffic.py",
     "tests/test_check.py::test_a_hook_that_is_not_executable_is_refused_as_at_start",
     "tests/shipped/",
+    "tests/otel/test_impact_everywhere.py",  # stops the exporter with SIGTERM and expects a clean exit
+    "tests/actions/test_actions_config.py::test_the_docs_example_loads_with_its_defaults",  # /bin/true in testdata
+    "tests/actions/test_actions_config.py::test_every_key_loads",  # /bin/sh in testdata
+    "tests/test_check.py::test_the_actions_file_is_checked_like_the_others",  # /bin/true in testdata
 )
 WHY = {
     "debian": "needs Debian's prometheus, prometheus-alertmanager or systemd packages, or the Linux helm binary "

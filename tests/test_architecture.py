@@ -60,7 +60,7 @@ def stage_key(module: str) -> str:
 
 def imports(path: Path) -> tuple[set[str], set[str]]:
     """(every se_exporter module imported, those imported only for type checking)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     type_only = {
         id(child)
         for node in ast.walk(tree)
@@ -117,7 +117,7 @@ def test_no_import_loops() -> None:
 
 
 def test_the_architecture_page_lists_the_same_stages() -> None:
-    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     for key in STAGES:
         name = f"{key}.py" if (PACKAGE / f"{key}.py").exists() else f"{key}/"
         if key not in ("__init__", "__main__"):

@@ -53,7 +53,7 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
 
 def test_reference_loop_is_plain_stdlib() -> None:
     """The reference stays the documented plain loop: stdlib only, one GET with Metadata: true."""
-    source = (REPO / "benchmarks" / "reference_loop.py").read_text()
+    source = (REPO / "benchmarks" / "reference_loop.py").read_text(encoding="utf-8")
     imports = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imports <= {"argparse", "contextlib", "json", "time", "urllib"}, imports
     assert '"Metadata": "true"' in source

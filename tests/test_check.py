@@ -40,7 +40,7 @@ def test_valid_files_are_ok(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("invalid", sorted((POLICIES / "invalid").glob("*.yaml")), ids=lambda path: path.stem)
 def test_every_invalid_policy_is_refused_with_the_exporters_own_message(invalid: Path) -> None:
-    expected = invalid.read_text().splitlines()[0].removeprefix("# expect: ")
+    expected = invalid.read_text(encoding="utf-8").splitlines()[0].removeprefix("# expect: ")
     result = check(f"--approval.config={invalid}")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(f"se-exporter: error: approval config {invalid}: ")

@@ -91,7 +91,7 @@ def test_environment_twins_and_flags_win() -> None:
     config = parse([], environ)
     assert (config.poll_interval, config.vm_name) == (120, "vm-env")
     assert (config.listen_host, config.listen_port) == ("::1", 9999)
-    assert (str(config.state_file), config.api_version, config.log_format) == ("/tmp/s.json", "2019-08-01", "json")
+    assert (config.state_file, config.api_version, config.log_format) == (Path("/tmp/s.json"), "2019-08-01", "json")
     flagged = parse(["--poll.interval=250ms", "--vm.name", "vm-flag"], environ)
     assert (flagged.poll_interval, flagged.vm_name) == (0.25, "vm-flag")
 

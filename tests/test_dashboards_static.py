@@ -32,7 +32,7 @@ QUERIES = dq.dashboard_queries()
 
 
 def _recording_rules() -> set[str]:
-    doc = yaml.safe_load((REPO_ROOT / "alerts" / "se-exporter.rules.yml").read_text())
+    doc = yaml.safe_load((REPO_ROOT / "alerts" / "se-exporter.rules.yml").read_text(encoding="utf-8"))
     return {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}
 
 
@@ -62,7 +62,7 @@ def test_expected_dashboards_with_stable_unique_uids() -> None:
 @pytest.mark.parametrize("file", sorted(EXPECTED_UIDS))
 def test_dashboard_is_provisioning_safe(file: str) -> None:
     dash = DASHBOARDS_BY_FILE[file]
-    text = (DASHBOARDS / file).read_text()
+    text = (DASHBOARDS / file).read_text(encoding="utf-8")
     assert "__inputs" not in text and "__requires" not in text, "export-for-sharing artefacts"
     assert "${DS_" not in text, "hard-coded import-time datasource placeholder"
     assert dash.get("id") is None
@@ -219,11 +219,11 @@ def test_dashboard_queries_parse_with_promtool(tmp_path: Path) -> None:
 
 def test_provisioning_files() -> None:
     prov = DASHBOARDS / "provisioning"
-    providers = yaml.safe_load((prov / "dashboards" / "se-exporter.yml").read_text())
+    providers = yaml.safe_load((prov / "dashboards" / "se-exporter.yml").read_text(encoding="utf-8"))
     assert providers["apiVersion"] == 1
     (provider,) = providers["providers"]
     assert provider["type"] == "file" and provider["options"]["path"]
-    datasources = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())
+    datasources = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text(encoding="utf-8"))
     (ds,) = datasources["datasources"]
     assert ds["type"] == "prometheus" and ds["uid"] == "prometheus"
     assert ds["url"] == "http://prometheus:9090"

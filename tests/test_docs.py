@@ -17,7 +17,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def test_the_readme_fits_on_a_page() -> None:
-    lines = README.read_text().splitlines()
+    lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 260, f"README has {len(lines)} lines; move the depth into docs/"
 
 
@@ -33,7 +33,7 @@ def test_the_readme_has_exactly_two_set_up_commands() -> None:
 def anchors(page: Path) -> set[str]:
     """GitHub's anchors for the page's headings."""
     found = set()
-    for heading in re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M):
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.M):
         text = unicodedata.normalize("NFKD", heading).strip().lower()
         found.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
     return found
@@ -41,7 +41,7 @@ def anchors(page: Path) -> set[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
 def test_every_relative_link_resolves(page: Path) -> None:
-    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
     for target in LINK.findall(text):
         if target.startswith(("http://", "https://", "mailto:")):
             continue
@@ -53,7 +53,7 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 
 def test_the_readme_links_into_every_docs_page() -> None:
-    linked = set(LINK.findall(README.read_text()))
+    linked = set(LINK.findall(README.read_text(encoding="utf-8")))
     for page in sorted(DOCS.glob("*.md")):
         assert f"docs/{page.name}" in linked, f"the README does not link to docs/{page.name}"
 
@@ -118,7 +118,7 @@ def test_every_flag_the_docs_use_exists() -> None:
         for option in action.option_strings
     }
     for page in PAGES:
-        for block in code_blocks(page.read_text(), "sh"):
+        for block in code_blocks(page.read_text(encoding="utf-8"), "sh"):
             for line in block.splitlines():
                 words = line.split("#")[0].split()
                 for start in _invocations(words):

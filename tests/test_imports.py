@@ -5,6 +5,7 @@ real process."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[
         *flags,
     ]
     base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    base |= {name: os.environ[name] for name in ("SYSTEMROOT",) if name in os.environ}  # Windows' random needs it
     with log.open("wb") as err:
         proc = subprocess.Popen(command, cwd=REPO, stderr=err, env={**base, **(env or {})})
         try:
@@ -41,7 +43,11 @@ def imported_by_run(fake_imds: FakeIMDS, tmp_path: Path, *flags: str, env: dict[
         finally:
             proc.terminate()
             proc.wait(10)
-    return {line.split("|")[-1].strip() for line in log.read_text().splitlines() if line.startswith("import time:")}
+    return {
+        line.split("|")[-1].strip()
+        for line in log.read_text(encoding="utf-8").splitlines()
+        if line.startswith("import time:")
+    }
 
 
 def test_without_otlp_policy_or_actions_no_sdk_no_approval_no_actions_no_simulator(

@@ -37,7 +37,7 @@ def test_no_assert_guards_an_invariant_in_the_package() -> None:
     found = [
         f"{path.relative_to(package)}:{node.lineno}"
         for path in sorted(package.rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path)))
         if isinstance(node, ast.Assert)
     ]
     assert found == []

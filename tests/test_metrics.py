@@ -97,7 +97,9 @@ def test_golden_exposition() -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "exposition changed; rerun with UPDATE_GOLDEN=1 and review the diff"
+    assert text == GOLDEN.read_text(encoding="utf-8"), (
+        "exposition changed; rerun with UPDATE_GOLDEN=1 and review the diff"
+    )
 
 
 def test_scrape_time_values() -> None:

@@ -48,10 +48,10 @@ def test_the_sdist_carries_the_license_and_the_docs(built: Distributions) -> Non
 
 
 def test_license_is_the_apache_2_text_pyproject_declares() -> None:
-    text = (REPO / "LICENSE").read_text()
+    text = (REPO / "LICENSE").read_text(encoding="utf-8")
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) > 190
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert (project["name"], project["license"], project["license-files"]) == (DISTRIBUTION, "Apache-2.0", ["LICENSE"])
 
 
@@ -77,13 +77,13 @@ def test_the_version_is_written_once() -> None:
     )
     generated = "deploy/helm/se-exporter/Chart.yaml"  # written from it by dashboards/generate.py (checked in sync)
     assert written == ["CHANGELOG.md", generated, "se_exporter/__init__.py"], written
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["dynamic"] == ["version"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "se_exporter.__version__"}
 
 
 def test_the_changelog_keeps_a_changelog_and_leads_with_this_version() -> None:
-    text = (REPO / "CHANGELOG.md").read_text()
+    text = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - (Unreleased|\d{4}-\d{2}-\d{2})$", text, flags=re.M)
     assert headings and headings[0][0] == VERSION, "the newest section is the version in se_exporter/__init__.py"
     assert ("0.1.0", "2026-11-22") in headings

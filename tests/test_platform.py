@@ -204,7 +204,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"  # a zombie is gone for our purpose
+    return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").split()[2] != "Z"  # a zombie is gone for our purpose
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX directory fsync")
@@ -215,7 +215,7 @@ def test_posix_syncs_a_directory_where_it_can(tmp_path: Path) -> None:
 
 def _posix_only_uses(path: Path) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
@@ -263,7 +263,7 @@ def test_serve_listens_to_the_platforms_stop_requests() -> None:
     seen: list[float] = []
 
     def run(stop: threading.Event) -> None:
-        os.kill(os.getpid(), SIGINT)  # one of the POSIX stop requests, delivered to this process
+        signal.raise_signal(SIGINT)  # a stop request, delivered to this process (os.kill would end it on Windows)
         started = time.monotonic()
         assert stop.wait(5)
         seen.append(time.monotonic() - started)
@@ -277,7 +277,7 @@ def test_a_stop_requested_before_the_start_closes_without_starting() -> None:
     from se_exporter.process import StopRequest, serve
 
     stop = StopRequest().install((SIGINT,))
-    os.kill(os.getpid(), SIGINT)  # during start-up: before serve()
+    signal.raise_signal(SIGINT)  # during start-up, before serve() (os.kill would end the process on Windows)
     calls: list[str] = []
     assert serve(stop, lambda: calls.append("start"), lambda _: calls.append("run"), lambda: calls.append("close")) == 0
     assert calls == ["close"] and stop.signal_name == "SIGINT"

@@ -15,7 +15,7 @@ IMAGE = "ghcr.io/se-exporter/azure-scheduled-events-exporter"
 
 
 def workflow(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((WORKFLOWS / name).read_text())
+    data = yaml.safe_load((WORKFLOWS / name).read_text(encoding="utf-8"))
     data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as true
     return data  # type: ignore[no-any-return]
 
@@ -35,7 +35,7 @@ def test_ci_runs_the_readmes_test_command_on_a_clean_debian() -> None:
     assert linux["container"]["image"].startswith("debian:") and linux["timeout-minutes"] <= 90
     assert "--privileged" in linux["container"]["options"], "the tmpfs (full disk) tests mount file systems"
     assert runs(linux)[-1] == "bash .ci/run"
-    ci_run = (REPO / ".ci" / "run").read_text()
+    ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "test-command" in ci_run and "README.md" in ci_run, ".ci/run reads the README's command"
     assert marked(README, "test-command").strip().endswith(".venv/bin/python -m pytest")
 
@@ -47,7 +47,7 @@ def test_ci_runs_the_unit_tests_on_windows_and_macos() -> None:
     readme_install = re.search(r"pip install -e '(\.\[test\])'", marked(README, "test-command"))
     assert readme_install and f'pip install -e "{readme_install.group(1)}"' in install, "the README's extras"
     assert test == 'python -m pytest -m "not debian and not posix"'
-    pyproject = (REPO / "pyproject.toml").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"debian: ' in pyproject and '"posix: ' in pyproject, "the markers the job deselects are declared"
 
 
@@ -61,7 +61,7 @@ def test_release_builds_publishes_and_pushes_the_version_it_was_tagged_with() ->
     dist = release["jobs"]["dist"]
     assert "python -m build" in runs(dist)[0] and "pypa/gh-action-pypi-publish@release/v1" in uses(dist)
     render = "\n".join(runs(dist))
-    kustomization = yaml.safe_load((REPO / "deploy" / "kubernetes" / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((REPO / "deploy" / "kubernetes" / "kustomization.yaml").read_text(encoding="utf-8"))
     (image,) = kustomization["images"]
     assert image["newName"] == IMAGE and f'set image "{image["name"]}=$IMAGE:' in render
     push = next(step for step in release["jobs"]["image"]["steps"] if "build-push-action" in step.get("uses", ""))
@@ -71,4 +71,4 @@ def test_release_builds_publishes_and_pushes_the_version_it_was_tagged_with() ->
 
 
 def test_the_dockerfile_takes_the_version_the_release_passes() -> None:
-    assert "ARG VERSION=" in (REPO / "Dockerfile").read_text()
+    assert "ARG VERSION=" in (REPO / "Dockerfile").read_text(encoding="utf-8")

@@ -8,9 +8,10 @@ PyYAML itself is in ``strict_yaml.py``, imported only where a file is read: most
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-from pathlib import Path
+import stat
 
 from se_exporter.errors import ConfigError
 
@@ -28,14 +29,59 @@ def show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+MAX_FILE_BYTES = 1 << 20  # every file an operator names, read whole before it is parsed (docs/design.md)
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_bounded(path: str | os.PathLike[str]) -> bytes:
+    """A regular file's bytes, at most ``MAX_FILE_BYTES``; else ``OSError`` whose strerror says why.
+
+    A link to /dev/zero, a FIFO (whose open would wait for a writer) or a huge file is refused before a
+    byte is parsed, with the same words on Linux and Windows (where opening a directory says "Permission
+    denied")."""
+    mode = os.stat(path).st_mode  # through symlinks: what would be read
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the two looks
+            raise OSError(errno.EINVAL, "it is not a regular file")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(errno.EFBIG, f"it is larger than {MAX_FILE_BYTES >> 20} MiB")
+    return data
+
+
 def read_text(prefix: str, path: str | os.PathLike[str], error: type[Exception] = ConfigError) -> str:
     """The file's text; ``error("<prefix>: cannot read the file: ...")`` saying why it cannot be read."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_bounded(path).decode("utf-8")
     except OSError as exc:
         raise error(f"{prefix}: cannot read the file: {os_problem(exc)}") from None
     except UnicodeDecodeError:
         raise error(f"{prefix}: the file is not UTF-8 text") from None
+
+
+# What goes wrong binding a port, in the same words on every platform: Windows reports its own (WSAEADDRINUSE:
+# "Only one usage of each socket address ... is normally permitted"), which os.strerror() does not know.
+_SOCKET_PROBLEMS = {
+    errno.EADDRINUSE: "Address already in use",
+    errno.EADDRNOTAVAIL: "Cannot assign requested address",
+    errno.EACCES: "Permission denied",
+    getattr(errno, "WSAEACCES", errno.EACCES): "Permission denied",
+}
+
+
+def socket_problem(exc: OSError) -> str:
+    """The words for a port that cannot be listened on, one line, the same on Linux and Windows."""
+    return _SOCKET_PROBLEMS.get(exc.errno or 0) or os_problem(exc)
 
 
 def os_problem(exc: Exception) -> str:

@@ -32,6 +32,7 @@ from se_exporter.errors import ConfigError
 from se_exporter.httpio import closed_while_idle, get_response, retry_after_seconds
 from se_exporter.otel.config import SignalConfig
 from se_exporter.otel.outcome import RETRYABLE_HTTP_STATUSES, Outcome
+from se_exporter.platform import Platform, current
 
 log = logging.getLogger(__name__)
 MAX_ANSWER_BYTES = 1 << 16  # a collector's answer is a small protobuf (a partial-success count)
@@ -44,8 +45,13 @@ class OTLPHttpClient:
     """One signal's endpoint. Thread-safe; ``close()`` from another thread makes a send give up."""
 
     def __init__(
-        self, signal: SignalConfig, user_agent: str, partial_success: PartialSuccess = lambda _body: (0, "")
+        self,
+        signal: SignalConfig,
+        user_agent: str,
+        partial_success: PartialSuccess = lambda _body: (0, ""),
+        platform: Platform | None = None,
     ) -> None:
+        self._platform = platform or current()  # how a blocked send is interrupted
         url = urllib.parse.urlsplit(signal.endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ConfigError(f"OTLP endpoint {signal.endpoint!r}: an http:// or https:// URL is needed")
@@ -103,12 +109,12 @@ class OTLPHttpClient:
 
     def close(self) -> None:
         """End the connection now, also under a send in progress, which then fails at once (a close()
-        alone would leave a thread blocked in recv() waiting for its timeout); nothing is sent after."""
+        alone would leave a thread blocked in recv() waiting for its timeout on Linux, a shutdown() alone
+        on Windows: the platform knows which); nothing is sent after."""
         self._closed = True
         connection = self._connection
         if connection is not None and connection.sock is not None:
-            with contextlib.suppress(OSError):
-                connection.sock.shutdown(socket.SHUT_RDWR)
+            self._platform.interrupt(connection.sock)
 
     def _outcome(self, answer: http.client.HTTPResponse, payload: bytes) -> Outcome:
         if 200 <= answer.status < 300:

@@ -14,6 +14,7 @@ import sys
 import threading
 
 from se_exporter.config import flags
+from se_exporter.config.files import socket_problem
 from se_exporter.platform import current
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.flags import add_arguments, build_faults, no_scenario_hint
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         print(f"se-exporter: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        problem = exc.strerror or str(exc)
+        problem = socket_problem(exc)
         print(
             f"se-exporter: error: --web.listen-address: cannot listen on {args.listen[0]}:{args.listen[1]}: {problem}",
             file=sys.stderr,

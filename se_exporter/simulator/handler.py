@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import struct
 import sys
@@ -34,6 +35,9 @@ class SimHTTPServer(ThreadingHTTPServer):
     """The stdlib threading server, carrying what handlers need."""
 
     daemon_threads = True  # a delayed answer must not hold up shutdown
+    # On Windows SO_REUSEADDR lets a second server take a port already in use (both then answer): there a
+    # busy port must be refused, as on Linux, where the option only skips TIME_WAIT.
+    allow_reuse_address = os.name != "nt"
 
     def __init__(self, address: tuple[str, int], world: SimWorld, faults: FaultPlan) -> None:
         if ":" in address[0]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from se_exporter.config.files import os_problem
+from se_exporter.config.files import os_problem, read_bounded
 from se_exporter.errors import ConfigError
 
 # Go's tls.CipherSuites() names -> OpenSSL names. TLS 1.3 suites map to None: Go ignores them in
@@ -124,7 +124,7 @@ class TLSServerConfig:
 
 def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        return read_bounded(path).decode("ascii", errors="replace")
     except OSError as exc:
         config._fail(key, f"cannot read {path}: {os_problem(exc)}")
 

@@ -73,7 +73,7 @@ class Setup:
         return exporter
 
     def lines(self, kind: str = "") -> list[str]:
-        return [line for line in self.out.read_text().splitlines() if line.startswith(kind)]
+        return [line for line in self.out.read_text(encoding="utf-8").splitlines() if line.startswith(kind)]
 
     def polls_more(self, count: int) -> None:
         seen = len(self.fake.event_requests())

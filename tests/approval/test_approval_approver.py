@@ -158,7 +158,7 @@ def hook_runner(tmp_path: Path, timeout: float = 10.0) -> HookRunner:
 
 def runs(tmp_path: Path) -> list[str]:
     path = tmp_path / "runs.txt"
-    return path.read_text().splitlines() if path.exists() else []
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 def test_exactly_the_matching_events_are_posted_once_over_many_polls(
@@ -705,7 +705,7 @@ def recording_hook(tmp_path: Path) -> HookRunner:
 
 def seen(tmp_path: Path) -> list[str]:
     path = tmp_path / "seen.txt"
-    return path.read_text().splitlines() if path.exists() else []
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
 ANY_REBOOT_OR_FREEZE = Policy(

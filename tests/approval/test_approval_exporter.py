@@ -303,7 +303,7 @@ def fake_polls(fake: FakeIMDS) -> int:
 
 def saved_status(state: Path, event_id: str) -> str | None:
     try:
-        sections = json.loads(state.read_text())["sections"]
+        sections = json.loads(state.read_text(encoding="utf-8"))["sections"]
     except (OSError, ValueError):
         return None
     status = sections.get("approvals", {}).get("events", {}).get(event_id, {}).get("status")
@@ -390,7 +390,7 @@ def recording_hook(tmp_path: Path, tail: str = "exit 0") -> Path:
 
 def hook_runs(tmp_path: Path) -> list[tuple[float, str]]:
     try:
-        lines = (tmp_path / "runs").read_text().splitlines()
+        lines = (tmp_path / "runs").read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return []
     return [(float(at), event_id) for at, event_id in (line.split() for line in lines)]
@@ -471,7 +471,9 @@ def test_hook_success_gets_the_event_in_its_environment_then_the_event_is_posted
     assert ran_at < sim.world.truth.approvals()[0].real_time, "the POST must follow the hook"
 
     hook_env = dict(
-        line.split("=", 1) for line in (tmp_path / f"env-{event_id}").read_text().splitlines() if "=" in line
+        line.split("=", 1)
+        for line in (tmp_path / f"env-{event_id}").read_text(encoding="utf-8").splitlines()
+        if "=" in line
     )
     expected = {
         "SE_EVENT_ID": event_id,
@@ -576,7 +578,7 @@ CLI_FIXTURES = [
 
 
 def expected_message(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
+    first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# expect: ")
     return first.removeprefix("# expect: ")
 

@@ -26,7 +26,7 @@ def python_hook(code: str, *args: str, timeout: float = 10.0, inherit: tuple[str
 
 def alive(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped yet
@@ -56,7 +56,7 @@ def test_success_receives_the_event_in_its_environment(tmp_path: Path) -> None:
         runner.close()
     assert result.ok and result.exit_code == 0 and not result.timed_out
     assert result.summary == "exited with status 0"
-    env = json.loads(env_file.read_text())
+    env = json.loads(env_file.read_text(encoding="utf-8"))
     assert env.pop("SE_EVENT_SECONDS_LEFT") in ("299", "300")  # whole seconds left when the hook started
     event_file = env.pop("SE_EVENT_FILE")
     assert event_file and not Path(event_file).exists()  # removed when the hook ended
@@ -142,7 +142,7 @@ def test_timeout_kills_the_whole_process_group_and_polling_is_not_blocked(tmp_pa
     assert result.summary == "timed out after 1 s; its processes were stopped"
     assert result.last_output == "draining"
     assert 1.0 <= result.duration_seconds < 5
-    child = int(pid_file.read_text())
+    child = int(pid_file.read_text(encoding="utf-8"))
     wait_until(lambda: not alive(child), what="the hook's child to be killed with its group")
 
 
@@ -167,7 +167,7 @@ def test_shell_script_hook(tmp_path: Path) -> None:
         assert runner.submit(event("E5"), VM, "r").result(timeout=10).ok
     finally:
         runner.close()
-    assert out.read_text() == 'E5 Reboot ["vm-a", "vm-b"]\n'
+    assert out.read_text(encoding="utf-8") == 'E5 Reboot ["vm-a", "vm-b"]\n'
 
 
 def test_close_kills_a_running_hook(tmp_path: Path) -> None:
@@ -194,7 +194,7 @@ def test_long_values_are_cut_and_the_whole_event_is_in_the_event_file(tmp_path: 
     finally:
         runner.close()
     assert result.ok, result.summary
-    seen = json.loads(out.read_text())
+    seen = json.loads(out.read_text(encoding="utf-8"))
     description = seen["env"]["SE_EVENT_DESCRIPTION"]
     assert len(description) == 8192 and description.endswith("…[cut: the full event is in $SE_EVENT_FILE]")
     assert json.loads(seen["env"]["SE_EVENT_RESOURCES"]) == [VM, "vm-b,vm-c"]
@@ -238,7 +238,7 @@ def test_what_a_hook_leaves_running_in_the_background_ends_with_it(tmp_path: Pat
     try:
         before = {thread.ident for thread in threading.enumerate()}
         result = runner.submit(event("A"), VM, "rule").result(timeout=10)
-        background = int(pid_file.read_text())
+        background = int(pid_file.read_text(encoding="utf-8"))
         wait_until(lambda: not alive(background), what="the background process to be gone")
         wait_until(
             lambda: (

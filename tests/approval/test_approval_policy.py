@@ -35,7 +35,7 @@ PACKAGE = Path(policy_module.__file__).parent
 
 
 def expected_message(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
+    first = path.read_text(encoding="utf-8").splitlines()[0]
     assert first.startswith("# expect: "), f"{path.name} must start with '# expect: <message>'"
     return first.removeprefix("# expect: ")
 
@@ -67,7 +67,7 @@ def test_the_brief_example_message_verbatim() -> None:
     ("setup", "expected"),
     [
         (lambda p: None, "cannot read the file: No such file or directory"),
-        (lambda p: p.mkdir(), "cannot read the file: Is a directory"),
+        (lambda p: p.mkdir(), "cannot read the file: it is a directory, not a regular file"),
         (lambda p: p.write_bytes(b"rules:\n  - name: caf\xe9\n"), "the file is not UTF-8 text"),
     ],
     ids=["missing", "directory", "not-utf8"],
@@ -131,7 +131,7 @@ def test_demo_policy_approves_live_migrations_user_events_and_short_freezes() ->
 def test_the_documented_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every policy file docs/approval.md shows loads (hook paths need not exist here)."""
     monkeypatch.setattr("se_exporter.approval.policy.shutil.which", lambda command: "/found")
-    text = (DOCS / "approval.md").read_text()
+    text = (DOCS / "approval.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(# /etc/se-exporter/approval.yaml\n.*?)```", text, flags=re.DOTALL)
     assert len(blocks) == 3
     for block in blocks:

@@ -120,12 +120,14 @@ def running_stack(workdir: Path, prometheus_bin: str, alertmanager_bin: str) -> 
 
         webhook = WebhookReceiver().start()
         cleanup.callback(webhook.stop)
-        shipped_am = yaml.safe_load(ALERTMANAGER_YML.read_text())
+        shipped_am = yaml.safe_load(ALERTMANAGER_YML.read_text(encoding="utf-8"))
         am_config = write_yaml(workdir / "alertmanager.yml", alertmanager_config(shipped_am, webhook.url))
         alertmanager = Alertmanager(alertmanager_bin, am_config, workdir)
         cleanup.callback(alertmanager.close)
 
-        override = write_yaml(workdir / "rules-for-override.yml", for_override_rules(yaml.safe_load(RULES.read_text())))
+        override = write_yaml(
+            workdir / "rules-for-override.yml", for_override_rules(yaml.safe_load(RULES.read_text(encoding="utf-8")))
+        )
         prom_config = write_yaml(
             workdir / "prometheus.yml",
             prometheus_config(

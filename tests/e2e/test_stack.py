@@ -231,7 +231,7 @@ def _rules(stack: Stack) -> list[dict[str, Any]]:
 
 def test_every_rule_evaluates_ok(stack: Stack) -> None:
     """Prometheus loaded every shipped rule, evaluated each at least twice on the final state, all ok."""
-    shipped = yaml.safe_load(RULES.read_text())
+    shipped = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     want = {(g["name"], r.get("alert") or r.get("record")) for g in shipped["groups"] for r in g["rules"]}
     t0 = time.time()
     # Two evaluations after t0 (interval 1s): every group's last evaluation is at least 1s after t0.
@@ -391,7 +391,7 @@ def test_alertmanager_delivers_to_webhook(stack: Stack) -> None:
 
 def _referenced_names() -> tuple[set[str], set[str]]:
     """(metric names used by dashboards and rules, recording-rule names)."""
-    rules = yaml.safe_load(RULES.read_text())
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
     names = {n for g in rules["groups"] for r in g["rules"] for n in metric_names(str(r["expr"]))}
     for q in dashboard_queries(job=JOB, instance="127.0.0.1:1", rate_interval=RATE_INTERVAL):

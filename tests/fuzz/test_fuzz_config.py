@@ -350,5 +350,5 @@ def test_a_file_we_could_not_have_written_is_set_aside_and_counted(tmp_path: Pat
     path.write_text(text)
     persistence = Persistence(path)
     assert persistence.section("store") is None and persistence.errors == 1
-    assert (tmp_path / "state.json.discarded").read_text() == text and not path.exists()
+    assert (tmp_path / "state.json.discarded").read_text(encoding="utf-8") == text and not path.exists()
     persistence.close()

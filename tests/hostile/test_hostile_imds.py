@@ -69,7 +69,7 @@ class Script:
 
 
 def rss_kb(exporter: ExporterProcess) -> int:
-    for line in Path(f"/proc/{exporter.proc.pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{exporter.proc.pid}/status").read_text(encoding="utf-8").splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")

@@ -51,7 +51,7 @@ def worst_document(incarnation: int, generation: int, reschedule: int = 0) -> by
 
 
 def peak_kib(exporter: ExporterProcess) -> int:
-    status = Path(f"/proc/{exporter.proc.pid}/status").read_text()
+    status = Path(f"/proc/{exporter.proc.pid}/status").read_text(encoding="utf-8")
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 
 

@@ -52,9 +52,13 @@ def test_restart_emits_no_transition_twice(
     fake_imds.respond = lambda seen: document(2, STARTED)
     wait_for(lambda: transitions(first) == ["scheduled", "started"], 20, "started logged")
     started_at = time.time()
-    wait_for(lambda: json.loads(state.read_text())["sections"]["store"]["events"][0]["started_at"], 10, "state saved")
+    wait_for(
+        lambda: json.loads(state.read_text(encoding="utf-8"))["sections"]["store"]["events"][0]["started_at"],
+        10,
+        "state saved",
+    )
     # No OTLP configured: no lifecycle span is ever sent, so none is kept (in memory or in the file).
-    assert set(json.loads(state.read_text())["sections"]) == {"store"}
+    assert set(json.loads(state.read_text(encoding="utf-8"))["sections"]) == {"store"}
     code = first.stop(stop_signal)
     assert code == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
     assert state.stat().st_mode & 0o077 == 0, "the state file must not be readable by others"
@@ -99,7 +103,7 @@ def test_corrupt_state_file_is_logged_and_ignored(
     wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad file")
     assert "cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
     assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
-    wait_for(lambda: json.loads(state.read_text())["version"] == 1, 10, "state file rewritten")
+    wait_for(lambda: json.loads(state.read_text(encoding="utf-8"))["version"] == 1, 10, "state file rewritten")
 
 
 def test_sigterm_exits_zero_promptly(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:

@@ -52,7 +52,7 @@ def test_every_stop_signal_is_a_clean_stop_that_saves_the_state(
     assert stopped_within(exporter, sig, 5) == 0
     logs = exporter.logs()
     assert f"received {signal.Signals(sig).name}, shutting down" in logs
-    saved = json.loads(state.read_text())
+    saved = json.loads(state.read_text(encoding="utf-8"))
     assert [e["event"]["event_id"] for e in saved["sections"]["store"]["events"]] == ["E1"]
 
 
@@ -90,7 +90,11 @@ def test_a_hook_that_ignores_sigterm_is_killed_and_the_stop_takes_seconds(
         f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", f"--approval.config={policy}"
     )
     hook_pid = int(
-        wait_for(lambda: (pid_file.exists() and pid_file.read_text().strip()) or None, 20, "the hook to start")
+        wait_for(
+            lambda: (pid_file.exists() and pid_file.read_text(encoding="utf-8").strip()) or None,
+            20,
+            "the hook to start",
+        )
     )
     assert stopped_within(exporter, signal.SIGTERM, 12) == 0  # the hook's 5 s grace, not its 300 s timeout
     wait_for(lambda: not _alive(hook_pid), 5, "the hook to be gone")
@@ -103,4 +107,4 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "\nState:\tZ" in status.read_text())
+    return not (status.exists() and "\nState:\tZ" in status.read_text(encoding="utf-8"))

@@ -12,7 +12,7 @@ RESTRICTED = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry._log
 
 def imported_modules(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:

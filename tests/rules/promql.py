@@ -16,7 +16,9 @@ DESIGN_MD = REPO_ROOT / "docs" / "design.md"
 
 def design_md_metrics(path: Path = DESIGN_MD) -> dict[str, str]:
     """The metric table of docs/design.md: rows like | `azure_scheduled_events_x` | gauge | ..."""
-    rows = re.findall(r"^\|\s*`(azure_scheduled_events_\w+)`\s*\|\s*([a-z]+)", path.read_text(), flags=re.M)
+    rows = re.findall(
+        r"^\|\s*`(azure_scheduled_events_\w+)`\s*\|\s*([a-z]+)", path.read_text(encoding="utf-8"), flags=re.M
+    )
     return dict(rows)
 
 

@@ -48,7 +48,7 @@ def local(shipped: dict[str, Any], webhook: str) -> dict[str, Any]:
 def alertmanager(tmp_path: Path) -> Iterator[tuple[Alertmanager, WebhookReceiver]]:
     binary = require("prometheus-alertmanager", "alertmanager")
     webhook = WebhookReceiver().start()
-    shipped = yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
+    shipped = yaml.safe_load((ALERTS / "alertmanager.yml").read_text(encoding="utf-8"))
     config = tmp_path / "alertmanager.yml"
     config.write_text(yaml.safe_dump(local(shipped, webhook.url), sort_keys=False))
     shutil.copy(ALERTS / "se-exporter.tmpl", tmp_path / "se-exporter.tmpl")  # templates: relative to the config

@@ -61,6 +61,6 @@ def test_rules_generated_with_another_job_selector_are_valid(tmp_path: Path) -> 
         ],
         check=True,
     )
-    rules = (tmp_path / "alerts" / "se-exporter.rules.yml").read_text()
+    rules = (tmp_path / "alerts" / "se-exporter.rules.yml").read_text(encoding="utf-8")
     assert 'up{job="azure-maintenance", env="prod"}' in rules
     run([require("promtool"), "check", "rules", tmp_path / "alerts" / "se-exporter.rules.yml"])

@@ -37,7 +37,10 @@ SEVERITIES = {"critical", "warning", "info"}
 
 def _rules() -> list[dict[str, Any]]:
     """Every rule we ship: the main file and the optional AKS group (alerts/aks.rules.yml)."""
-    docs = [yaml.safe_load((ALERTS / name).read_text()) for name in ("se-exporter.rules.yml", "aks.rules.yml")]
+    docs = [
+        yaml.safe_load((ALERTS / name).read_text(encoding="utf-8"))
+        for name in ("se-exporter.rules.yml", "aks.rules.yml")
+    ]
     return [rule for doc in docs for group in doc["groups"] for rule in group["rules"]]
 
 
@@ -105,25 +108,25 @@ def test_alert_values_are_humanized_where_meaningful() -> None:
 
 
 def test_runbook_has_a_section_per_alert_and_no_orphans() -> None:
-    headings = re.findall(r"^#{1,6} +(.+?)\s*$", RUNBOOK.read_text(), flags=re.M)
+    headings = re.findall(r"^#{1,6} +(.+?)\s*$", RUNBOOK.read_text(encoding="utf-8"), flags=re.M)
     anchors = {github_anchor(h) for h in headings}
     for rule in ALERT_RULES:
         anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
         assert anchor in anchors, f"runbook.md has no heading for #{anchor}"
-        assert f"## {rule['alert']}" in RUNBOOK.read_text()
+        assert f"## {rule['alert']}" in RUNBOOK.read_text(encoding="utf-8")
     alert_like = {h for h in headings if re.fullmatch(r"AzureScheduledEvents?\w+", h)}
     assert alert_like == set(ALERT_NAMES), "runbook sections without an alert (or the reverse)"
 
 
 def test_runbook_internal_links_resolve() -> None:
-    text = RUNBOOK.read_text()
+    text = RUNBOOK.read_text(encoding="utf-8")
     anchors = {github_anchor(h) for h in re.findall(r"^#{1,6} +(.+?)\s*$", text, flags=re.M)}
     for target in re.findall(r"\]\(#([^)]+)\)", text):
         assert target in anchors, f"broken link #{target}"
 
 
 def test_runbook_shows_how_to_check_and_approve() -> None:
-    text = RUNBOOK.read_text()
+    text = RUNBOOK.read_text(encoding="utf-8")
     assert (
         "curl -s -H Metadata:true --noproxy '*' "
         '"http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"' in text.replace("\\\n  ", "")
@@ -201,7 +204,7 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
 def _unit_test_cases() -> list[tuple[str, bool]]:
     cases = []
     for path in sorted(ALERTS.glob("tests/*.yml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         for group in doc["tests"]:
             assert "interval" in group, f"{path.name}: promtool 2.42 needs interval in every group"
             for case in group.get("alert_rule_test", []):
@@ -218,7 +221,7 @@ def test_every_alert_has_positive_and_negative_unit_tests(name: str) -> None:
 
 def test_unit_tests_avoid_newer_promtool_syntax() -> None:
     for path in ALERTS.glob("tests/*.yml"):
-        assert not re.search(r"^\s*fuzzy_compare\s*:", path.read_text(), flags=re.M), path.name
+        assert not re.search(r"^\s*fuzzy_compare\s*:", path.read_text(encoding="utf-8"), flags=re.M), path.name
 
 
 # Other projects' node-down alerts the shipped inhibit rules silence during maintenance: kube-prometheus
@@ -235,7 +238,7 @@ NODE_DOWN_ALERTS = {
 
 
 def test_alertmanager_example_matches_the_rules() -> None:
-    config = yaml.safe_load((ALERTS / "alertmanager.yml").read_text())
+    config = yaml.safe_load((ALERTS / "alertmanager.yml").read_text(encoding="utf-8"))
     assert config["route"]["group_by"] == ["alertname", "instance"]
     severities = {
         m.split("=", 1)[1].strip('"'): route["receiver"]

@@ -64,7 +64,7 @@ def _containers_conf() -> Path:
         "[engine]\n"
         'runtime = "runc"\n'
     )
-    if not path.exists() or path.read_text() != text:
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
         CACHE.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return path

@@ -199,11 +199,11 @@ class Cgroup:
         return cls(Path("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") / relative, v1)
 
     def _pairs(self, name: str) -> dict[str, int]:
-        lines = (self.path / name).read_text().splitlines()
+        lines = (self.path / name).read_text(encoding="utf-8").splitlines()
         return {key: int(value) for key, value in (line.split() for line in lines)}
 
     def _number(self, name: str) -> int:
-        return int((self.path / name).read_text())
+        return int((self.path / name).read_text(encoding="utf-8"))
 
     def rss_bytes(self) -> int:
         stat = self._pairs("memory.stat")

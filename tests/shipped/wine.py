@@ -9,8 +9,9 @@ this checkout. Everything is cached in ``.cache/shipped/windows`` (the Wine pref
 Facts of Wine 8 this works around (measured): the interpreter's standard streams must be pipes (a file or
 /dev/null ends start-up with ``init_sys_streams ... Invalid handle``); ``_wmi.pyd`` aborts the process
 (``propsys.VariantToString`` is unimplemented), so it is removed; bcrypt >= 5 and cryptography >= 43 need
-``bcryptprimitives.dll``, which Wine 8 lacks, so this run pins older ones; ``kill -INT`` of the Wine
-process arrives as CTRL+C; CTRL+BREAK and ``taskkill /T`` do not work.
+``bcryptprimitives.dll``, which Wine 8 lacks, so this run pins older ones; ``CopyFile2`` is missing (a
+``sitecustomize`` hides it from shutil); ``kill -INT`` of the Wine process arrives as CTRL+C; CTRL+BREAK and
+``taskkill /T`` do not work; Wine sets ``PROGRAMDATA`` itself (``C:\\ProgramData`` in its prefix).
 """
 
 from __future__ import annotations
@@ -173,3 +174,13 @@ def _install_dependencies(site_packages: Path) -> None:
 def _write_pth(home: Path) -> None:
     lines = ["python313.zip", ".", "Lib\\site-packages", windows_path(REPO), "import site"]
     (home / "python313._pth").write_text("\n".join(lines) + "\n")
+    (home / "Lib" / "site-packages" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+
+
+# Wine 8 has no CopyFile2, which shutil.copy2 calls on Windows CPython 3.12+ (the process aborts): without
+# the attribute, shutil takes its portable path. For this interpreter only, never in the package.
+SITECUSTOMIZE = """import _winapi
+
+if hasattr(_winapi, "CopyFile2"):
+    del _winapi.CopyFile2
+"""

@@ -486,7 +486,7 @@ def _sampler(fleet: Fleet, stop: threading.Event, rss: list[tuple[int, float, in
 def _sample(fleet: Fleet, rss: list[tuple[int, float, int]]) -> None:
     run = fleet.current
     try:
-        status = Path(f"/proc/{run.process.proc.pid}/status").read_text()
+        status = Path(f"/proc/{run.process.proc.pid}/status").read_text(encoding="utf-8")
     except OSError:
         return
     for line in status.splitlines():

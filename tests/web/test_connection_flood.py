@@ -20,7 +20,7 @@ CONNECTIONS = 900
 
 
 def status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(field)

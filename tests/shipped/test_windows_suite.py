@@ -1,0 +1,54 @@
+"""The Windows-capable part of this suite, run by the official Windows CPython under Wine (issue 28, part 3).
+
+It is what the upstream CI's Windows job runs (``-m "not debian and not posix"``), less what checks the
+code rather than runs it (ruff and mypy: their findings do not depend on the interpreter, and they run on
+Linux) and the packaging test (it builds in an isolated environment from the package index).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.shipped.containers import CACHE
+from tests.shipped.wine import windows_python
+
+pytestmark = pytest.mark.xdist_group("wine")
+NOT_UNDER_WINE = (
+    "--deselect=tests/test_lint.py",  # ruff and mypy: Linux tools reading the same files
+    "--deselect=tests/test_platform.py::test_mypy_checks_the_package_as_windows_sees_it",  # the same
+    "--deselect=tests/test_packaging.py",  # python -m build: an isolated build from the package index
+    "--ignore=tests/deploy/test_helm_chart.py",  # debian (helm); imports pydantic-core, a DLL Wine 8 cannot load
+    "--ignore=tests/shipped",  # this folder: podman and Wine themselves
+    # 64 client threads in the test's own process: under Wine every wait is a round trip to wineserver, so
+    # the GIL changes hands slowly and a scrape took 5.6 s (bound 1 s). Unverified on Windows (docs/windows.md).
+    "--deselect=tests/web/test_hostile_clients.py::test_a_wrong_password_flood_does_not_delay_a_scrape_with_known_credentials",
+)
+
+
+@pytest.mark.timeout(1500)
+def test_the_windows_capable_unit_tests_pass_on_windows_cpython() -> None:
+    python = windows_python()
+    code, output = python.run(
+        "-m",
+        "pytest",
+        "-o",
+        "addopts=",  # no xdist workers under Wine: one interpreter, as the Windows job has per test
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:cloudcoil",
+        "--strict-markers",
+        "-q",
+        "--tb=short",
+        "-rfE",
+        "-m",
+        "not debian and not posix and not shipped",
+        *NOT_UNDER_WINE,
+        timeout=1400,
+    )
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    (CACHE / "windows-suite.txt").write_text(summary + "\n")  # the closing note's counts
+    assert code == 0 and re.search(r"\d+ passed", summary), output[-6000:]
+    assert " failed" not in summary and " error" not in summary, output[-6000:]
