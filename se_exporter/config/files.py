@@ -39,6 +39,10 @@ _KINDS = (
 )
 
 
+class NotARegularFile(OSError):
+    """A file an operator named that is not read: not a regular file, or too large."""
+
+
 def read_bounded(path: str | os.PathLike[str]) -> bytes:
     """A regular file's bytes, at most ``MAX_FILE_BYTES``; else ``OSError`` whose strerror says why.
 
@@ -48,14 +52,14 @@ def read_bounded(path: str | os.PathLike[str]) -> bytes:
     mode = os.stat(path).st_mode  # through symlinks: what would be read
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "not a file")
-        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file")
+        raise NotARegularFile(errno.EINVAL, f"it is {kind}, not a regular file")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the two looks
-            raise OSError(errno.EINVAL, "it is not a regular file")
+            raise NotARegularFile(errno.EINVAL, "it is not a regular file")
         data = handle.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise OSError(errno.EFBIG, f"it is larger than {MAX_FILE_BYTES >> 20} MiB")
+        raise NotARegularFile(errno.EFBIG, f"it is larger than {MAX_FILE_BYTES >> 20} MiB")
     return data
 
 
@@ -85,5 +89,11 @@ def socket_problem(exc: OSError) -> str:
 
 
 def os_problem(exc: Exception) -> str:
-    """The operating system's words for a failed file access ("No such file or directory")."""
-    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    """The operating system's words for a failed file access ("No such file or directory"), the C library's
+    on Windows too (where os.stat's own would say "The system cannot find the file specified")."""
+    if not isinstance(exc, OSError):
+        return str(exc)
+    windows = bool(getattr(exc, "winerror", None)) and not isinstance(exc, NotARegularFile)
+    if windows and exc.errno and exc.errno in errno.errorcode:
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)
