@@ -150,7 +150,7 @@ class Exporter:
             clock=clock,
         )
         app = make_app(
-            self.registry, config.telemetry_path, lambda: self.poller.status.ready, __version__, gate.verdict
+            self.registry, config.telemetry_path, lambda: self.poller.status.readiness, __version__, gate.verdict
         )
         try:
             self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)

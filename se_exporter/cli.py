@@ -89,8 +89,9 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
     command = argv[0] if argv[0] in COMMANDS else None
     parser = build_parser((command,) if command else ())
     args = parser.parse_args(argv)
-    from se_exporter.config.flags import apply_environment
+    from se_exporter.config.flags import apply_environment, refuse_repeats
 
+    refuse_repeats(subparser(parser, args.command), argv[1:])
     apply_environment(subparser(parser, args.command), args, argv[1:], environ)
     if args.command == "simulate":
         import se_exporter.simulator.command as simulator_command
@@ -102,9 +103,7 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
     _configure_logging(getattr(args, "log_level", "warn"), getattr(args, "log_format", "logfmt"))
     try:
         if args.command == "check":
-            import se_exporter.check as check_command
-
-            return check_command.run(args)
+            return _check(args, stop)
         if args.command == "demo":
             import se_exporter.demo as demo_command
 
@@ -117,6 +116,16 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
     except StopNow:  # while asking IMDS who this VM is, before anything was started
         log.info("stopped during start-up")
         return 0
+
+
+def _check(args: argparse.Namespace, stop: StopRequest) -> int:
+    import se_exporter.check as check_command
+
+    stop.restore()  # nothing to save: Ctrl-C or SIGTERM end it at once, with a non-zero code
+    try:
+        return check_command.run(args)
+    except KeyboardInterrupt:
+        return report("interrupted") + 128
 
 
 def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest) -> int:

@@ -90,3 +90,14 @@ def retry_after_seconds(value: str | None, now: float | None = None, cap: float 
     if moment.tzinfo is None:
         return None
     return max(0.0, min(moment.timestamp() - (time.time() if now is None else now), cap))
+
+
+def redacted(url: str) -> str:
+    """``url`` fit for a log line or an error: its user and password, if any, replaced by ``***``."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{separator}{authority}{slash}{path}"

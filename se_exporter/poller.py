@@ -30,9 +30,16 @@ from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 
 log = logging.getLogger(__name__)
-IDENTITY_RETRY_SECONDS = 60.0
+IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
+IDENTITY_RETRY_MAX_SECONDS = 30.0
+ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
 _NAMELESS = VMIdentity()
 POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
+UNREACHABLE = (
+    "IMDS cannot be reached: is this an Azure VM? On AKS, the IMDS restriction (an agent pool with "
+    "podLinkLocalAccess: None) blocks pods without host networking (the Helm chart's hostNetwork: true); "
+    "IMDS must not be reached through a proxy, nor blocked by a firewall or a NetworkPolicy"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,16 @@ class PollStatus:
     @property
     def ready(self) -> bool:
         return self.last_success is not None
+
+    @property
+    def readiness(self) -> bool | str:
+        """True once IMDS answered; else why not, with what to check when IMDS was never reached at all."""
+        if self.last_success is not None:
+            return True
+        answered = any(self.errors[reason] for reason in ("http_4xx", "http_5xx", "throttled", "invalid_document"))
+        if not answered and (self.errors["connection"] or self.errors["timeout"]):
+            return f"Not ready: {UNREACHABLE}"
+        return "Not ready: no successful IMDS poll yet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,10 @@ class Reactor(Protocol):
 
     def release(self) -> None: ...
 
+    def waiting(self) -> bool: ...
+
+    def startable(self) -> bool: ...
+
     def close(self) -> Sequence[ActionOutcome]: ...
 
 
@@ -114,6 +135,7 @@ class Poller:
         self.status = PollStatus(identity=identity or VMIdentity())
         self._learn_identity = identity is None
         self._next_identity_attempt = float("-inf")
+        self._identity_retry = IDENTITY_RETRY_FIRST_SECONDS
         self._sinks = sinks
         self._approver = approver
         self._actions = actions
@@ -124,6 +146,7 @@ class Poller:
         self._tracer = tracer or trace.NoOpTracer()
         self._backoff = backoff or Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
         self._failing_reason: str | None = None
+        self._told = False  # the log said once what to check when IMDS cannot be reached
         self._last_document = Document(incarnation=0)
 
     @property
@@ -142,7 +165,28 @@ class Poller:
                 pause = max(self._interval, self._backoff.next_delay())
             else:  # the same request will fail the same way: poll at the slowest pace
                 pause = self._backoff.cap
-            stop.wait(max(0.0, pause))
+            self._rest(stop, pause)
+
+    def _rest(self, stop: threading.Event, pause: float) -> None:
+        """Wait ``pause`` seconds or until ``stop``; meanwhile, while action runs wait, start them as soon as
+        workers free (every ``ACTIONS_LOOK_SECONDS``), whatever IMDS answered. Idle, it sleeps in one piece."""
+        deadline = self._monotonic() + max(0.0, pause)
+        while True:
+            left = deadline - self._monotonic()
+            waiting = self._actions is not None and self._actions.waiting()
+            if stop.wait(max(0.0, min(left, ACTIONS_LOOK_SECONDS) if waiting else left)) or left <= 0:
+                return
+            if self._actions is not None and self._actions.startable():
+                self._start_actions()
+
+    def _start_actions(self) -> None:
+        """Report the runs that ended, save, and start the next ones (the at-most-once save comes first)."""
+        if self._actions is None:
+            return
+        if outcomes := self._actions.on_poll((), self.identity):
+            self._publish(self._between_documents(actions=outcomes))
+            self._persistence.flush()
+        self._actions.release()
 
     def close(self) -> None:
         """Stop the approver and the actions, hand their last outcomes to the sinks and save the state."""
@@ -159,8 +203,16 @@ class Poller:
         try:
             identity = self.client.get_identity()
         except IMDSError as error:
-            self._next_identity_attempt = self._monotonic() + IDENTITY_RETRY_SECONDS
-            log.warning("compute metadata unavailable, affects_this_vm stays unknown: %s", error)
+            delay, first = self._identity_retry, self._identity_retry == IDENTITY_RETRY_FIRST_SECONDS
+            self._next_identity_attempt = self._monotonic() + delay
+            self._identity_retry = min(delay * 2, IDENTITY_RETRY_MAX_SECONDS)
+            log.log(
+                logging.WARNING if first else logging.INFO,
+                "compute metadata unavailable, retrying in %g s (until then this VM's name is unknown: approvals "
+                "skip, affects_this_vm is unknown, /-/traffic answers 200): %s",
+                delay,
+                error,
+            )
             return
         self._learn_identity = False
         self.status = replace(self.status, identity=identity)
@@ -217,9 +269,7 @@ class Poller:
         return PollResult(self._last_document, (), (), False, self.identity, self._clock(), settled, actions)
 
     def _on_failure(self, error: IMDSError) -> None:
-        if self._actions is not None and (outcomes := self._actions.on_poll((), self.identity)):
-            self._publish(self._between_documents(actions=outcomes))  # IMDS down: actions still report
-            self._persistence.flush()
+        self._start_actions()  # IMDS down: actions still report, and still start
         errors = dict(self.status.errors)
         errors[error.reason] = errors.get(error.reason, 0) + 1
         self.status = replace(self.status, up=False, errors=MappingProxyType(errors))
@@ -227,5 +277,8 @@ class Poller:
             level = logging.WARNING if error.retryable else logging.ERROR
             log.log(level, "IMDS poll failed (reason=%s): %s", error.reason, error)
             self._failing_reason = error.reason
+        if self.status.readiness is not True and "cannot be reached" in str(self.status.readiness) and not self._told:
+            log.error("%s (%s)", UNREACHABLE, error)  # once: what to check, when IMDS never answered
+            self._told = True
         else:
             log.debug("IMDS poll failed again (reason=%s): %s", error.reason, error)

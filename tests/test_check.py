@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,69 @@ def test_a_nul_in_a_command_is_a_config_error_naming_the_key(
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.splitlines()
     assert f": {key}: " in line and "holds a NUL character, which no command can take" in line
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "keys"),
+    [
+        (
+            "--actions.config",
+            (Path(__file__).parent / "testdata" / "actions" / "four-broken.yaml").read_text(encoding="utf-8"),
+            [
+                "concurrency",
+                "actions[0].transitions[0]",
+                "actions[1].command",
+                "actions[2].timeout_seconds",
+                "actions[3].name",
+            ],
+        ),
+        (
+            "--approval.config",
+            "rules:\n  - name: a\n    event_types: [Rebot]\n  - name: b\n    max_duration_seconds: x\n"
+            "hook:\n  command: []\nleader: nobody\n",
+            ["rules[0].event_types[0]", "rules[1].max_duration_seconds", "hook.command", "leader"],
+        ),
+        (
+            "--web.config.file",
+            "tls_server_config:\n  cert_file: 5\nbasic_auth_users: []\nheaders: 3\n",
+            ["tls_server_config.cert_file", "basic_auth_users", "headers"],
+        ),
+    ],
+    ids=["actions", "policy", "web"],
+)
+def test_every_independent_problem_of_a_file_is_its_own_line(
+    flag: str, text: str, keys: list[str], tmp_path: Path
+) -> None:
+    """Issue 29, point 6: a file with four broken actions reported one."""
+    path = tmp_path / "file.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = check(f"{flag}={path}")
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert [line.split(f"{path}: ", 1)[1].split(": ")[0] for line in lines] == keys, result.stderr
+
+
+def _billion_laughs() -> str:
+    lines = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join(['*' + previous] * 9)}]")
+    return "\n".join(lines) + "\nrules:\n  - name: *i\n"
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda p: p.mkdir(), "cannot read the file: it is a directory, not a regular file"),
+        (lambda p: os.mkfifo(p), "cannot read the file: it is a named pipe, not a regular file"),
+        (lambda p: p.symlink_to("/dev/zero"), "cannot read the file: it is a character device, not a regular file"),
+        (lambda p: p.write_bytes(b"#" * (1 << 20) + b"\n"), "cannot read the file: it is larger than 1 MiB"),
+        (lambda p: p.write_text(_billion_laughs()), "too large: more than 100000 values once its aliases are expanded"),
+    ],
+    ids=["directory", "fifo", "dev-zero", "over-1-MiB", "billion-laughs"],
+)
+def test_files_are_read_with_bounds(make: Callable[[Path], object], problem: str, tmp_path: Path) -> None:
+    """Issue 29, point 4: /dev/zero read until memory ran out, a FIFO blocked for ever, 9^9 values hung."""
+    path = tmp_path / "policy.yaml"
+    make(path)
+    result = check(f"--approval.config={path}")
+    assert (result.returncode, result.stderr) == (2, f"se-exporter: error: approval config {path}: {problem}\n")

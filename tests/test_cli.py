@@ -153,8 +153,8 @@ def test_an_imds_url_that_is_neither_link_local_nor_loopback_is_warned_about(
     assert ("is neither link-local nor loopback" in capsys.readouterr().err) is warned
 
 
-def se_exporter(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+def se_exporter(*args: str, timeout: float = 30, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))} | variables
     return subprocess.run(
         [sys.executable, "-m", "se_exporter", *args],
         capture_output=True,
@@ -264,3 +264,33 @@ def test_version_and_help_import_neither_the_simulator_nor_otel_nor_approval(arg
         if m.startswith(("se_exporter.simulator", "se_exporter.approval", "opentelemetry", "se_exporter.app", "httpx"))
     )
     assert not heavy, heavy
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["check", "--approval.config=bad.yaml", "--approval.config=good.yaml"], "--approval.config"),
+        (["run", "--vm.name=a", "--poll.interval=1s", "--vm.name", "b"], "--vm.name"),
+        (["demo", "--web.listen-address=:1", "--web.listen-address=:2"], "--web.listen-address"),
+    ],
+)
+def test_a_single_value_flag_given_twice_is_refused(args: list[str], message: str) -> None:
+    """Issue 29, point 8: the last value won silently (check said ok for a bad file given first)."""
+    result = se_exporter(*args)
+    assert result.returncode == 2
+    assert result.stderr == f"se-exporter: error: flag {message} cannot be repeated (see --help)\n"
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_the_otlp_endpoints_credentials_are_never_shown(protocol: str) -> None:
+    """Issue 29, point 9: the userinfo of a mistyped endpoint was printed in the start-up error."""
+    endpoint = "htp://otel:SECRET@collector.example:4318" if protocol == "http/protobuf" else "otel:SECRET@:4317"
+    result = se_exporter(
+        "run",
+        "--imds.url=http://127.0.0.1:9",
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "SECRET" not in result.stderr and "***@" in result.stderr, result.stderr

@@ -110,11 +110,13 @@ def load_actions(path: str | os.PathLike[str]) -> Actions:
 def parse_actions(data: object, source: str = "<actions>") -> Actions:
     """Validate an already-parsed actions document (the YAML file's content)."""
     prefix = f"{KIND} {source}"
-    spec = decode(data, ActionsFile, prefix=prefix)
-    for index, action in enumerate(spec.actions):
-        if shutil.which(action.command[0]) is None:
-            raise ConfigError(
-                f"{prefix}: actions[{index}].command[0]: {show(action.command[0])} is not an executable file "
-                "(nor found on PATH)"
-            )
+    spec = decode(data, ActionsFile, prefix=prefix, each=("actions",))
+    missing = [
+        f"{prefix}: actions[{index}].command[0]: {show(action.command[0])} is not an executable file "
+        "(nor found on PATH)"
+        for index, action in enumerate(spec.actions)
+        if shutil.which(action.command[0]) is None
+    ]
+    if missing:  # every one, one line each
+        raise ConfigError("\n".join(missing))
     return Actions(spec.actions, spec.concurrency, source)

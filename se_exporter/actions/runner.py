@@ -1,12 +1,15 @@
 """Runs the actions a poll's transitions call for, in the background; never blocks a poll.
 
 Each poll queues a run per (transition, matching action) and reports the runs that ended since the last
-poll. Runs start only once the state file says they may have started (``release``, after the poll's state
-was saved, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
-restarts and crashes alike. A run released when the exporter crashed is reported ``failed`` after the
-restart, never run again; a clean stop puts the runs that had not started back in the queue, and they run
-after the restart. Commands run as the hook's do
-(``command.CommandRunner``: own process group, a time limit, stopped with their children), at most
+poll. Runs start only once the state file says they may have started (``release``, after the state was
+saved, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
+restarts and crashes alike. A worker that frees while runs wait sets ``freed``, and the poll loop releases
+more at once, whatever IMDS answers (``startable``); runs of a disruptive event of this VM go first, the
+rest in the order their transitions happened. Every failure of a run, even to write its event file, ends
+it ``failed``: no run can hold a worker or a slot for good. A run released when the exporter crashed is
+reported ``failed`` after the restart, never run again; a clean stop puts the runs that had not started
+back in the queue, and they run after the restart. Commands run as the hook's do
+(``command.CommandRunner``: their own process tree, a time limit, stopped with their children), at most
 ``concurrency`` at once.
 """
 
@@ -56,6 +59,7 @@ class ActionRunner:
         self._futures: dict[tuple[str, str], Future[None]] = {}
         self._bytes = 0
         self._saving_failed = False
+        self.freed = threading.Event()  # a worker ended while runs wait: the loop may release more now
         for run in runs:
             self._restore(run)
 
@@ -83,13 +87,28 @@ class ActionRunner:
                 self.state_version += 1
         return [*(run.outcome for run in finished if run.outcome is not None), *refused]
 
-    def release(self) -> None:
-        """Start queued runs, once the state file records them as possibly started (else: next poll)."""
+    def waiting(self) -> bool:
+        """Whether runs wait for a release (the loop then looks at ``startable`` often, else not at all)."""
         with self._lock:
-            # Enough to keep every worker busy until the next poll releases more, and no more: a crash turns
-            # each released run that had not started yet into a "failed" one (never run again).
-            budget = 2 * self.actions.concurrency - sum(run.state is RunState.RELEASED for run in self._runs.values())
-            queued = [run for run in self._runs.values() if run.state is RunState.QUEUED][: max(0, budget)]
+            return any(run.state is RunState.QUEUED for run in self._runs.values())
+
+    def startable(self) -> bool:
+        """Whether a release now would start a run: runs wait and the released ones leave room."""
+        with self._lock:
+            return self._budget() > 0 and any(run.state is RunState.QUEUED for run in self._runs.values())
+
+    def _budget(self) -> int:
+        # Enough to keep every worker busy until the loop releases more, and no more: a crash turns each
+        # released run that had not started yet into a "failed" one (never run again).
+        return 2 * self.actions.concurrency - sum(run.state is RunState.RELEASED for run in self._runs.values())
+
+    def release(self) -> None:
+        """Start queued runs, once the state file records them as possibly started (else: later)."""
+        self.freed.clear()
+        with self._lock:
+            waiting = [run for run in self._runs.values() if run.state is RunState.QUEUED]
+            waiting.sort(key=lambda run: not run.urgent)  # stable: in order within each kind
+            queued = waiting[: max(0, self._budget())]
             for run in queued:
                 run.state = RunState.RELEASED
             self.state_version += bool(queued)
@@ -150,15 +169,23 @@ class ActionRunner:
         self._bytes += run.size()
 
     def _run(self, run: Run) -> None:
-        action = self.actions.by_name(run.action)
-        if action is None:  # the file is read once: only a restored run can name an action gone since
-            return
-        ran = self._command(action, run)
-        result = ActionResult.SUCCEEDED if ran.ok else ActionResult.TIMED_OUT if ran.timed_out else ActionResult.FAILED
-        outcome = self._outcome(run, result, ran.summary, ran.duration_seconds, ran.last_output)
+        try:
+            outcome = self._ran(run)
+        except Exception as error:  # whatever failed, the run ends and its worker frees
+            log.warning("action could not start: %s event_id=%s %s", run.action, run.transition.event.event_id, error)
+            outcome = self._outcome(run, ActionResult.FAILED, f"could not start: {error}", 0.0)
         with self._lock:
             run.outcome, run.state = outcome, RunState.FINISHED
             self.state_version += 1
+        self.freed.set()
+
+    def _ran(self, run: Run) -> ActionOutcome:
+        action = self.actions.by_name(run.action)
+        if action is None:  # the file is read once: only a restored run can name an action gone since
+            return self._skipped(run, "not run: the action is no longer in the actions file")
+        ran = self._command(action, run)
+        result = ActionResult.SUCCEEDED if ran.ok else ActionResult.TIMED_OUT if ran.timed_out else ActionResult.FAILED
+        return self._outcome(run, result, ran.summary, ran.duration_seconds, ran.last_output)
 
     def _command(self, action: Action, run: Run) -> CommandResult:
         transition = run.transition

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.lifecycle import Transition
 from se_exporter.state.persistence import decode_section
 
@@ -68,6 +69,16 @@ class Run:
     @property
     def key(self) -> tuple[str, str]:
         return (self.transition.uid, self.action)
+
+    @property
+    def urgent(self) -> bool:
+        """A disruptive event of this VM (its reboot, eviction...): such runs start before the others."""
+        event = self.transition.event
+        return (
+            self.transition.impact in DISRUPTIVE_IMPACTS
+            and self.vm_name is not None
+            and self.vm_name in event.resources
+        )
 
     def size(self) -> int:
         """Roughly what the run holds, in bytes (its event dominates): the queue is bounded by it."""

@@ -222,7 +222,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
 def parse_policy(data: object, source: str = "<policy>") -> Policy:
     """Validate an already-parsed policy document (the YAML file's content)."""
     prefix = f"{KIND} {source}"
-    spec = decode(data, PolicyFile, prefix=prefix)
+    spec = decode(data, PolicyFile, prefix=prefix, each=("rules",))
     if spec.hook is not None and shutil.which(spec.hook.command[0]) is None:
         raise ConfigError(
             f"{prefix}: hook.command[0]: {show(spec.hook.command[0])} is not an executable file (nor found on PATH)"

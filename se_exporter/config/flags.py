@@ -67,6 +67,17 @@ def apply_environment(
         setattr(args, action.dest, _convert(parser, action, name, environ[name]))
 
 
+def refuse_repeats(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A single-value flag given twice is an error, as kingpin-based exporters make it (argparse keeps the
+    last value silently: ``check --approval.config=bad --approval.config=good`` said ok)."""
+    for action in parser._actions:  # argparse has no public API to list a parser's actions
+        if type(action) is not argparse._StoreAction:  # repeatable (append) and switch flags may repeat
+            continue
+        options = [o for o in action.option_strings if o.startswith("--")]
+        if sum(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in options) > 1:
+            parser.error(f"flag {options[0]} cannot be repeated")
+
+
 def _given(options: list[str], argv: Sequence[str]) -> bool:
     return any(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in options)
 

@@ -55,15 +55,77 @@ def decode(
     prefix: str,
     error: type[Exception] = ConfigError,
     secret_keys: Sequence[str] = (),
+    each: Sequence[str] = (),
 ) -> T:
-    """``data`` as a ``schema``; raise ``error("<prefix>: <key path>: <problem>")`` if it is not one."""
+    """``data`` as a ``schema``; raise ``error("<prefix>: <key path>: <problem>")`` if it is not one.
+
+    msgspec stops at the first problem; an operator wants them all. So the error holds one line per
+    independent problem: the first, then each item of the lists named in ``each`` (every rule, every
+    action) and each top-level key, checked on its own where the rest of the file lets it be."""
     try:
         return msgspec.convert(data, schema, strict=True)
     except msgspec.ValidationError as problem:
-        path, text = _explain(str(problem), data, schema, secret_keys)
-        raise error(f"{prefix}: {path or '(top level)'}: {text}") from None
+        lines = [_line(problem, data, schema, secret_keys)]
     except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
         raise error(f"{prefix}: holds text that is not valid Unicode (a lone surrogate)") from None
+    lines += _other_problems(data, schema, each, secret_keys)
+    unique = list(dict.fromkeys(lines))
+    raise error("\n".join(f"{prefix}: {line}" for line in unique)) from None
+
+
+def _line(problem: Exception, data: object, schema: type[Any], secret_keys: Sequence[str]) -> str:
+    path, text = _explain(str(problem), data, schema, secret_keys)
+    return f"{path or '(top level)'}: {text}"
+
+
+def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret_keys: Sequence[str]) -> list[str]:
+    """The problems after the first: each item of the lists in ``each`` checked as its own type, then the
+    file checked again without each optional key found wrong (so that no problem is one only because another
+    key was left out)."""
+    info = types.type_info(schema)
+    if not isinstance(data, dict) or not isinstance(info, types.StructType):
+        return []
+    fields = {f.encode_name: f for f in info.fields}
+    lines: list[str] = []
+    # msgspec checks keys in the file's order: the lists go last, so that every other key is seen first.
+    current = {k: v for k, v in data.items() if k not in each} | {k: v for k, v in data.items() if k in each}
+    for key in each:
+        listed = _bare(fields[key].type) if key in fields else None
+        if not isinstance(listed, types.ListType | types.VarTupleType) or not isinstance(current.get(key), list):
+            continue
+        cls = getattr(_bare(listed.item_type), "cls", None)
+        valid = []
+        for index, entry in enumerate(current[key] if cls is not None else ()):
+            try:
+                msgspec.convert(entry, cls, strict=True)
+                valid.append(entry)
+            except msgspec.ValidationError as problem:
+                lines.append(_line(_at(problem, f".{key}[{index}]"), data, schema, secret_keys))
+            except UnicodeEncodeError:
+                continue
+        current[key] = valid
+    for _ in range(len(data)):
+        try:
+            msgspec.convert(current, schema, strict=True)
+            break
+        except (msgspec.ValidationError, UnicodeEncodeError) as problem:
+            line = _line(problem, current, schema, secret_keys)
+            key = re.split(r"[.\[:]", line, maxsplit=1)[0]
+            if key in each:  # what is left of a list whose items were checked one by one: said already
+                break
+            lines.append(line)
+            if key not in current or (key in fields and fields[key].required):
+                break  # nothing more can be learned without it
+            del current[key]
+    return lines
+
+
+def _at(problem: msgspec.ValidationError, where: str) -> Exception:
+    """The problem of an item checked alone, with the item's place in the file put in front of its path."""
+    message = str(problem)
+    if " - at `$" in message:
+        return ValueError(message.replace(" - at `$", f" - at `${where}", 1))
+    return ValueError(f"{message} - at `${where}`")
 
 
 def _explain(message: str, data: object, schema: type[Any], secret_keys: Sequence[str]) -> tuple[str, str]:

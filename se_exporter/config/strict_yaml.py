@@ -74,14 +74,53 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
+MAX_EXPANDED_NODES = 100_000  # values once aliases are expanded: a 1 MiB file of plain YAML holds far fewer
+
+
 def load_yaml(prefix: str, text: str, error: type[Exception] = ConfigError) -> object:
-    """Parse YAML, refusing a key given twice; ``error("<prefix>: not valid YAML: ...")`` in one line."""
+    """Parse YAML, refusing a key given twice; ``error("<prefix>: not valid YAML: ...")`` in one line.
+
+    Aliases are counted as what they expand to before anything is built: nine aliases of nine aliases...
+    ("billion laughs") are a few lines that every reader of the value (validation, an error message)
+    would walk for ever."""
+    loader: _StrictLoader | None = None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _StrictLoader(text)  # its reader refuses characters YAML does not allow, already here
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded(node, {}, set()) > MAX_EXPANDED_NODES:
+            raise error(f"{prefix}: too large: more than {MAX_EXPANDED_NODES} values once its aliases are expanded")
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise error(f"{prefix}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:  # PyYAML composes recursively: "[[[[..." thousands deep
         raise error(f"{prefix}: not valid YAML: nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _expanded(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many values ``node`` stands for with every alias expanded (each shared node counted once per use)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:  # an alias of an enclosing node: endless once expanded
+        return MAX_EXPANDED_NODES + 1
+    open_nodes.add(id(node))
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    total = 1
+    for child in children:
+        total += _expanded(child, sizes, open_nodes)
+        if total > MAX_EXPANDED_NODES:
+            break
+    open_nodes.discard(id(node))
+    sizes[id(node)] = total
+    return total
 
 
 def _one_line(error: yaml.YAMLError) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from se_exporter.errors import ConfigError
+from se_exporter.httpio import redacted
 from se_exporter.otel.config import SignalConfig
 from se_exporter.otel.outcome import Outcome
 
@@ -42,7 +43,7 @@ class OTLPGrpcClient:
         module, stub, self._rejected_field = _STUBS[kind]
         url = urllib.parse.urlsplit(signal.endpoint if "://" in signal.endpoint else f"http://{signal.endpoint}")
         if not url.hostname:
-            raise ConfigError(f"OTLP endpoint {signal.endpoint!r}: a host is needed")
+            raise ConfigError(f"OTLP endpoint {redacted(signal.endpoint)!r}: a host is needed")
         target = f"{url.hostname}:{url.port or 4317}" if ":" not in url.hostname else f"[{url.hostname}]:{url.port}"
         insecure = signal.insecure if signal.insecure is not None else url.scheme == "http"
         options = [("grpc.primary_user_agent", user_agent)]

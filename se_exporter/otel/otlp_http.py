@@ -29,7 +29,7 @@ from collections.abc import Callable
 from google.rpc.status_pb2 import Status
 
 from se_exporter.errors import ConfigError
-from se_exporter.httpio import closed_while_idle, get_response, retry_after_seconds
+from se_exporter.httpio import closed_while_idle, get_response, redacted, retry_after_seconds
 from se_exporter.otel.config import SignalConfig
 from se_exporter.otel.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 from se_exporter.platform import Platform, current
@@ -54,7 +54,7 @@ class OTLPHttpClient:
         self._platform = platform or current()  # how a blocked send is interrupted
         url = urllib.parse.urlsplit(signal.endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise ConfigError(f"OTLP endpoint {signal.endpoint!r}: an http:// or https:// URL is needed")
+            raise ConfigError(f"OTLP endpoint {redacted(signal.endpoint)!r}: an http:// or https:// URL is needed")
         self._target = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
         self._path = urllib.parse.urlunsplit(("", "", url.path or "/", url.query, ""))
         self._tls = _tls_context(signal) if url.scheme == "https" else None

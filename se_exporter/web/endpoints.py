@@ -15,7 +15,7 @@ from se_exporter.web.traffic import TrafficVerdict
 def make_app(
     registry: CollectorRegistry,
     telemetry_path: str,
-    ready: Callable[[], bool],
+    ready: Callable[[], bool | str],  # True, or why not (False: no successful IMDS poll yet)
     version: str,
     traffic: Callable[[], TrafficVerdict] | None = None,
 ) -> WSGIApplication:
@@ -23,7 +23,10 @@ def make_app(
     landing = _landing_page(telemetry_path, version).encode()
 
     def readiness() -> tuple[str, str]:
-        return ("200 OK", "Ready") if ready() else ("503 Service Unavailable", "Not ready: no successful IMDS poll yet")
+        verdict = ready()
+        if verdict is True:
+            return "200 OK", "Ready"
+        return "503 Service Unavailable", verdict or "Not ready: no successful IMDS poll yet"
 
     def traffic_answer() -> tuple[str, str]:
         verdict = traffic() if traffic is not None else TrafficVerdict(True, "no traffic gate")

@@ -58,10 +58,10 @@ class Setup:
         fake.respond = lambda seen: self.answer[0]
         self.fake, self._start = fake, start
 
-    def start(self, *more: str, env: dict[str, str] | None = None) -> ExporterProcess:
+    def start(self, *more: str, env: dict[str, str] | None = None, interval: str = "250ms") -> ExporterProcess:
         exporter = self._start(
             f"--imds.url={self.fake.url}",
-            "--poll.interval=250ms",
+            f"--poll.interval={interval}",
             "--vm.name=vm-a",
             f"--actions.config={self.config}",
             f"--state.file={self.state}",
@@ -242,3 +242,71 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+ONE_AT_A_TIME = """concurrency: 1
+actions:
+  - name: each
+    transitions: [scheduled]
+    command: [SCRIPT]
+    inherit_env: [OUT]
+"""
+
+
+def counted(exporter: ExporterProcess, action: str = "each") -> dict[str, float]:
+    text = exporter.metrics()
+    results = ("succeeded", "failed", "timed_out", "skipped")
+    return {r: value(text, ACTIONS, action=action, transition="scheduled", result=r) or 0 for r in results}
+
+
+def test_a_run_whose_event_file_cannot_be_written_ends_failed_and_later_runs_go_ahead(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Start
+) -> None:
+    """Issue 29, point 1: an exception on a worker thread leaked its slot; after two, no action ever ran."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    setup = Setup(tmp_path, fake_imds, start_exporter, ONE_AT_A_TIME)
+    exporter = setup.start(env={"TMPDIR": str(temp)})
+    setup.answer[0] = document(2, event("A0"))
+    wait_for(lambda: counted(exporter)["succeeded"] == 1, 20, "the first run (the temp directory is learned)")
+    temp.rmdir()  # SE_EVENT_FILE cannot be written now, whoever runs the exporter (root included)
+    setup.answer[0] = document(3, *(event(f"A{n}") for n in range(4)))
+    wait_for(lambda: counted(exporter)["failed"] == 3, 20, "three runs failed to start")
+    temp.mkdir()
+    setup.answer[0] = document(4, *(event(f"A{n}") for n in range(7)))
+    wait_for(lambda: counted(exporter)["succeeded"] == 4, 20, "the runs after it went ahead")
+    assert counted(exporter) == {"succeeded": 4, "failed": 3, "timed_out": 0, "skipped": 0}
+    failed = [r for r in records(exporter) if r["scheduled_event.action.result"] == "failed"]
+    assert len(failed) == 3 and all(r["scheduled_event.action.summary"].startswith("could not start: ") for r in failed)
+    assert exporter.stop() == 0
+
+
+def test_queued_runs_start_while_imds_fails(tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Start) -> None:
+    """Issue 29, point 2: runs were released only after a successful poll; IMDS is often flaky in maintenance."""
+    setup = Setup(tmp_path, fake_imds, start_exporter, ONE_AT_A_TIME)
+    exporter = setup.start()
+    listed = document(2, *(event(f"Q{n}") for n in range(12)))
+    failing = [False]
+    fake_imds.respond = lambda seen: Answer(status=500) if failing[0] else listed
+    wait_for(lambda: len(setup.lines("start")) >= 1, 20, "the first run")
+    failing[0] = True  # every poll from now on fails
+    wait_for(lambda: len(setup.lines("end")) == 12, 10, "all twelve runs, while IMDS answers 500")
+    assert value(exporter.metrics(), "azure_scheduled_events_imds_up") == 0
+    assert exporter.stop() == 0
+
+
+def test_two_hundred_runs_take_seconds_and_this_vms_disruptive_event_goes_first(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Start
+) -> None:
+    """Issue 29, point 3: 2 x concurrency runs a poll (8 a second) made a Preempt's action wait behind others."""
+    setup = Setup(tmp_path, fake_imds, start_exporter, MANY.replace("concurrency: 8\n", ""))  # the default, 4
+    others = [event(f"O{n}", "Freeze", resources=("vm-b",)) for n in range(200)]
+    setup.answer[0] = document(2, *others, event("MINE", "Preempt"))  # at the first poll: the next is 30 s away
+    began = time.monotonic()
+    exporter = setup.start(interval="30s")
+    wait_for(lambda: len(setup.lines("end")) == 201, 30, "201 runs")
+    took = time.monotonic() - began
+    assert took < 10, f"201 runs of a command that exits at once took {took:.1f} s"
+    starts = [line.split()[3] for line in setup.lines("start")]
+    assert "MINE" in starts[:4], f"this VM's eviction started {starts.index('MINE') + 1}th"
+    assert exporter.stop() == 0

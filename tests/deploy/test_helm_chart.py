@@ -122,6 +122,8 @@ def test_the_round_trip_notices_an_unknown_key() -> None:
         ("--set", "webConfig.existingSecet=web", "at '/webConfig': additional properties 'existingSecet'"),
         ("--set", "serviceMonitor.intervall=30s", "at '/serviceMonitor': additional properties 'intervall'"),
         ("--set", "unknownTopLevel=1", "additional properties 'unknownTopLevel' not allowed"),
+        ("--set", "image.digest=latest", "at '/image/digest'"),
+        ("--set-string", "hostNetwork=yes", "at '/hostNetwork': got string, want boolean"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(helm: Helm, option: str, values: str, message: str) -> None:
@@ -129,6 +131,12 @@ def test_bad_values_are_refused_naming_the_key(helm: Helm, option: str, values: 
     assert result.returncode != 0, result.stdout
     assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
     assert message in result.stderr, result.stderr
+
+
+def test_actions_without_a_file_is_refused_with_what_to_give(helm: Helm) -> None:
+    result = helm.run("template", "se-exporter", str(CHART), "--set", "actions.enabled=true", check=False)
+    assert result.returncode != 0
+    assert "actions.config is empty: give the actions file" in result.stderr, result.stderr
 
 
 def test_approval_without_a_policy_is_refused_with_what_to_give(helm: Helm) -> None:

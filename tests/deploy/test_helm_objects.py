@@ -4,11 +4,13 @@ mounts, and the monitors' relabeling."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+import yaml
 
+from se_exporter.actions.config import parse_actions
 from se_exporter.cli import build_parser, subparser
 from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import ExporterConfig, config_from_args
@@ -181,3 +183,41 @@ def test_both_monitors_add_the_node_label_before_the_users_relabeling(helm: Helm
         service_monitor["spec"]["endpoints"][0]["interval"],
         pod_monitor["spec"]["podMetricsEndpoints"][0]["interval"],
     ) == ("30s", "15s")
+
+
+def test_actions_reach_the_exporter_from_their_config_map(helm: Helm, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "actions:\n  enabled: true\n  config:\n    actions:\n"
+        "      - {name: note, transitions: [scheduled], command: [/bin/true]}\n",
+        encoding="utf-8",
+    )
+    rendered = helm.template(values)
+    daemonset = rendered.one("DaemonSet")
+    config = exporter_config(daemonset)
+    assert config.actions_config is not None
+    (configmap,) = [c for c in rendered.all("ConfigMap") if c["metadata"]["name"].endswith("-actions")]
+    assert mounts(daemonset)[str(config.actions_config.parent)]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert parse_actions(yaml.safe_load(configmap["data"][config.actions_config.name])).actions[0].name == "note"
+
+
+def test_a_listen_address_in_flags_replaces_the_charts_own(helm: Helm) -> None:
+    """The exporter refuses a flag given twice (issue 29, point 8): the chart must not add its own then."""
+    daemonset = helm.template(sets=("flags.web\\.listen-address=:9999",)).one("DaemonSet")
+    args = container(daemonset)["args"]
+    assert [a for a in args if a.startswith("--web.listen-address")] == ["--web.listen-address=:9999"]
+    assert exporter_config(daemonset).listen_port == 9999
+
+
+def test_host_network_and_a_digest(helm: Helm) -> None:
+    """Issue 29, points 7 and 15: AKS's IMDS restriction needs host networking; a digest pins the image."""
+    digest = "sha256:" + "0" * 64
+    spec = helm.template(sets=("hostNetwork=true", f"image.digest={digest}")).one("DaemonSet")["spec"]["template"][
+        "spec"
+    ]
+    assert (spec["hostNetwork"], spec["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+    assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {
+        f"ghcr.io/se-exporter/azure-scheduled-events-exporter@{digest}"
+    }
+    default = helm.template().one("DaemonSet")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in default and ":" in container(helm.template().one("DaemonSet"))["image"]

@@ -12,6 +12,7 @@ import gzip
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -94,7 +95,8 @@ class _HTTPServer(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        if not self.stopping:
+        gone = isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError)  # the client hung up: its right
+        if not self.stopping and not gone:
             _log.exception("OTLP test receiver: error handling request from %s", client_address)
 
 

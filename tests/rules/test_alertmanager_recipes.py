@@ -157,3 +157,42 @@ def test_the_messages_say_which_vm_what_it_does_why_and_when(
     assert slack["text"].startswith(
         "10.0.0.5:10160 (node aks-3): Freeze F1, impact pause, cause platform.\nFreeze F1 soon."
     )
+
+
+def test_slack_messages_escape_what_imds_supplies_and_show_every_event(
+    alertmanager: tuple[Alertmanager, WebhookReceiver],
+) -> None:
+    """Issue 29, point 10: an EventId of ``<!channel> <https://...|Approve now>`` pinged the channel."""
+    manager, webhook = alertmanager
+    hostile = "<!channel> <https://example.invalid/x|Approve now> & more"
+    alerts = [
+        event_labels(
+            "AzureScheduledEventPauseScheduled",
+            "warning",
+            instance="10.0.0.7:10160",
+            event_id=hostile,
+            event_type="Freeze",
+            impact="pause",
+        ),
+        event_labels(
+            "AzureScheduledEventPauseScheduled",
+            "warning",
+            instance="10.0.0.7:10160",
+            event_id="F2",
+            event_type="Freeze",
+            impact="pause",
+        ),
+    ]
+    response = manager.http.post("/api/v2/alerts", json=[firing(alerts[0], "<b>soon</b>"), firing(alerts[1])])
+    assert response.status_code == 200, response.text
+
+    def slack_texts() -> list[str]:
+        bodies = [d.payload for d in webhook.deliveries if d.path == "/chat/slack"]
+        texts = [a["text"] for body in bodies for a in body["attachments"]]
+        return texts if any("F2" in text for text in texts) and any("channel" in text for text in texts) else []
+
+    text = "\n".join(wait_for(slack_texts, 20, "both events in Slack messages"))
+    assert "<!channel>" not in text and "<https://" not in text and "<b>" not in text
+    assert "&lt;!channel&gt; &lt;https://example.invalid/x|Approve now&gt; &amp; more" in text
+    assert "&lt;b&gt;soon&lt;/b&gt;" in text
+    assert "10.0.0.7:10160: Freeze F2, impact pause, cause platform." in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,12 @@ COMPUTE = {
 }
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):  # a client that hung up
+            super().handle_error(request, client_address)
+
+
 class FakeIMDS:
     """``respond(seen) -> Answer`` decides each answer; compute metadata answers ``COMPUTE``."""
 
@@ -52,7 +59,7 @@ class FakeIMDS:
         self.respond: Callable[[Seen], Answer] = lambda seen: Answer()
         self.compute = Answer(body=json.dumps(COMPUTE).encode())
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
