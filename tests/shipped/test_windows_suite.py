@@ -19,6 +19,7 @@ NOT_UNDER_WINE = (
     "--deselect=tests/test_lint.py",  # ruff and mypy: Linux tools reading the same files
     "--deselect=tests/test_platform.py::test_mypy_checks_the_package_as_windows_sees_it",  # the same
     "--deselect=tests/test_packaging.py",  # python -m build: an isolated build from the package index
+    "--deselect=tests/deploy/test_kubernetes.py::test_kubernetes_validate_core_kinds",  # a Linux command
     "--ignore=tests/deploy/test_helm_chart.py",  # debian (helm); imports pydantic-core, a DLL Wine 8 cannot load
     "--ignore=tests/shipped",  # this folder: podman and Wine themselves
     # 64 client threads in the test's own process: under Wine every wait is a round trip to wineserver, so
