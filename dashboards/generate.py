@@ -43,8 +43,8 @@ from dashboards.mixin.config import DEFAULT_JOB_SELECTOR  # noqa: E402
 from dashboards.mixin.fleet import fleet_overview  # noqa: E402
 from dashboards.mixin.recording import recording_rules  # noqa: E402
 from dashboards.mixin.vm import vm_detail  # noqa: E402
-from dashboards.mixin.yaml_text import dump_yaml  # noqa: E402
 from deploy.copies import copies  # noqa: E402
+from deploy.yaml_text import dump_yaml  # noqa: E402
 from se_exporter import __version__  # noqa: E402
 
 

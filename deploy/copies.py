@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from dashboards.mixin.yaml_text import dump_yaml
+from deploy.yaml_text import dump_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = "deploy/helm/se-exporter"

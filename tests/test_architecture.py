@@ -19,18 +19,14 @@ STAGES: dict[str, int] = {
     "__init__": 0,
     "errors": 0,
     "logs": 0,
-    "times": 0,
-    "uids": 0,
+    "common": 0,  # times, stable ids, bounded HTTP answers, send outcomes
     "platform": 0,
     "state": 0,
-    "httpio": 0,
-    "process": 0,
-    "command": 0,  # foundation: no domain
+    "process": 0,  # the stop request, serve, and running an operator's command: foundation, no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
-    "lifecycle": 3,  # the store's values: event states and transitions
-    "store": 3,
-    "simulator": 3,  # the state machine; the simulator is a world of its own beside it
+    "store": 3,  # the state machine and its values (event states, transitions)
+    "simulator": 3,  # a world of its own beside the state machine
     "approval": 4,  # decides on the store's events
     "actions": 4,  # runs the operator's commands on the store's transitions
     "poller": 5,  # drives IMDS → store → approver → sinks
@@ -40,12 +36,10 @@ STAGES: dict[str, int] = {
     "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
     "operator_files": 7,  # reads what the operator writes, as app does
-    "demo": 8,
-    "check": 8,
-    "cli": 9,
-    "__main__": 9,
+    "cli": 8,  # the command line: run, demo, check
+    "__main__": 8,
 }
-SIMULATOR_MAY_USE = {"errors", "logs", "times", "platform", "config", "simulator", "__init__"}
+SIMULATOR_MAY_USE = {"errors", "logs", "common", "platform", "config", "simulator", "__init__"}
 
 
 def module_name(path: Path) -> str:

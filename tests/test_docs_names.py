@@ -132,7 +132,7 @@ def test_every_file_and_function_a_page_names_exists(page: Path) -> None:
 
 def test_the_check_sees_a_stale_name(tmp_path: Path) -> None:
     page = REPO / "docs" / "stale-example.md"  # never written: only its folder matters
-    assert file_exists("se_exporter/poller.py", page) and file_exists("poller.py", page)
+    assert file_exists("se_exporter/poller/loop.py", page) and file_exists("loop.py", page)
     assert file_exists("../alerts/se-exporter.rules.yml", page) and file_exists("tests/test_*.py", page)
     assert not file_exists("se_exporter/web.py", page) and not file_exists("imds_client.py", page)
     assert "IMDSClient" in definitions() and "get_document" in definitions()["IMDSClient"]

@@ -7,7 +7,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from se_exporter.uids import uuid5_text
+from se_exporter.common.uids import uuid5_text
 
 
 @given(st.uuids(), st.text())

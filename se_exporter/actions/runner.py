@@ -23,12 +23,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
 from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_state, runs_to_state
-from se_exporter.command import CommandResult, CommandRunner
 from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import Classification
-from se_exporter.lifecycle import Transition
 from se_exporter.platform import Platform, current
+from se_exporter.process.command import CommandResult, CommandRunner
+from se_exporter.store.lifecycle import Transition
 
 log = logging.getLogger("se_exporter.actions")
 MAX_RUNS = 10_000  # waiting, running or not yet reported

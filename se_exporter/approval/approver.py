@@ -7,11 +7,8 @@ transitions. Hooks run on the hook runner's thread; POSTs on one background thre
 because retries take seconds and the poll loop must keep observing meanwhile. What they come to is
 settled by ``approval/settling.py``, every decision is the judge's (``approval/judge.py``).
 
-Semantics (docs/approval.md has them in full): ``approved`` is final, also across restarts; candidates
-that pass in one poll share one POST; an approval is for exactly the revision decided and hooked, a change
-means ``skipped`` (``changed``) and a new decision; ``dry_run``, ``hook_failed`` and ``expired`` stand until
-the event changes; nothing is approved after NotBefore; ``failed`` is retried after ``retry_delays`` unless
-not retryable; a ``skipped`` is logged once per event and reason, and not decided again at every poll.
+Its semantics (``approved`` is final; one POST per poll for every candidate; a change means a new decision;
+nothing approved after NotBefore; retries of ``failed``) are in full in docs/approval.md.
 """
 
 from __future__ import annotations
@@ -33,15 +30,16 @@ from se_exporter.approval.ledger import (
     RETENTION_SECONDS,
     LedgerEntry,
     dump_ledger,
-    load_ledger,
+    new_entry,
     prune_ledger,
+    restore_ledger,
 )
-from se_exporter.approval.policy import Policy
+from se_exporter.approval.policy import Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, PostRetry, PostStartRequests
 from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, settle_post
 from se_exporter.imds.document import SCHEDULED
 from se_exporter.imds.impact import Classification
-from se_exporter.lifecycle import EventState
+from se_exporter.store.lifecycle import EventState
 
 log = logging.getLogger("se_exporter.approval")
 
@@ -96,15 +94,8 @@ class Approver:
         """An approver that remembers the decisions ``to_state`` saved (``ValueError`` if the section is
         damaged). With a different policy only ``approved`` is kept: the rest is decided again."""
         approver = cls(policy, post_start_requests, **kwargs)
-        if section is None:
-            return approver
-        entries, fingerprint = load_ledger(section)
-        if fingerprint != policy.fingerprint:
-            forgotten = sum(entry.status != Result.APPROVED for entry in entries.values())
-            entries = {key: entry for key, entry in entries.items() if entry.status == Result.APPROVED}
-            if forgotten:
-                log.info("approval policy changed since the state was saved: deciding %d event(s) again", forgotten)
-        approver._ledger = entries
+        if section is not None:
+            approver._ledger = restore_ledger(section, policy.fingerprint)
         return approver
 
     def to_state(self) -> dict[str, object]:
@@ -126,7 +117,9 @@ class Approver:
             decisions.settled.extend(self._settle_posts(now))
             self._settle_hooks(listed, vm_name, now, batch, decisions.made)
             if not vm_name and not self._said_no_name:
-                log.warning("approval: this VM's name is unknown (set --vm.name): approving nothing until it is known")
+                log.warning(
+                    "approval: this VM's name is not known yet (see above, or set --vm.name): approving nothing"
+                )
                 self._said_no_name = True
             for state in events:
                 self._consider(state, vm_name, now, batch, decisions.made)
@@ -166,38 +159,37 @@ class Approver:
         if entry is not None and entry.revision == current and self._decided(entry, vm_name, now):
             return
         verdict = self._judge.decide(state, vm_name, now)
-        if not verdict.candidate:
-            if (
-                entry is not None
-                and entry.status == Result.SKIPPED
-                and entry.revision == current
-                and entry.reason == verdict.reason
-            ):
-                entry.vm_name = vm_name
-                return
-            self._ledger[event.event_id] = LedgerEntry(
-                Result.SKIPPED,
-                current,
-                reason=verdict.reason,
-                decided_at=now,
-                last_seen=now,
-                vm_name=vm_name,
-                seen=event,
-                seen_revision=current,
+        if verdict.candidate:
+            self._act(state, entry, current, verdict, vm_name, now, batch, out)
+        elif not (
+            entry is not None
+            and entry.status == Result.SKIPPED
+            and (entry.revision, entry.reason) == (current, verdict.reason)
+        ):
+            self._ledger[event.event_id] = new_entry(
+                Result.SKIPPED, event, current, now, reason=verdict.reason, vm_name=vm_name
             )
             out.append(ApprovalDecision(event, Result.SKIPPED, "", f"{verdict.reason}: {verdict.detail}", None, now))
-            return
+        else:  # the same skip as before: said once
+            entry.vm_name = vm_name
+
+    def _act(  # noqa: PLR0917 - one candidate's whole context
+        self,
+        state: EventState,
+        entry: LedgerEntry | None,
+        current: str,
+        verdict: Verdict,
+        vm_name: str | None,
+        now: float,
+        batch: list[Item],
+        out: list[ApprovalDecision],
+    ) -> None:
+        """A candidate: expired, dry run, its hook started, or into this poll's POST."""
+        event = state.event
         hook_passed = entry is not None and entry.revision == current and entry.status in (Result.FAILED, POST_DUE)
         attempts = entry.attempts if entry is not None and hook_passed else 0
-        new = self._ledger[event.event_id] = LedgerEntry(
-            POSTING,
-            current,
-            verdict.rule,
-            attempts=attempts,
-            decided_at=now,
-            last_seen=now,
-            seen=event,
-            seen_revision=current,
+        new = self._ledger[event.event_id] = new_entry(
+            POSTING, event, current, now, rule=verdict.rule, attempts=attempts
         )
         if (late := past_not_before(event, now)) is not None:
             new.status = Result.EXPIRED
@@ -211,12 +203,9 @@ class Approver:
         elif self._hook_runner is not None and not hook_passed:
             new.status = HOOK_RUNNING
             left = None if event.not_before is None else event.not_before.timestamp() - now
+            classification = Classification(state.impact, state.cause)
             future = self._hook_runner.submit(
-                event,
-                vm_name or "",
-                verdict.rule,  # a candidate has a VM name
-                classification=Classification(state.impact, state.cause),
-                seconds_left=left,
+                event, vm_name or "", verdict.rule, classification=classification, seconds_left=left
             )
             self._hooks[event.event_id] = Hooking(future, event, verdict.rule, current)
         else:

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from se_exporter.approval.policy import Hook
-from se_exporter.command import CommandResult, CommandRunner
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.impact import Classification
 from se_exporter.platform import Platform, current
+from se_exporter.process.command import CommandResult, CommandRunner
 
 log = logging.getLogger("se_exporter.approval")
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, MutableMapping, Set
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -43,6 +44,8 @@ OTHER_RETENTION_SECONDS = 600.0
 # decisions on events no longer listed are forgotten oldest first, approvals last.
 MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
 
+log = logging.getLogger("se_exporter.approval")
+
 
 @dataclass(slots=True)
 class LedgerEntry:
@@ -59,6 +62,22 @@ class LedgerEntry:
     vm_name: str | None = None
     seen: ScheduledEvent | None = field(default=None, repr=False)
     seen_revision: str = ""
+
+
+def restore_ledger(section: object, fingerprint: str) -> dict[str, LedgerEntry]:
+    """The decisions a state file kept (``ValueError`` if damaged); with another policy only ``approved``."""
+    entries, saved_with = load_ledger(section)
+    if saved_with == fingerprint:
+        return entries
+    kept = {key: entry for key, entry in entries.items() if entry.status == ApprovalResult.APPROVED}
+    if forgotten := len(entries) - len(kept):
+        log.info("approval policy changed since the state was saved: deciding %d event(s) again", forgotten)
+    return kept
+
+
+def new_entry(status: str, event: ScheduledEvent, revision: str, now: float, **more: Any) -> LedgerEntry:
+    """An entry decided now about this revision of ``event`` (seen now, too)."""
+    return LedgerEntry(status, revision, decided_at=now, last_seen=now, seen=event, seen_revision=revision, **more)
 
 
 class _SavedEntry(msgspec.Struct, forbid_unknown_fields=True):

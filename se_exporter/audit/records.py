@@ -17,11 +17,11 @@ import msgspec
 
 from se_exporter.actions.runs import ActionOutcome, ActionResult
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
+from se_exporter.common.times import rfc3339, unix_nanos
+from se_exporter.common.uids import uuid5_text
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
-from se_exporter.lifecycle import Transition, TransitionKind
-from se_exporter.times import rfc3339, unix_nanos
-from se_exporter.uids import uuid5_text
+from se_exporter.store.lifecycle import Transition, TransitionKind
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"

@@ -30,8 +30,8 @@ from collections.abc import Callable, Sequence
 
 from se_exporter.audit.records import AuditRecord
 from se_exporter.audit.spool import Spool
+from se_exporter.common.outcome import Outcome
 from se_exporter.imds.pacing import Backoff
-from se_exporter.otel.outcome import Outcome
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 256

@@ -16,10 +16,10 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 
+from se_exporter.common.times import rfc3339
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Classification, classify
 from se_exporter.platform import Platform, current
-from se_exporter.times import rfc3339
 
 MAX_VALUE_CHARS = 8192  # per SE_EVENT_* value; Linux refuses any one environment string over 128 KiB
 CUT_MARKER = "…[cut: the full event is in $SE_EVENT_FILE]"

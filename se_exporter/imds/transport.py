@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from se_exporter.httpio import closed_while_idle, get_response
+from se_exporter.common.httpio import closed_while_idle, get_response
 
 CHUNK_BYTES = 65536
 _Key = tuple[str, int]

@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from se_exporter.common.outcome import Outcome
 from se_exporter.imds.pacing import Backoff
-from se_exporter.otel.outcome import Outcome
 
 log = logging.getLogger("se_exporter.otel.pipeline")
 T = TypeVar("T")

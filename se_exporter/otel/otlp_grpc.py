@@ -1,5 +1,5 @@
 """OTLP/gRPC requests: one channel, one ``Export`` call per request, its answer sorted as the OTLP
-specification says (``otel/outcome.py``).
+specification says (``common/outcome.py``).
 
 The SDK's gRPC exporters retry on their own and report every answer as a plain success or failure:
 a partial success rejecting every record counted as delivered, and the log shipper could not tell a
@@ -14,10 +14,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from se_exporter.common.httpio import redacted
+from se_exporter.common.outcome import Outcome
 from se_exporter.errors import ConfigError
-from se_exporter.httpio import redacted
 from se_exporter.otel.config import SignalConfig
-from se_exporter.otel.outcome import Outcome
 
 # Per the OTLP specification; RESOURCE_EXHAUSTED only when the server says when to come back (RetryInfo).
 RETRYABLE_CODES = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"})

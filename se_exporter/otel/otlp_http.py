@@ -5,7 +5,7 @@ and most of an export's CPU, for one POST every few seconds to one collector. Th
 request (``POST`` of ``application/x-protobuf``, the configured headers, gzip or deflate, TLS with the
 configured CA and client certificate, through ``HTTPS_PROXY``/``HTTP_PROXY`` and their credentials
 unless ``NO_PROXY`` says otherwise) on one persistent connection, and tells what became of it as the
-OTLP specification sorts answers (``otel/outcome.py``): partial successes read from the answer,
+OTLP specification sorts answers (``common/outcome.py``): partial successes read from the answer,
 ``Retry-After`` honoured, the whole answer bounded by the configured timeout (``httpio``). The bytes
 come from the SDK's own encoders (``otel/pipeline.py``). Nothing is retried here but a kept-alive
 connection that the collector closed while idle: the log shipper and the span exporter decide when.
@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 from google.rpc.status_pb2 import Status
 
+from se_exporter.common.httpio import closed_while_idle, get_response, redacted, retry_after_seconds
+from se_exporter.common.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 from se_exporter.errors import ConfigError
-from se_exporter.httpio import closed_while_idle, get_response, redacted, retry_after_seconds
 from se_exporter.otel.config import SignalConfig
-from se_exporter.otel.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 from se_exporter.platform import Platform, current
 
 log = logging.getLogger(__name__)

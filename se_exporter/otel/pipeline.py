@@ -9,7 +9,7 @@ Everything is built from an ``OTelConfig`` (parsed from the injected environment
   exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` has each batch converted
   here into an OTLP request, encoded once however often it is retried.
 - Both signals, both protocols: the SDK's encoders make the request, which ``otel/otlp_http.py`` or
-  ``otel/otlp_grpc.py`` sends and sorts (``otel/outcome.py``); the console: the SDK's own exporters.
+  ``otel/otlp_grpc.py`` sends and sorts (``common/outcome.py``); the console: the SDK's own exporters.
 
 The Python logs API and SDK are still experimental: every use of them is in this module.
 """
@@ -43,10 +43,10 @@ from opentelemetry.sdk.version import __version__ as sdk_version
 from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
+from se_exporter.common.outcome import ACCEPTED, Outcome
 from se_exporter.otel.config import OTelConfig, SignalConfig
 from se_exporter.otel.holding import Holding
 from se_exporter.otel.otlp_http import OTLPHttpClient
-from se_exporter.otel.outcome import ACCEPTED, Outcome
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 SCOPE = "se_exporter"

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from se_exporter.imds.document import STARTED
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.lifecycle import EventState
 from se_exporter.store import EventStore
+from se_exporter.store.lifecycle import EventState
 
 
 @dataclass(frozen=True, slots=True)

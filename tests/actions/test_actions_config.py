@@ -8,7 +8,7 @@ import pytest
 
 from se_exporter.actions.config import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_SECONDS, load_actions, parse_actions
 from se_exporter.errors import ConfigError
-from se_exporter.lifecycle import TransitionKind
+from se_exporter.store.lifecycle import TransitionKind
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "actions"
 PREFIX = "actions config <actions>: "

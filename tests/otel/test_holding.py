@@ -10,8 +10,8 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from se_exporter.common.outcome import ACCEPTED, Outcome
 from se_exporter.otel.holding import Holding
-from se_exporter.otel.outcome import ACCEPTED, Outcome
 from se_exporter.otel.pipeline import REQUEST_BYTES, span_bytes
 
 DOWN = Outcome.refused("connection refused", retryable=True)

@@ -16,10 +16,10 @@ from se_exporter.audit.trail import AuditTrail
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.lifecycle import Transition
 from se_exporter.otel.config import parse_otel_environment, resource_attributes
 from se_exporter.poller import PollResult
 from se_exporter.store import EventStore
+from se_exporter.store.lifecycle import Transition
 
 T0 = 1_750_000_000.0
 NOT_BEFORE = datetime.fromtimestamp(T0 + 900, UTC)

@@ -20,8 +20,8 @@ import msgspec
 from se_exporter.imds.changes import content, describe_change
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import classify
-from se_exporter.lifecycle import EventState, Transition, TransitionKind
 from se_exporter.state.persistence import decode_section
+from se_exporter.store.lifecycle import EventState, Transition, TransitionKind
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000

@@ -105,7 +105,7 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
         if args.command == "check":
             return _check(args, stop)
         if args.command == "demo":
-            import se_exporter.demo as demo_command
+            import se_exporter.cli.demo as demo_command
 
             return demo_command.run(args, environ, stop)
         return run_exporter(args, environ, stop)
@@ -119,7 +119,7 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
 
 
 def _check(args: argparse.Namespace, stop: StopRequest) -> int:
-    import se_exporter.check as check_command
+    import se_exporter.cli.check as check_command
 
     stop.restore()  # nothing to save: Ctrl-C or SIGTERM end it at once, with a non-zero code
     try:
@@ -164,11 +164,11 @@ def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
 
         simulator_flags.add_arguments(parser)
     elif command == "check":
-        import se_exporter.check as check_command
+        import se_exporter.cli.check as check_command
 
         check_command.add_arguments(parser)
     else:
-        import se_exporter.demo as demo_command
+        import se_exporter.cli.demo as demo_command
 
         demo_command.add_arguments(parser)
 

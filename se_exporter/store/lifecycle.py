@@ -16,10 +16,10 @@ from typing import Annotated
 
 import msgspec
 
+from se_exporter.common.uids import uuid5_text
 from se_exporter.imds.changes import content
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact
-from se_exporter.uids import uuid5_text
 
 # Fixed namespace so that a transition's uid is the same in every process, forever.
 _UID_NAMESPACE = uuid.UUID("6f1d3c52-5a57-4d0e-9a35-9b1f2b8c1e01")

@@ -1,0 +1,1 @@
+"""Formats and helpers every stage shares: times, stable ids, bounded HTTP answers, send outcomes."""
