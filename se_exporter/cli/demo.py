@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from se_exporter.process import StopRequest
 
 log = logging.getLogger(__name__)
-DEMO_POLICY = Path(__file__).parent / "approval" / "demo-policy.yaml"
+DEMO_POLICY = Path(__file__).parents[1] / "approval" / "demo-policy.yaml"  # the package's approval/
 DEMO_VM = "sim-vm-0"
 # Something starts at once (a hardware failure), then the documented maintenance kinds follow.
 DEMO_ORDER = (
