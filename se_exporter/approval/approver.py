@@ -117,9 +117,7 @@ class Approver:
             decisions.settled.extend(self._settle_posts(now))
             self._settle_hooks(listed, vm_name, now, batch, decisions.made)
             if not vm_name and not self._said_no_name:
-                log.warning(
-                    "approval: this VM's name is not known yet (see above, or set --vm.name): approving nothing"
-                )
+                log.warning("approval: this VM's name is unknown (set --vm.name): approving nothing until it is known")
                 self._said_no_name = True
             for state in events:
                 self._consider(state, vm_name, now, batch, decisions.made)
