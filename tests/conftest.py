@@ -105,6 +105,7 @@ NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM
     "tests/actions/test_actions_config.py::test_every_key_loads",  # /bin/sh in testdata
     "tests/test_check.py::test_the_actions_file_is_checked_like_the_others",  # /bin/true in testdata
     "tests/test_check.py::test_files_are_read_with_bounds[fifo]",  # os.mkfifo
+    "tests/test_check.py::test_sigterm_ends_check_at_once",  # SIGTERM, /proc
     "tests/test_check.py::test_files_are_read_with_bounds[dev-zero]",  # /dev/zero
     # -X importtime writes to the C library's stderr, buffered on Windows and lost when the test ends the
     # exporter there (TerminateProcess): what was imported last is missing

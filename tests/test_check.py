@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.approval.helpers import TESTDATA as POLICIES
+from tests.support.wait import wait_for
 from tests.web.conftest import HASH
 from tests.web.conftest import TESTDATA as WEB_CONFIGS
 from tests.web.pki import make_pki
@@ -206,3 +208,44 @@ def test_files_are_read_with_bounds(make: Callable[[Path], object], problem: str
     make(path)
     result = check(f"--approval.config={path}")
     assert (result.returncode, result.stderr) == (2, f"se-exporter: error: approval config {path}: {problem}\n")
+
+
+def _catches_sigterm(pid: int) -> bool | None:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask); None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask & (1 << (signal.SIGTERM - 1)))
+
+
+def test_sigterm_ends_check_at_once(tmp_path: Path) -> None:
+    """Issue 29, point 4: check ignored SIGTERM and Ctrl-C (the exporter's stop request caught them)."""
+    names = "".join(f"    - W{n:06d}\n" for n in range(50_000))  # a valid file of about a second's parsing
+    big = tmp_path / "policy.yaml"
+    big.write_text(
+        f"rules:\n  - name: r\n    event_types: [Reboot]\nhook:\n  command: [/bin/true]\n  inherit_env:\n{names}",
+        encoding="utf-8",
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "se_exporter", "check", f"--approval.config={big}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+    )
+    seen: list[bool | None] = []
+
+    def handler_installed_then_restored() -> bool:
+        seen.append(_catches_sigterm(proc.pid))
+        return True in seen and seen[-1] is False
+
+    try:
+        wait_for(handler_installed_then_restored, 10, "check restoring SIGTERM's default", interval=0.002)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=5)
+        assert (proc.returncode, out) == (-signal.SIGTERM, b""), "check went on after SIGTERM (it said ok)"
+    finally:
+        proc.kill()
+        proc.communicate()

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from se_exporter.imds.client import ClientSettings, IMDSClient
@@ -16,6 +16,7 @@ from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.pacing import RateLimiter
 from se_exporter.store import EventStore
 from se_exporter.store.lifecycle import EventState
+from tests.support.quiet_server import QuietHTTPServer
 from tests.support.wait import wait_for
 
 TESTDATA = Path(__file__).resolve().parent.parent / "testdata" / "approval"
@@ -125,7 +126,7 @@ def serve_imds() -> Iterator[RecordingIMDS]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     imds.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from tests.support.exporter_process import free_port
+from tests.support.quiet_server import QuietHTTPServer
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
@@ -183,7 +184,7 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="e2e-webhook", daemon=True

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig, parse_otel_environment
 from se_exporter.otel.otlp_http import OTLPHttpClient
+from tests.support.quiet_server import QuietHTTPServer
 from tests.support.wait import wait_for
 from tests.web.pki import PKI, make_pki
 
@@ -105,7 +106,7 @@ def serve() -> Iterator[Callable[..., tuple[Collector, int]]]:
 
     def start(collector: Collector | None = None, tls: ssl.SSLContext | None = None) -> tuple[Collector, int]:
         collector = collector or Collector()
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), collector.handler())
+        server = QuietHTTPServer(("127.0.0.1", 0), collector.handler())
         server.daemon_threads = True
         if tls is not None:
             server.socket = tls.wrap_socket(server.socket, server_side=True)
@@ -376,7 +377,7 @@ class Proxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.quiet_server import QuietHTTPServer
 
 
 @dataclass
@@ -45,12 +46,6 @@ COMPUTE = {
 }
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):  # a client that hung up
-            super().handle_error(request, client_address)
-
-
 class FakeIMDS:
     """``respond(seen) -> Answer`` decides each answer; compute metadata answers ``COMPUTE``."""
 
@@ -59,7 +54,7 @@ class FakeIMDS:
         self.respond: Callable[[Seen], Answer] = lambda seen: Answer()
         self.compute = Answer(body=json.dumps(COMPUTE).encode())
         self._lock = threading.Lock()
-        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
+        self._server = QuietHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
