@@ -182,12 +182,8 @@ def _debootstrap(tarball: Path) -> None:
     partial.rename(tarball)
 
 
-def _pip_mounts(into: Path) -> list[str]:
-    """``podman build -v`` options giving the build's pip the host pip's index and CA bundle, for the build only.
-
-    Of the host's pip configuration only what reaches an index over the network is kept (index URLs,
-    trusted hosts, proxy, the CA bundle); local paths (find-links, constraints) mean nothing in the build.
-    """
+def pip_settings() -> dict[str, str]:
+    """The host pip's settings (``pip config list``, then its PIP_* variables): how it reaches the index."""
     listed = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
     ).stdout
@@ -199,6 +195,23 @@ def _pip_mounts(into: Path) -> list[str]:
     for name in ("index-url", "extra-index-url", "trusted-host", "proxy", "cert"):
         if (from_env := os.environ.get("PIP_" + name.upper().replace("-", "_"))) is not None:
             settings[name] = from_env
+    return settings
+
+
+def pip_ca_bundle() -> str | None:
+    """The CA bundle the host's pip trusts (a proxy's CA, where there is one), if it names one."""
+    settings = pip_settings()
+    cert = settings.get("cert") or os.environ.get("SSL_CERT_FILE", "")
+    return str(Path(cert).resolve()) if cert and Path(cert).is_file() else None
+
+
+def _pip_mounts(into: Path) -> list[str]:
+    """``podman build -v`` options giving the build's pip the host pip's index and CA bundle, for the build only.
+
+    Of the host's pip configuration only what reaches an index over the network is kept (index URLs,
+    trusted hosts, proxy, the CA bundle); local paths (find-links, constraints) mean nothing in the build.
+    """
+    settings = pip_settings()
     lines = ["[global]"]
     for name in ("index-url", "extra-index-url"):
         urls = [url for url in settings.get(name, "").split() if url.startswith(("http://", "https://"))]
@@ -208,10 +221,9 @@ def _pip_mounts(into: Path) -> list[str]:
         if settings.get(name):
             lines.append(f"{name} = {settings[name]}")
     mounts: list[str] = []
-    cert = settings.get("cert") or os.environ.get("SSL_CERT_FILE", "")
-    if cert and Path(cert).is_file():
+    if (cert := pip_ca_bundle()) is not None:
         lines.append("cert = /run/host-pip/ca.crt")
-        mounts += ["--volume", f"{Path(cert).resolve()}:/run/host-pip/ca.crt:ro"]
+        mounts += ["--volume", f"{cert}:/run/host-pip/ca.crt:ro"]
     into.mkdir(parents=True, exist_ok=True)
     (into / "pip.conf").write_text("\n".join(lines) + "\n")
     return [*mounts, "--volume", f"{into / 'pip.conf'}:/etc/pip.conf:ro"]

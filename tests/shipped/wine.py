@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
 from tests.deploy.support import REPO
-from tests.shipped.containers import CACHE, cache_lock
+from tests.shipped.containers import CACHE, cache_lock, pip_ca_bundle
 from tests.support.tools import unavailable
 
 HOME = CACHE / "windows"
@@ -166,9 +166,16 @@ def _install_dependencies(site_packages: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
+        env=_uv_environment(),
         check=False,
     )
     assert result.returncode == 0, f"uv pip install (win_amd64): {result.stderr[-3000:]}"
+
+
+def _uv_environment() -> dict[str, str]:
+    """uv trusts its own roots, not the CA the host's pip is told to trust (a proxy's): give it that bundle."""
+    cert = pip_ca_bundle()
+    return {**os.environ, "SSL_CERT_FILE": cert} if cert else dict(os.environ)
 
 
 def _write_pth(home: Path) -> None:
