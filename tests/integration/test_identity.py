@@ -44,7 +44,7 @@ def test_a_failed_identity_request_is_retried_within_seconds(
     exporter.wait_ready()
     wait_for(lambda: compute_requests(fake_imds) >= 2, 10, "a second identity request within seconds")
     assert "compute metadata unavailable, retrying in 1 s" in exporter.logs()
-    assert "retrying in 2 s" in exporter.logs(), "the backoff doubles, and the log says so"
+    wait_for(lambda: "retrying in 2 s" in exporter.logs(), 5, "the backoff doubling, and the log saying so")
 
     def info() -> list[dict[str, str]]:
         return series(exporter.metrics(), "azure_scheduled_events_event_info")
