@@ -3,8 +3,8 @@
 Each poll queues a run per (transition, matching action) and reports the runs that ended since the last
 poll. Runs start only once the state file says they may have started (``release``, after the state was
 saved, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
-restarts and crashes alike. A worker that frees while runs wait sets ``freed``, and the poll loop releases
-more at once, whatever IMDS answers (``startable``); runs of a disruptive event of this VM go first, the
+restarts and crashes alike. While runs wait, the poll loop asks ``startable`` between polls and releases more
+as soon as a worker frees, whatever IMDS answers; runs of a disruptive event of this VM go first, the
 rest in the order their transitions happened. Every failure of a run, even to write its event file, ends
 it ``failed``: no run can hold a worker or a slot for good. A run released when the exporter crashed is
 reported ``failed`` after the restart, never run again; a clean stop puts the runs that had not started
@@ -59,7 +59,6 @@ class ActionRunner:
         self._futures: dict[tuple[str, str], Future[None]] = {}
         self._bytes = 0
         self._saving_failed = False
-        self.freed = threading.Event()  # a worker ended while runs wait: the loop may release more now
         for run in runs:
             self._restore(run)
 
@@ -104,7 +103,6 @@ class ActionRunner:
 
     def release(self) -> None:
         """Start queued runs, once the state file records them as possibly started (else: later)."""
-        self.freed.clear()
         with self._lock:
             waiting = [run for run in self._runs.values() if run.state is RunState.QUEUED]
             waiting.sort(key=lambda run: not run.urgent)  # stable: in order within each kind
@@ -177,7 +175,6 @@ class ActionRunner:
         with self._lock:
             run.outcome, run.state = outcome, RunState.FINISHED
             self.state_version += 1
-        self.freed.set()
 
     def _ran(self, run: Run) -> ActionOutcome:
         action = self.actions.by_name(run.action)

@@ -61,7 +61,8 @@ def decode(
 
     msgspec stops at the first problem; an operator wants them all. So the error holds one line per
     independent problem: the first, then each item of the lists named in ``each`` (every rule, every
-    action) and each top-level key, checked on its own where the rest of the file lets it be."""
+    action) checked as its own type, then the file checked again without each optional key found wrong
+    (``_other_problems``)."""
     try:
         return msgspec.convert(data, schema, strict=True)
     except msgspec.ValidationError as problem:

@@ -14,20 +14,8 @@ from collections.abc import Callable
 
 from tests.support.exporter_process import ExporterProcess, free_port
 from tests.support.exposition import series, value
-from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document
+from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
-
-EVENT = {
-    "EventId": "R1",
-    "EventType": "Reboot",
-    "ResourceType": "VirtualMachine",
-    "Resources": ["vm-a"],
-    "EventStatus": "Scheduled",
-    "NotBefore": "",  # set by the test: ten minutes from now
-    "Description": "",
-    "EventSource": "User",
-    "DurationInSeconds": -1,
-}
 
 
 def compute_requests(fake: FakeIMDS) -> int:
@@ -38,7 +26,7 @@ def test_a_failed_identity_request_is_retried_within_seconds(
     fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess]
 ) -> None:
     fake_imds.compute = Answer(status=503)
-    soon = dict(EVENT, NotBefore=email.utils.formatdate(time.time() + 600, usegmt=True))
+    soon = scheduled_event("R1", NotBefore=email.utils.formatdate(time.time() + 600, usegmt=True))
     fake_imds.respond = lambda seen: document(1, soon)
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--traffic.lead-time=1h")
     exporter.wait_ready()

@@ -198,9 +198,9 @@ def pip_settings() -> dict[str, str]:
     return settings
 
 
-def pip_ca_bundle() -> str | None:
+def pip_ca_bundle(settings: dict[str, str] | None = None) -> str | None:
     """The CA bundle the host's pip trusts (a proxy's CA, where there is one), if it names one."""
-    settings = pip_settings()
+    settings = pip_settings() if settings is None else settings
     cert = settings.get("cert") or os.environ.get("SSL_CERT_FILE", "")
     return str(Path(cert).resolve()) if cert and Path(cert).is_file() else None
 
@@ -221,7 +221,7 @@ def _pip_mounts(into: Path) -> list[str]:
         if settings.get(name):
             lines.append(f"{name} = {settings[name]}")
     mounts: list[str] = []
-    if (cert := pip_ca_bundle()) is not None:
+    if (cert := pip_ca_bundle(settings)) is not None:
         lines.append("cert = /run/host-pip/ca.crt")
         mounts += ["--volume", f"{cert}:/run/host-pip/ca.crt:ro"]
     into.mkdir(parents=True, exist_ok=True)

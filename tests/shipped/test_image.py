@@ -16,21 +16,11 @@ import httpx
 from tests.deploy.support import free_port, project_version
 from tests.shipped.containers import Podman
 from tests.support.exposition import series
-from tests.support.fake_imds import FakeIMDS, document
+from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
 Name = Callable[[], str]
-EVENT = {
-    "EventId": "C1",
-    "EventType": "Reboot",
-    "ResourceType": "VirtualMachine",
-    "Resources": ["vm-a"],
-    "EventStatus": "Scheduled",
-    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-    "Description": "",
-    "EventSource": "User",
-    "DurationInSeconds": -1,
-}
+EVENT = scheduled_event("C1")
 
 
 def get(port: int, path: str) -> httpx.Response:

@@ -173,6 +173,16 @@ def write_policy(tmp_path: Path, hook: list[str], timeout: float) -> Path:
     return policy
 
 
+def start_approving(
+    exporters: list[WindowsExporter], python: WindowsPython, sim: SimulatorServer, policy: Path
+) -> WindowsExporter:
+    """An exporter on the simulator with this approval policy, ready."""
+    args = (f"--imds.url={sim.url}", "--poll.interval=250ms", f"--approval.config={windows_path(policy)}")
+    exporter = start(exporters, python, *args)
+    exporter.wait_ready()
+    return exporter
+
+
 def test_an_approval_through_a_cmd_hook_that_sees_the_event(
     windows: WindowsPython, sim: SimulatorServer, exporters: list[WindowsExporter], tmp_path: Path
 ) -> None:
@@ -181,14 +191,7 @@ def test_an_approval_through_a_cmd_hook_that_sees_the_event(
     script = tmp_path / "drain.cmd"
     script.write_text(f'@echo off\r\nset SE_EVENT_>"{windows_path(seen)}"\r\necho drained\r\nexit /b 0\r\n')
     policy = write_policy(tmp_path, ["cmd.exe", "/c", windows_path(script)], timeout=60)
-    exporter = start(
-        exporters,
-        windows,
-        f"--imds.url={sim.url}",
-        "--poll.interval=250ms",
-        f"--approval.config={windows_path(policy)}",
-    )
-    exporter.wait_ready()
+    exporter = start_approving(exporters, windows, sim, policy)
     wait_for(sim.world.truth.approvals, 60, "the approval POSTed to IMDS")
     assert [list(approval.outcomes) for approval in sim.world.truth.approvals()] == [[event_id]]
     variables = dict(line.split("=", 1) for line in seen.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -223,14 +226,7 @@ def test_a_hook_whose_child_outlives_the_timeout_is_stopped_on_time_and_blocks_n
     (tmp_path / "hook.py").write_text(parent, encoding="utf-8")
     python = windows_path(windows.exe)
     policy = write_policy(tmp_path, [python, windows_path(tmp_path / "hook.py")], timeout=2)
-    exporter = start(
-        exporters,
-        windows,
-        f"--imds.url={sim.url}",
-        "--poll.interval=250ms",
-        f"--approval.config={windows_path(policy)}",
-    )
-    exporter.wait_ready()
+    exporter = start_approving(exporters, windows, sim, policy)
     wait_for(heartbeat.exists, 60, "the hook's child running")
     began = time.monotonic()
     polls_before = len(sim.world.truth.requests())

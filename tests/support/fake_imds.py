@@ -32,6 +32,21 @@ class Seen:
     at: float = field(default_factory=time.monotonic)
 
 
+def scheduled_event(event_id: str, **fields: Any) -> dict[str, Any]:
+    """One event as IMDS lists it: a user's Reboot of vm-a, Scheduled far ahead, unless ``fields`` say more."""
+    return {
+        "EventId": event_id,
+        "EventType": "Reboot",
+        "ResourceType": "VirtualMachine",
+        "Resources": ["vm-a"],
+        "EventStatus": "Scheduled",
+        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
+        "Description": "",
+        "EventSource": "User",
+        "DurationInSeconds": -1,
+    } | fields
+
+
 def document(incarnation: int, *events: dict[str, Any]) -> Answer:
     return Answer(body=json.dumps({"DocumentIncarnation": incarnation, "Events": list(events)}).encode())
 
