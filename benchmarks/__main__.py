@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="measuring window in seconds of footprint (default 120, --quick 15) and outage (default 600, --quick 60)",
     )
+    parser.add_argument("--vms", type=int, default=None, help="fleet: simulated VMs (default 2,000, --quick 500)")
     parser.add_argument("--no-save", action="store_true", help="do not write JSON results")
     args = parser.parse_args(argv)
     mode = Mode("quick" if args.quick else "tiny" if args.tiny else "full")
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {name}\n", flush=True)
         began = time.monotonic()
         try:
-            report = module.run(mode, duration=args.duration) if name in ("footprint", "outage") else module.run(mode)
+            report = _run(module, name, mode, args)
         except Exception as error:  # one broken benchmark must not hide the others
             print(f"error: benchmark {name} failed: {type(error).__name__}: {error}\n", flush=True)
             failed.append(name)
@@ -75,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run(module: object, name: str, mode: Mode, args: argparse.Namespace) -> object:
+    if name in ("footprint", "outage"):
+        return module.run(mode, duration=args.duration)  # type: ignore[attr-defined]
+    if name == "fleet":
+        return module.run(mode, vms=args.vms)  # type: ignore[attr-defined]
+    return module.run(mode)  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

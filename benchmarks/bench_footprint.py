@@ -2,17 +2,20 @@
 
 Two in-process simulators (idle, and 100 far-future Scheduled events listed) serve every process
 at once: the exporter with OTel off and on (shipping to a real OTLP/HTTP receiver), and the
-reference loop. After every process answered its first document, a warm-up passes, then CPU
-time is measured over the window: utime+stime of all threads from /proc/<pid>/stat at the start
-(clock ticks: up to 10 ms low), and at the end the exact figure of wait4()'s rusage after a SIGKILL
-(so no shutdown work is counted); the window figure is therefore at most 10 ms high (0.008 % of a
-core over 120 s). Peak RSS is VmHWM and RSS at end VmRSS, from /proc/<pid>/status just before the kill.
-Like Prometheus would, the driver scrapes each exporter's /metrics every ``scrape_interval`` s.
+reference loop. After every process answered its first document and a warm-up passed, CPU time is
+read in ``windows`` consecutive windows of ``window`` seconds (five of 60 s in full mode). Every process
+runs through every window, so each window holds both sides of each comparison (A and B in the same
+60 s, which A B A B alternation only approximates): a window's ratio is the exporter's CPU over the
+reference loop's in that window, and the figure is the median of the windows' ratios with their
+spread (min-max). CPU time is the kernel's process CPU clock, to the nanosecond (``cpu_seconds``).
+Peak RSS is VmHWM and RSS at end VmRSS, from /proc/<pid>/status at the end. Like Prometheus would,
+the driver scrapes each exporter's /metrics every ``scrape_interval`` s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from typing import Any
 
@@ -27,7 +30,7 @@ from benchmarks.common import (
     otlp_receiver,
     proc_status_kib,
     simulator,
-    telemetry_module_present,
+    spread,
     wait_all_started,
 )
 
@@ -50,7 +53,8 @@ def _spawn(sims: dict[str, Any], receiver: Any) -> dict[Key, Proc]:
     return processes
 
 
-def _measure(processes: dict[Key, Proc], window: float, scrape_interval: float) -> tuple[float, dict[Key, Any]]:
+def _window(processes: dict[Key, Proc], window: float, scrape_interval: float) -> tuple[float, dict[Key, float]]:
+    """CPU seconds of each process over one window of ``window`` seconds (and the window's length)."""
     start = {key: cpu_seconds(p.pid) for key, p in processes.items()}
     began = time.monotonic()
     next_scrape = began
@@ -61,20 +65,16 @@ def _measure(processes: dict[Key, Proc], window: float, scrape_interval: float) 
                     proc.metrics()
             next_scrape += scrape_interval
         time.sleep(min(0.2, max(0.0, window - elapsed)))
-    # ru_maxrss is no good here: exec() keeps the forking driver's high-water mark in it.
-    memory = {key: (proc_status_kib(p.pid, "VmHWM"), proc_status_kib(p.pid, "VmRSS")) for key, p in processes.items()}
-    wall = time.monotonic() - began
-    measured = {}
-    for key, proc in processes.items():
-        total, _ = proc.kill_for_rusage()
-        measured[key] = (total - start[key], *memory[key])
-    return wall, measured
+    used = {key: cpu_seconds(p.pid) - start[key] for key, p in processes.items()}
+    return time.monotonic() - began, used
 
 
 def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0) -> Report:
     report = Report(NAME)
-    window = duration if duration is not None else mode.pick(120.0, 15.0, 1.5)
-    warmup = mode.pick(5.0, 2.0, 0.5)
+    window = duration if duration is not None else mode.pick(60.0, 15.0, 1.0)
+    count = mode.pick(5, 3, 1)
+    warmup = mode.pick(10.0, 3.0, 0.5)
+    windows: list[tuple[float, dict[Key, float]]] = []
     with contextlib.ExitStack() as stack:
         receiver = stack.enter_context(otlp_receiver())
         sims = {"idle": stack.enter_context(simulator(0)), "100 events": stack.enter_context(simulator(100, seed=1))}
@@ -82,47 +82,71 @@ def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0
         try:
             processes = _spawn(sims, receiver)
             time.sleep(warmup)
-            wall, measured = _measure(processes, window, scrape_interval)
+            windows = [_window(processes, window, scrape_interval) for _ in range(count)]
+            # ru_maxrss is no good here: exec() keeps the forking driver's high-water mark in it.
+            memory = {
+                key: (proc_status_kib(p.pid, "VmHWM"), proc_status_kib(p.pid, "VmRSS")) for key, p in processes.items()
+            }
         finally:
             for proc in processes.values():
                 proc.stop()
         spans = len(receiver.store.spans) if receiver is not None else 0
         logs = len(receiver.store.logs) if receiver is not None else 0
+    _tabulate(report, windows, memory, scrape_interval)
+    report.data["otel"] = {"receiver_spans": spans, "receiver_logs": logs}
+    if receiver is not None:
+        report.note(f"OTLP receiver got {spans} spans and {logs} log records during the run")
+    return report
 
+
+def _tabulate(
+    report: Report, windows: list[tuple[float, dict[Key, float]]], memory: dict[Key, Any], scrape: float
+) -> None:
     rows: list[list[Any]] = []
-    data: dict[str, Any] = {"window_s": wall, "warmup_s": warmup, "scrape_interval_s": scrape_interval, "results": []}
+    results = []
     for load in LOADS:
-        ref_cpu = measured[("reference loop", load)][0]
+        reference = [used[("reference loop", load)] for _, used in windows]
         for what in KINDS:
-            if (what, load) not in measured:
+            if (what, load) not in memory:
                 continue
-            cpu, hwm, rss = measured[(what, load)]
-            share = 100.0 * cpu / wall
-            ratio = cpu / ref_cpu if ref_cpu > 0 else float("nan")
-            rows.append([what, load, round(share, 3), round(ratio, 2), round(hwm / 1024, 1), round(rss / 1024, 1)])
-            data["results"].append(
+            shares = [100.0 * used[(what, load)] / wall for wall, used in windows]
+            ratios = [used[(what, load)] / ref for (_, used), ref in zip(windows, reference, strict=True) if ref > 0]
+            hwm, rss = memory[(what, load)]
+            rows.append(
+                [
+                    what,
+                    load,
+                    spread(shares, 3),
+                    spread(ratios),
+                    round(hwm / 1024, 1),
+                    round(hwm / memory[("reference loop", load)][0], 2),
+                    round(rss / 1024, 1),
+                ]
+            )
+            results.append(
                 {
                     "process": what,
                     "load": load,
-                    "cpu_s": cpu,
-                    "cpu_pct_of_core": share,
-                    "ratio_to_reference": ratio,
+                    "cpu_pct_of_core": shares,
+                    "ratio_to_reference": ratios,
+                    "ratio_median": statistics.median(ratios) if ratios else None,
                     "peak_rss_mib": hwm / 1024,
                     "rss_mib": rss / 1024,
                 }
             )
+    lengths = [wall for wall, _ in windows]
     report.table(
-        f"CPU and memory at 1 s polling ({wall:.0f} s window, /metrics scraped every {scrape_interval:g} s)",
-        ["process", "documents", "CPU % of one core", "CPU x reference", "peak RSS MiB", "RSS at end MiB"],
+        f"CPU and memory at 1 s polling: {len(windows)} windows of {statistics.median(lengths):.0f} s, median (min-max)"
+        f" of the windows, /metrics scraped every {scrape:g} s",
+        [
+            "process",
+            "documents",
+            "CPU % of one core",
+            "CPU x reference",
+            "peak RSS MiB",
+            "peak RSS x reference",
+            "RSS at end MiB",
+        ],
         rows,
     )
-    data["otel"] = {"telemetry_module": telemetry_module_present(), "receiver_spans": spans, "receiver_logs": logs}
-    report.data = data
-    if receiver is not None and spans == 0 and logs == 0:
-        report.note(
-            "the OTLP receiver got nothing: OTel is not wired into the exporter yet, so 'OTel on' "
-            "equals 'OTel off'; re-run once se_exporter/telemetry.py exists"
-        )
-    elif receiver is not None:
-        report.note(f"OTLP receiver got {spans} spans and {logs} log records during the run (OTel is wired)")
-    return report
+    report.data.update({"windows_s": lengths, "scrape_interval_s": scrape, "results": results})

@@ -1,7 +1,7 @@
 """/metrics latency p50/p99 with 0, 10, 100 and 1000 events listed.
 
 - ``render``: in-process, ``generate_latest`` on the ``Exporter``'s registry (the collector and
-  the text encoder; no HTTP), the store filled by one poll through an ``httpx.MockTransport``;
+  the text encoder; no HTTP), the store filled by one poll through an ``StaticTransport``;
   side by side (alternating) with ``generate_latest`` on a **plain prometheus_client registry holding
   the same series** (Gauge and Counter objects with the same names, labels and values: what an
   exporter written the usual way would serve), and the ratio of the two medians.
@@ -31,6 +31,7 @@ from benchmarks.common import (
     Mode,
     Proc,
     Report,
+    StaticTransport,
     clean_env,
     count_samples,
     free_port,
@@ -74,7 +75,6 @@ def plain_registry(text: str) -> Any:
 
 
 def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], int, int]:
-    import httpx
     from prometheus_client import generate_latest
 
     from se_exporter.app import Exporter
@@ -85,11 +85,8 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], 
     quiet.handlers[:] = [logging.NullHandler()]
     quiet.propagate = False
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=body, headers={"Content-Type": "application/json"})
-
     config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid", vm_name="vm-self")
-    exporter = Exporter(config, transport=httpx.MockTransport(answer))
+    exporter = Exporter(config, transport=StaticTransport(200, body))
     exporter.start()  # close() shuts the web server down, which waits for it to have started
     try:
         if exporter.poller.poll_once() is not None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from typing import Any, cast
 
-from benchmarks.common import Mode, Report, percentile
+from benchmarks.common import Mode, Report, StaticTransport, percentile
 
 NAME = "poll"
 SIZES = (0, 1, 10, 100, 500, 1000)  # up to MAX_EVENTS, the most a document may list (docs/reliability.md)
@@ -130,8 +130,6 @@ class _StubClient:
 def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Iterator[Any]:
     """The real ``Exporter`` wiring (every sink, logging to memory), its poller fed by a stub client;
     ``options`` are more ``ExporterConfig`` fields (``actions_config``, ``state_file``...)."""
-    import httpx
-
     from se_exporter import logs
     from se_exporter.app import Exporter
     from se_exporter.config.options import ExporterConfig
@@ -139,13 +137,10 @@ def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Ite
 
     logs.configure("info", "logfmt", stream=io.StringIO())  # every line formatted in full, written nowhere
 
-    def refuse(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503)
-
     config = ExporterConfig(
         listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self", **options
     )
-    exporter = Exporter(config, transport=httpx.MockTransport(refuse), environ=environ)
+    exporter = Exporter(config, transport=StaticTransport(503), environ=environ)
     exporter.start()
     exporter.poller.client = cast(IMDSClient, _StubClient(exporter.poller.client))
     gc.freeze()  # as cli.run_exporter does once the exporter is built: start-up objects out of full collections

@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
 import msgspec
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
@@ -28,6 +27,7 @@ from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
+from se_exporter.imds.transport import Transport
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.operator_files import load_operator_files
@@ -59,7 +59,7 @@ class Exporter:
         self,
         config: ExporterConfig,
         *,
-        transport: httpx.BaseTransport | None = None,
+        transport: Transport | None = None,
         clock: Callable[[], float] = time.time,
         tracer_provider: trace.TracerProvider | None = None,
         extra_sinks: Sequence[PollSink] = (),
@@ -223,7 +223,7 @@ class Exporter:
         self,
         settings: ClientSettings,
         limiter: RateLimiter,
-        transport: httpx.BaseTransport | None,
+        transport: Transport | None,
         given: VMIdentity | None,
     ) -> VMIdentity | None:
         """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""

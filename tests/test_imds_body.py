@@ -8,33 +8,25 @@ import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
 
-import httpx
 import pytest
 
 from se_exporter.errors import IMDSTimeout, InvalidDocument
 from se_exporter.imds.body import MAX_BODY_BYTES, read_body
+from se_exporter.imds.transport import Answer
 
 DOC = b'{"DocumentIncarnation": 3, "Events": []}'
 
 
-class Chunks(httpx.SyncByteStream):
-    def __init__(self, chunks: list[bytes], on_chunk: object = None) -> None:
-        self._chunks = chunks
-        self._on_chunk = on_chunk
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._chunks:
-            if callable(self._on_chunk):
-                self._on_chunk()
-            yield chunk
+def stream(chunks: list[bytes], on_chunk: object = None) -> Iterator[bytes]:
+    for chunk in chunks:
+        if callable(on_chunk):
+            on_chunk()
+        yield chunk
 
 
-def answer(
-    chunks: list[bytes], status: int = 200, encoding: str | None = None, on_chunk: object = None
-) -> httpx.Response:
-    headers = {"Content-Encoding": encoding} if encoding else {}
-    request = httpx.Request("GET", "http://imds/metadata/scheduledevents")
-    return httpx.Response(status, headers=headers, stream=Chunks(chunks, on_chunk), request=request)
+def answer(chunks: list[bytes], status: int = 200, encoding: str | None = None, on_chunk: object = None) -> Answer:
+    headers = {"content-encoding": encoding} if encoding else {}
+    return Answer(status, headers, stream(chunks, on_chunk))
 
 
 def split(data: bytes, size: int = 65536) -> list[bytes]:

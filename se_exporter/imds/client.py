@@ -1,10 +1,9 @@
 """HTTP client for the Instance Metadata Service: Scheduled Events and compute metadata.
 
-One long-lived transport (``imds.transport``: kept-alive connections), called directly: IMDS needs
-none of ``httpx.Client``'s cookies, auth or redirects, which cost more CPU than the rest of an idle
-poll. Proxies are bypassed on purpose (the transport never uses one): IMDS is link-local and rejects
-proxied requests. Every request passes the shared rate limiter, is timed into ``on_response``
-(the metrics) and traced as an HTTP client span.
+One long-lived transport (``imds.transport``: kept-alive connections), called directly: IMDS needs no
+cookies, auth or redirects, and each endpoint's request is built once. Proxies are bypassed on purpose
+(the transport never uses one): IMDS is link-local and rejects proxied requests. Every request passes
+the shared rate limiter, is timed into ``on_response`` (the metrics) and traced as an HTTP client span.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-import httpx
 from opentelemetry import trace
 
 from se_exporter import __version__
@@ -25,13 +24,14 @@ from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 from se_exporter.imds.pacing import RateLimiter
-from se_exporter.imds.transport import IMDSTransport
+from se_exporter.imds.transport import ConnectTimeout, IMDSTransport, ReadTimeout, Request, Transport, TransportError
 
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 COMPUTE_API_VERSION = "2021-02-01"
 
 REQUEST_HEADERS = {"Metadata": "true", "Accept": "application/json", "User-Agent": f"se-exporter/{__version__}"}
+POST_HEADERS = {**REQUEST_HEADERS, "Content-Type": "application/json"}
 ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
 
 
@@ -50,7 +50,7 @@ class IMDSClient:
         settings: ClientSettings,
         limiter: RateLimiter,
         *,
-        transport: httpx.BaseTransport | None = None,
+        transport: Transport | None = None,
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
@@ -62,7 +62,7 @@ class IMDSClient:
         self._last_body: bytes | None = None
         self._last_document: Document | None = None
         self._targets: dict[tuple[str, str, str], _Target] = {}
-        self._base_url = httpx.URL(settings.base_url)
+        self._base_url = urllib.parse.urlsplit(settings.base_url)
         self._transport = transport or IMDSTransport()
         self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
@@ -102,7 +102,7 @@ class IMDSClient:
         ) as span:
             started = time.perf_counter()
             try:
-                body, code = self._send(method, target.url, content, timeout)
+                body, code = self._send(method, target, content, timeout)
             except IMDSError as error:
                 code_label = str(error.status_code) if isinstance(error, IMDSHTTPError) else "error"
                 self._on_response(method, code_label, time.perf_counter() - started)
@@ -113,50 +113,45 @@ class IMDSClient:
             return body
 
     def _target(self, method: str, path: str, api_version: str) -> _Target:
-        # Built once per endpoint: parsing and joining URLs was a third of an idle poll's cost.
+        # Built once per endpoint: parsing URLs and building requests was a third of an idle poll's cost.
         key = (method, path, api_version)
         if key not in self._targets:
-            url = self._base_url.join(path).copy_add_param("api-version", api_version)
-            self._targets[key] = _Target(url, _request_attributes(method, url))
+            self._targets[key] = _make_target(self._base_url, method, path, api_version)
         return self._targets[key]
 
-    def _send(self, method: str, url: httpx.URL, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
-        headers = REQUEST_HEADERS if content is None else {**REQUEST_HEADERS, "Content-Type": "application/json"}
-        limit = self.settings.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit  # for the whole answer: httpx bounds each read, not their sum
-        request = httpx.Request(
-            method, url, headers=headers, content=content, extensions={"timeout": _timeout(limit), "deadline": deadline}
-        )
+    def _send(self, method: str, target: _Target, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
+        if target.request is None:
+            raise IMDSConnectionError(
+                f"IMDS {method} {target.path} failed: IMDS is plain HTTP, not {self._base_url.scheme}"
+            )
+        request = target.request if content is None else replace(target.request, headers=POST_HEADERS, body=content)
+        deadline = time.monotonic() + (self.settings.timeout if timeout is None else timeout)  # the whole answer
         self._waiting.add(threading.get_ident())
         try:
-            answer = self._transport.handle_request(request)
+            answer = self._transport.send(request, deadline)
             try:
-                body = read_body(answer, deadline, f"IMDS {method} {url.path}")
+                body = read_body(answer, deadline, f"IMDS {method} {target.path}")
             finally:
                 answer.close()
-        except httpx.TimeoutException as exc:
+        except (ReadTimeout, ConnectTimeout) as exc:
             detail = f": {exc}" if str(exc) and "timed out" not in str(exc) else f" ({type(exc).__name__})"
-            raise IMDSTimeout(f"IMDS {method} {url.path} timed out{detail}") from None
-        except httpx.TransportError as exc:
-            raise IMDSConnectionError(f"IMDS {method} {url.path} failed: {type(exc).__name__}: {exc}") from None
+            raise IMDSTimeout(f"IMDS {method} {target.path} timed out{detail}") from None
+        except TransportError as exc:
+            raise IMDSConnectionError(f"IMDS {method} {target.path} failed: {type(exc).__name__}: {exc}") from None
         finally:
             self._waiting.discard(threading.get_ident())
-        if not 200 <= answer.status_code < 300:
-            raise IMDSHTTPError(answer.status_code, _explain(method, url, answer.status_code, body))
-        return body, answer.status_code
+        if not 200 <= answer.status < 300:
+            raise IMDSHTTPError(answer.status, _explain(method, target, answer.status, body))
+        return body, answer.status
 
 
-def _timeout(read: float) -> dict[str, float]:
-    return {"connect": 2.0, "read": read, "write": 2.0, "pool": 2.0}  # the transport's "timeout" extension
-
-
-def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:
+def _explain(method: str, target: _Target, code: int, body: bytes) -> str:
     snippet = body[:200].decode("utf-8", "replace").strip()
-    text = f"IMDS {method} {url.path} answered {code}: {snippet!r}"
+    text = f"IMDS {method} {target.path} answered {code}: {snippet!r}"
     if code == 400:
         text += (
             " (IMDS rejects requests without the 'Metadata: true' header, without a valid api-version,"
-            f" or with a malformed body; api-version was {url.params.get('api-version')!r}; not retried)"
+            f" or with a malformed body; api-version was {target.api_version!r}; not retried)"
         )
     elif code == 429:
         text += " (throttled: IMDS allows 5 requests/s per VM)"
@@ -166,15 +161,24 @@ def _explain(method: str, url: httpx.URL, code: int, body: bytes) -> str:
 
 
 class _Target(NamedTuple):
-    url: httpx.URL
+    path: str
+    api_version: str
+    request: Request | None  # None: not a plain-HTTP base URL
     attributes: dict[str, str | int]  # the HTTP client span's request attributes (semantic conventions)
 
 
-def _request_attributes(method: str, url: httpx.URL) -> dict[str, str | int]:
-    attributes: dict[str, str | int] = {"http.request.method": method, "url.full": str(url), "server.address": url.host}
-    if url.port is not None:
-        attributes["server.port"] = url.port
-    return attributes
+def _make_target(base: urllib.parse.SplitResult, method: str, path: str, api_version: str) -> _Target:
+    query = urllib.parse.urlencode({"api-version": api_version})
+    host, port = base.hostname or "", base.port or 80
+    attributes: dict[str, str | int] = {
+        "http.request.method": method,
+        "url.full": urllib.parse.urlunsplit((base.scheme, base.netloc, path, query, "")),
+        "server.address": host,
+    }
+    if base.port is not None:
+        attributes["server.port"] = base.port
+    request = Request(method, host, port, f"{path}?{query}", REQUEST_HEADERS) if base.scheme == "http" else None
+    return _Target(path, api_version, request, attributes)
 
 
 def _record_error(span: trace.Span, error: IMDSError) -> None:

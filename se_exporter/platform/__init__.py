@@ -8,7 +8,9 @@ stay in ``posix``, and ``mypy --platform win32`` checks that no Windows path rea
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from se_exporter.platform.base import (
     CREATE_NEW_PROCESS_GROUP,
@@ -22,8 +24,14 @@ from se_exporter.platform.base import (
     Process,
     ProcessTree,
 )
-from se_exporter.platform.posix import PosixPlatform, ProcessGroup
-from se_exporter.platform.windows import JobTree, WindowsPlatform
+
+if TYPE_CHECKING:
+    from se_exporter.platform.posix import PosixPlatform, ProcessGroup
+    from se_exporter.platform.windows import JobTree, WindowsPlatform
+
+# Each side is imported only when asked for: the Windows side's ctypes and subprocess cost a Linux
+# exporter 0.6 MiB it never uses (BENCHMARKS.md).
+_SIDES = {"PosixPlatform": "posix", "ProcessGroup": "posix", "JobTree": "windows", "WindowsPlatform": "windows"}
 
 __all__ = [
     "CREATE_NEW_PROCESS_GROUP",
@@ -46,4 +54,11 @@ __all__ = [
 
 def current() -> Platform:
     """The platform this process runs on."""
-    return WindowsPlatform() if os.name == "nt" else PosixPlatform()
+    side: type[Platform] = __getattr__("WindowsPlatform" if os.name == "nt" else "PosixPlatform")
+    return side()
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SIDES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_SIDES[name]}"), name)
