@@ -3,8 +3,8 @@ specification says (``common/outcome.py``).
 
 The SDK's gRPC exporters retry on their own and report every answer as a plain success or failure:
 a partial success rejecting every record counted as delivered, and the log shipper could not tell a
-refusal worth retrying from one that is not. This calls the generated stub directly (the bytes come
-from the SDK's encoders, ``otel/pipeline.py``) and reads the ``partial_success`` and the status code.
+refusal worth retrying from one that is not. This makes the ``Export`` call with the request's bytes
+(``otel/otlp_proto.py`` encodes them) and reads the ``partial_success`` and the status code.
 ``grpcio`` is the optional extra ``[grpc]``: imported only when ``OTEL_EXPORTER_OTLP_PROTOCOL=grpc``.
 """
 
@@ -18,12 +18,13 @@ from se_exporter.common.httpio import redacted
 from se_exporter.common.outcome import Outcome
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig
+from se_exporter.otel.otlp_proto import partial_success, retry_delay
 
 # Per the OTLP specification; RESOURCE_EXHAUSTED only when the server says when to come back (RetryInfo).
 RETRYABLE_CODES = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"})
-_STUBS = {  # signal -> (module of the generated stub, stub class, the partial success's counter)
-    "logs": ("opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc", "LogsServiceStub", "rejected_log_records"),
-    "traces": ("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc", "TraceServiceStub", "rejected_spans"),
+_METHODS = {  # signal -> the Export method of its collector service
+    "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+    "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
 }
 
 
@@ -38,9 +39,6 @@ class OTLPGrpcClient:
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the grpc extra: pip install "
                 "'azure-scheduled-events-exporter[grpc]' (or use http/protobuf)"
             ) from None
-        import importlib
-
-        module, stub, self._rejected_field = _STUBS[kind]
         url = urllib.parse.urlsplit(signal.endpoint if "://" in signal.endpoint else f"http://{signal.endpoint}")
         if not url.hostname:
             raise ConfigError(f"OTLP endpoint {redacted(signal.endpoint)!r}: a host is needed")
@@ -54,12 +52,12 @@ class OTLPGrpcClient:
             self._channel = grpc.secure_channel(
                 target, _credentials(grpc, signal), options=options, compression=compression
             )
-        self._export = getattr(importlib.import_module(module), stub)(self._channel).Export
+        self._export = self._channel.unary_unary(_METHODS[kind])  # bytes in, bytes out: no serializers
         self._metadata = tuple((name.lower(), value) for name, value in signal.headers.items())
         self._timeout = signal.timeout
         self._grpc = grpc
 
-    def post(self, request: Any) -> Outcome:
+    def post(self, request: bytes) -> Outcome:
         """What became of one ``Export`` call (never raises for what the network or the collector does)."""
         try:
             response = self._export(request, timeout=self._timeout, metadata=self._metadata)
@@ -75,8 +73,10 @@ class OTLPGrpcClient:
             )
         except ValueError as error:  # the channel was closed (shutting down)
             return Outcome.refused(f"the exporter is stopping ({error})", retryable=True)
-        partial = response.partial_success
-        return Outcome.taken(int(getattr(partial, self._rejected_field)), partial.error_message)
+        try:
+            return Outcome.taken(*partial_success(response))
+        except ValueError:  # not a protobuf answer: the collector took the request all the same
+            return Outcome.taken(0, "")
 
     def close(self) -> None:
         self._channel.close()
@@ -85,15 +85,10 @@ class OTLPGrpcClient:
 def _retry_after(error: Any) -> float | None:
     """The delay in the ``google.rpc.RetryInfo`` of the call's trailers, if the server sent one."""
     try:
-        from google.rpc.error_details_pb2 import RetryInfo
-
         raw = dict(error.trailing_metadata() or ()).get("google.rpc.retryinfo-bin")
-        if raw is None:
-            return None
-        info = RetryInfo.FromString(raw)
-    except (ImportError, ValueError, TypeError):
+        return None if raw is None else retry_delay(raw)
+    except (ValueError, TypeError):
         return None
-    return float(info.retry_delay.seconds) + float(info.retry_delay.nanos) / 1e9
 
 
 def _credentials(grpc: Any, signal: SignalConfig) -> Any:

@@ -26,12 +26,11 @@ import urllib.parse
 import zlib
 from collections.abc import Callable
 
-from google.rpc.status_pb2 import Status
-
 from se_exporter.common.httpio import closed_while_idle, get_response, redacted, retry_after_seconds
 from se_exporter.common.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig
+from se_exporter.otel.otlp_proto import status_message
 from se_exporter.platform import Platform, current
 
 log = logging.getLogger(__name__)
@@ -166,8 +165,8 @@ def _message(content_type: str, payload: bytes) -> str:
     text; shortened and on one line."""
     text = ""
     if "protobuf" in content_type:
-        with contextlib.suppress(Exception):  # protobuf's DecodeError: then there is nothing to say
-            text = Status.FromString(payload).message
+        with contextlib.suppress(ValueError):  # not a protobuf message: then there is nothing to say
+            text = status_message(payload)
     elif content_type.startswith(("text/", "application/json")):
         text = payload[:300].decode("utf-8", "replace")
     text = " ".join(text.split())

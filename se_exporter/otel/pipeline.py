@@ -8,8 +8,8 @@ Everything is built from an ``OTelConfig`` (parsed from the injected environment
 - Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or the
   exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` has each batch converted
   here into an OTLP request, encoded once however often it is retried.
-- Both signals, both protocols: the SDK's encoders make the request, which ``otel/otlp_http.py`` or
-  ``otel/otlp_grpc.py`` sends and sorts (``common/outcome.py``); the console: the SDK's own exporters.
+- Both signals, both protocols: ``otel/otlp_proto.py`` encodes the request, which ``otel/otlp_http.py``
+  or ``otel/otlp_grpc.py`` sends and sorts (``common/outcome.py``); the console: the SDK's own exporters.
 
 The Python logs API and SDK are still experimental: every use of them is in this module.
 """
@@ -25,14 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry._logs import LogRecord, SeverityNumber
-from opentelemetry.context import Context
-from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
@@ -44,6 +37,7 @@ from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import ACCEPTED, Outcome
+from se_exporter.otel import otlp_proto
 from se_exporter.otel.config import OTelConfig, SignalConfig
 from se_exporter.otel.holding import Holding
 from se_exporter.otel.otlp_http import OTLPHttpClient
@@ -56,7 +50,12 @@ HELD_SPANS = 512  # spans kept while the collector is away (about 4 minutes of p
 HELD_SPAN_BYTES = 1 << 20
 REQUEST_BYTES = 256 << 10
 _SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
-Post = Callable[[Any], Outcome]  # sends one encoded request (the protobuf message)
+_SEVERITY_NUMBERS = {
+    "INFO": SeverityNumber.INFO.value,
+    WARN: SeverityNumber.WARN.value,
+    ERROR: SeverityNumber.ERROR.value,
+}
+Post = Callable[[bytes], Outcome]  # sends one encoded request
 
 
 @dataclass
@@ -125,79 +124,75 @@ def _client(signal: SignalConfig, kind: str, user_agent: str) -> tuple[Post, Cal
 
         grpc_client = OTLPGrpcClient(signal, kind, user_agent)
         return grpc_client.post, grpc_client.close
-    response = ExportLogsServiceResponse if kind == "logs" else ExportTraceServiceResponse
-    field = "rejected_log_records" if kind == "logs" else "rejected_spans"
-    http = OTLPHttpClient(signal, user_agent, partial_success=lambda body: _partial(response, field, body))
-    return (lambda request: http.post(request.SerializeToString())), http.close
-
-
-def _partial(response: Any, field: str, body: bytes) -> tuple[int, str]:
-    try:
-        partial = response.FromString(body).partial_success
-    except Exception as error:  # protobuf's DecodeError: the collector took the request all the same
-        raise ValueError(str(error)) from None
-    return int(getattr(partial, field)), str(partial.error_message)
+    http = OTLPHttpClient(signal, user_agent, partial_success=otlp_proto.partial_success)
+    return http.post, http.close
 
 
 class LogSender:
     """Log-record batches as OTLP requests. The batch the shipper retries during an outage is encoded
     once: an attempt costs one request, whatever the backlog."""
 
-    def __init__(
-        self,
-        post: Post,
-        readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]],
-        close: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, post: Post, encode: Callable[[Sequence[AuditRecord]], bytes], close: Callable[[], None]) -> None:
         self._post = post
-        self._readable = readable
+        self._encode = encode
         self.close = close
-        self._last: tuple[tuple[str, ...], Any] = ((), None)  # uids of the last batch, and its request
+        self._last: tuple[tuple[str, ...], bytes] = ((), b"")  # uids of the last batch, and its request
 
     def __call__(self, batch: Sequence[AuditRecord]) -> Outcome:
         uids = tuple(record.uid for record in batch)
         if uids != self._last[0] or not uids:
-            self._last = (uids, encode_logs(self._readable(batch)))
+            self._last = (uids, self._encode(batch))
         return self._post(self._last[1])
 
 
 def _log_sender(
     signal: SignalConfig, resource: Resource, scope: InstrumentationScope, user_agent: str
-) -> LogSender | None:
-    def readable(batch: Sequence[AuditRecord]) -> list[ReadableLogRecord]:
-        return [ReadableLogRecord(_log_record(record), resource, scope) for record in batch]
-
+) -> LogSender | _ConsoleLogs | None:
     if signal.exporter == "console":
-        return _ConsoleLogs(ConsoleLogRecordExporter(out=sys.stdout), readable)
+        return _ConsoleLogs(resource, scope)
     if signal.exporter != "otlp":
         return None
+    resource_bytes = otlp_proto.resource(resource.attributes)
+    scope_bytes = otlp_proto.scope(scope.name, scope.version)
+
+    def encode(batch: Sequence[AuditRecord]) -> bytes:
+        return otlp_proto.logs_request(batch, resource_bytes, scope_bytes, _SEVERITY_NUMBERS)
+
     post, close = _client(signal, "logs", user_agent)
-    return LogSender(post, readable, close)
+    return LogSender(post, encode, close)
 
 
-class _ConsoleLogs(LogSender):
-    def __init__(
-        self, console: ConsoleLogRecordExporter, readable: Callable[[Sequence[AuditRecord]], list[ReadableLogRecord]]
-    ) -> None:
-        super().__init__(lambda _request: ACCEPTED, readable, console.shutdown)
-        self._console = console
+class _ConsoleLogs:
+    """The SDK's console exporter (the logs SDK is imported for it only: sending OTLP does not need it)."""
+
+    def __init__(self, resource: Resource, scope: InstrumentationScope) -> None:
+        from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter
+
+        self._console = ConsoleLogRecordExporter(out=sys.stdout)
+        self._resource = resource
+        self._scope = scope
+        self.close = self._console.shutdown
 
     def __call__(self, batch: Sequence[AuditRecord]) -> Outcome:
-        self._console.export(self._readable(batch))
+        from opentelemetry._logs import LogRecord
+        from opentelemetry.context import Context
+        from opentelemetry.sdk._logs import ReadableLogRecord
+
+        records = [
+            LogRecord(
+                timestamp=record.timestamp_ns,
+                observed_timestamp=record.timestamp_ns,  # the exporter observed it then, not when it was sent
+                context=Context(),  # not part of any trace: the shipper thread's context means nothing here
+                severity_text=record.severity,
+                severity_number=_SEVERITY.get(record.severity, SeverityNumber.INFO),
+                body=record.body,
+                attributes=dict(record.attributes),
+                event_name=record.event_name,
+            )
+            for record in batch
+        ]
+        self._console.export([ReadableLogRecord(record, self._resource, self._scope) for record in records])
         return ACCEPTED
-
-
-def _log_record(record: AuditRecord) -> LogRecord:
-    return LogRecord(
-        timestamp=record.timestamp_ns,
-        observed_timestamp=record.timestamp_ns,  # the exporter observed it then, not when it was sent
-        context=Context(),  # not part of any trace: the shipper thread's context means nothing here
-        severity_text=record.severity,
-        severity_number=_SEVERITY.get(record.severity, SeverityNumber.INFO),
-        body=record.body,
-        attributes=dict(record.attributes),
-        event_name=record.event_name,
-    )
 
 
 class PatientSpanExporter(SpanExporter):
@@ -245,4 +240,4 @@ def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None
     if signal.exporter != "otlp":
         return None
     post, close = _client(signal, "traces", user_agent)
-    return PatientSpanExporter(lambda spans: post(encode_spans(spans)), close)
+    return PatientSpanExporter(lambda spans: post(otlp_proto.spans_request(spans)), close)
