@@ -1,24 +1,28 @@
 """CPU share of one core and peak RSS at a 1 s poll interval, side by side with the reference loop.
 
-Two in-process simulators (idle, and 100 far-future Scheduled events listed) serve every process
-at once: the exporter with OTel off and on (shipping to a real OTLP/HTTP receiver), and the
-reference loop. After every process answered its first document and a warm-up passed, CPU time is
-read in ``windows`` consecutive windows of ``window`` seconds (five of 60 s in full mode). Every process
-runs through every window, so each window holds both sides of each comparison (A and B in the same
-60 s, which A B A B alternation only approximates): a window's ratio is the exporter's CPU over the
-reference loop's in that window, and the figure is the median of the windows' ratios with their
-spread (min-max). CPU time is the kernel's process CPU clock, to the nanosecond (``cpu_seconds``).
-Peak RSS is VmHWM and RSS at end VmRSS, from /proc/<pid>/status at the end. Like Prometheus would,
-the driver scrapes each exporter's /metrics every ``scrape_interval`` s.
+Two in-process simulators (idle, and 100 far-future Scheduled events listed) serve every process at
+once: the exporter with OTel off and on (shipping to a real OTLP/HTTP receiver), and the reference loop;
+on the idle one also an exporter whose collector is dead (a closed loopback port) with 1,000 transition
+records waiting in its spool, as an outage leaves them. After every process answered its first document
+and a warm-up passed, CPU time is read in ``windows`` consecutive windows of ``window`` seconds (five of
+60 s in full mode). Every process runs through every window, so each window holds both sides of each
+comparison (A and B in the same 60 s, which A B A B alternation only approximates): a window's ratio is
+the exporter's CPU over the reference loop's in that window, and the figure is the median of the
+windows' ratios with their spread (min-max). CPU time is the kernel's process CPU clock, to the
+nanosecond (``cpu_seconds``). Peak RSS is VmHWM and RSS at end VmRSS, from /proc/<pid>/status at the
+end. Like Prometheus would, the driver scrapes each exporter's /metrics every ``scrape_interval`` s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_outage import WAITING, dead_endpoint, fill_spool
 from benchmarks.common import (
     ExporterProc,
     Mode,
@@ -36,12 +40,17 @@ from benchmarks.common import (
 
 NAME = "footprint"
 LOADS = ("idle", "100 events")
-KINDS = ("reference loop", "exporter, OTel off", "exporter, OTel on")
+DEAD = "exporter, OTel on, dead collector, 1,000 waiting"
+KINDS = ("reference loop", "exporter, OTel off", "exporter, OTel on", DEAD)
 Key = tuple[str, str]
 
 
-def _spawn(sims: dict[str, Any], receiver: Any) -> dict[Key, Proc]:
+def _spawn(sims: dict[str, Any], receiver: Any, state_dir: Path) -> dict[Key, Proc]:
     processes: dict[Key, Proc] = {}
+    fill_spool(state_dir / "state.json", WAITING)
+    processes[(DEAD, "idle")] = ExporterProc(
+        sims["idle"].url, otel_env=dead_endpoint(), extra_args=[f"--state.file={state_dir / 'state.json'}"], name="dead"
+    )
     for load, sim in sims.items():
         processes[("reference loop", load)] = ReferenceProc(sim.url, name=f"reference-{load}")
         processes[("exporter, OTel off", load)] = ExporterProc(sim.url, name=f"exporter-off-{load}")
@@ -80,7 +89,7 @@ def run(mode: Mode, duration: float | None = None, scrape_interval: float = 15.0
         sims = {"idle": stack.enter_context(simulator(0)), "100 events": stack.enter_context(simulator(100, seed=1))}
         processes: dict[Key, Proc] = {}
         try:
-            processes = _spawn(sims, receiver)
+            processes = _spawn(sims, receiver, Path(stack.enter_context(tempfile.TemporaryDirectory())))
             time.sleep(warmup)
             windows = [_window(processes, window, scrape_interval) for _ in range(count)]
             # ru_maxrss is no good here: exec() keeps the forking driver's high-water mark in it.

@@ -353,22 +353,25 @@ class StaticTransport:
 # ----- simulator -------------------------------------------------------------------------------
 
 
+def add_events(world: Any, count: int, description: str = "benchmark event") -> None:
+    """Make ``count`` far-future Scheduled events appear in the simulator's ``world`` now."""
+    from se_exporter.simulator import EventPlan
+
+    types = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+    for index in range(count):
+        plan = EventPlan(
+            event_type=types[index % len(types)], notice=FAR_NOTICE, duration=-1, description=f"{description} {index}"
+        )
+        world.add_event(plan)
+
+
 @contextlib.contextmanager
 def simulator(events: int = 0, *, seed: int = 0) -> Iterator[Any]:
     """An in-process IMDS simulator (real time) listing ``events`` far-future Scheduled events."""
-    from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
+    from se_exporter.simulator import SimClock, SimulatorServer, SimWorld
 
     world = SimWorld(clock=SimClock(speed=1.0), rng=random.Random(seed))
-    types = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-    for index in range(events):
-        world.add_event(
-            EventPlan(
-                event_type=types[index % len(types)],
-                notice=FAR_NOTICE,
-                duration=-1,
-                description=f"benchmark event {index}",
-            )
-        )
+    add_events(world, events)
     server = SimulatorServer(world, tick_interval=0.05)
     with server:
         yield server

@@ -13,6 +13,7 @@ even at its default (``AnyValue``), repeated message fields are written one afte
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -26,9 +27,12 @@ _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
 _KIND = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.PRODUCER: 4, SpanKind.CONSUMER: 5}
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
+_ONE_BYTE = tuple(bytes((number,)) for number in range(0x80))
 
 
 def varint(number: int) -> bytes:
+    if 0 <= number < 0x80:  # most of them: tags, lengths, small values
+        return _ONE_BYTE[number]
     number &= (1 << 64) - 1  # a negative int64 is its two's complement, ten bytes
     out = bytearray()
     while number > 0x7F:
@@ -38,6 +42,7 @@ def varint(number: int) -> bytes:
     return bytes(out)
 
 
+@functools.cache
 def _tag(field: int, wire: int) -> bytes:
     return varint(field << 3 | wire)
 
@@ -98,28 +103,48 @@ def scope(name: str, version: str | None) -> bytes:
     return _text(1, name) + _text(2, version)
 
 
-def spans_request(spans: Sequence[Any]) -> bytes:
-    """An ``ExportTraceServiceRequest`` of SDK ``ReadableSpan``s, grouped by resource, then scope."""
-    groups: dict[Any, dict[Any, list[bytes]]] = {}
-    for span in spans:
-        groups.setdefault(span.resource, {}).setdefault(span.instrumentation_scope, []).append(_span(span))
-    return b"".join(
-        _message(
-            1,
-            _message(1, resource(owner.attributes))
-            + b"".join(
-                _message(
-                    2,
-                    _message(1, scope(where.name, where.version) + attributes(3, where.attributes) if where else b"")
-                    + b"".join(_message(2, span) for span in encoded)
-                    + _text(3, where.schema_url if where else None),
-                )
-                for where, encoded in scopes.items()
+class SpansEncoder:
+    """``ExportTraceServiceRequest``s of SDK ``ReadableSpan``s, grouped by resource, then scope. A
+    provider's resource and scopes are the same objects in every batch: each is encoded once (and
+    grouped by identity: hashing a ``Resource`` serializes its attributes to JSON)."""
+
+    def __init__(self) -> None:
+        self._encoded: dict[int, tuple[Any, bytes]] = {}  # id -> (the object, kept so the id stays its own; bytes)
+
+    def __call__(self, spans: Sequence[Any]) -> bytes:
+        groups: dict[int, dict[int, list[bytes]]] = {}
+        for span in spans:
+            where = groups.setdefault(self._remember(span.resource, _resource_fields), {})
+            where.setdefault(self._remember(span.instrumentation_scope, _scope_fields), []).append(_span(span))
+        return b"".join(
+            _message(
+                1,
+                self._encoded[owner][1]
+                + b"".join(
+                    _message(2, self._encoded[where][1] + b"".join(_message(2, span) for span in encoded))
+                    for where, encoded in scopes.items()
+                ),
             )
-            + _text(3, owner.schema_url),
+            for owner, scopes in groups.items()
         )
-        for owner, scopes in groups.items()
-    )
+
+    def _remember(self, thing: Any, encode: Callable[[Any], bytes]) -> int:
+        key = id(thing)
+        if key not in self._encoded:
+            self._encoded[key] = (thing, encode(thing))
+        return key
+
+
+def _resource_fields(owner: Any) -> bytes:
+    """A ``ResourceSpans``' fields but its spans: the resource and the schema URL."""
+    return _message(1, resource(owner.attributes)) + _text(3, owner.schema_url)
+
+
+def _scope_fields(where: Any) -> bytes:
+    """A ``ScopeSpans``' fields but its spans (an SDK span may have no scope: an empty one)."""
+    if where is None:
+        return _message(1, b"")
+    return _message(1, scope(where.name, where.version) + attributes(3, where.attributes)) + _text(3, where.schema_url)
 
 
 def _span(span: Any) -> bytes:

@@ -240,4 +240,5 @@ def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None
     if signal.exporter != "otlp":
         return None
     post, close = _client(signal, "traces", user_agent)
-    return PatientSpanExporter(lambda spans: post(otlp_proto.spans_request(spans)), close)
+    encode = otlp_proto.SpansEncoder()
+    return PatientSpanExporter(lambda spans: post(encode(spans)), close)

@@ -70,13 +70,13 @@ def test_spans_are_what_the_sdks_encoder_makes() -> None:
     spans = finished_spans(
         {"scheduled_event.count": 0, "scheduled_event.changed": False, "ratio": 0.5, "ids": ("a", "b")}
     )
-    assert ExportTraceServiceRequest.FromString(otlp_proto.spans_request(spans)) == encode_spans(spans)
+    assert ExportTraceServiceRequest.FromString(otlp_proto.SpansEncoder()(spans)) == encode_spans(spans)
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=10), values, max_size=6))
 def test_any_attribute_value_is_what_the_sdks_encoder_makes(attributes: dict[str, object]) -> None:
     spans = finished_spans(attributes)
-    assert ExportTraceServiceRequest.FromString(otlp_proto.spans_request(spans)) == encode_spans(spans)
+    assert ExportTraceServiceRequest.FromString(otlp_proto.SpansEncoder()(spans)) == encode_spans(spans)
 
 
 def test_log_records_are_what_the_sdks_encoder_makes() -> None:
