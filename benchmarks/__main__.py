@@ -9,6 +9,7 @@ import argparse
 import importlib
 import sys
 import time
+from pathlib import Path
 
 from benchmarks.common import Mode, machine_info, write_results
 
@@ -45,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         help="measuring window in seconds of footprint (default 120, --quick 15) and outage (default 600, --quick 60)",
     )
     parser.add_argument("--vms", type=int, default=None, help="fleet: simulated VMs (default 2,000, --quick 500)")
+    parser.add_argument(
+        "--fleet-cache",
+        type=Path,
+        default=None,
+        help="fleet: keep (and reuse) the backfilled raw blocks in this folder",
+    )
     parser.add_argument("--no-save", action="store_true", help="do not write JSON results")
     args = parser.parse_args(argv)
     mode = Mode("quick" if args.quick else "tiny" if args.tiny else "full")
@@ -82,7 +89,7 @@ def _run(module: object, name: str, mode: Mode, args: argparse.Namespace) -> obj
     if name in ("footprint", "outage"):
         return module.run(mode, duration=args.duration)  # type: ignore[attr-defined]
     if name == "fleet":
-        return module.run(mode, vms=args.vms)  # type: ignore[attr-defined]
+        return module.run(mode, vms=args.vms, cache=args.fleet_cache)  # type: ignore[attr-defined]
     return module.run(mode)  # type: ignore[attr-defined]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -37,32 +38,28 @@ ONE_VM = "vm-00000:10160"  # in the maintenance wave
 RULES = Path(__file__).resolve().parents[1] / "alerts" / "se-exporter.rules.yml"
 
 
-def run(mode: Mode, vms: int | None = None) -> Report:
+def run(mode: Mode, vms: int | None = None, cache: Path | None = None) -> Report:
+    """``cache``: a folder that keeps the backfilled raw blocks of each fleet size (and their window), so
+    that a second run (after a rule or a panel changed) only backfills the rules and queries."""
     count, hours = SIZES[mode.name]
     count = vms or count
     report = Report(NAME)
     promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
     if promtool is None or prometheus is None:
         raise RuntimeError("needs prometheus and promtool on PATH (Debian's prometheus package)")
-    end = math.floor(time.time() / STEP) * STEP - STEP
-    start = end - hours * 3600
-    figures: dict[str, Any] = {"vms": count, "hours": hours}
     with tempfile.TemporaryDirectory(prefix="se-fleet-") as folder:
         tmp = Path(folder)
-        began = time.monotonic()
-        with (tmp / "fleet.om").open("w") as out:
-            figures["samples"] = write_openmetrics(out, fleet(count, start, hours), start, end, STEP)
-        figures["generated"] = time.monotonic() - began
-        figures["text_bytes"] = (tmp / "fleet.om").stat().st_size
-        began = time.monotonic()
-        subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"), str(tmp / "data")],
-            check=True,
-            capture_output=True,
-        )
-        figures["backfilled"] = time.monotonic() - began
-        (tmp / "fleet.om").unlink()
-        figures["blocks"] = _blocks(tmp / "data")
+        kept = cache / f"{count}-vms-{hours:g}h" if cache is not None else None
+        if kept is not None and (kept / "figures.json").exists():
+            figures = json.loads((kept / "figures.json").read_text(encoding="utf-8"))
+            shutil.copytree(kept / "data", tmp / "data", copy_function=os.link)  # blocks are never changed in place
+            figures["cached"] = str(kept)
+        else:
+            figures = _backfill_raw(promtool, tmp, count, hours)
+            if kept is not None:
+                shutil.copytree(tmp / "data", kept / "data", copy_function=os.link)
+                (kept / "figures.json").write_text(json.dumps(figures), encoding="utf-8")
+        start, end = figures["start"], figures["end"]
         (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 60s\n  evaluation_interval: 60s\n")
         port = free_port()
         figures["rules_backfilled"] = _backfill_rules(promtool, prometheus, tmp, port, start=start, end=end)
@@ -76,6 +73,28 @@ def run(mode: Mode, vms: int | None = None) -> Report:
             server.wait(30)
     _print(report, figures, panels, rules)
     return report
+
+
+def _backfill_raw(promtool: str, tmp: Path, count: int, hours: float) -> dict[str, Any]:
+    """The fleet's series for the last ``hours``, generated and backfilled into ``tmp / "data"``."""
+    end = math.floor(time.time() / STEP) * STEP - STEP
+    start = end - hours * 3600
+    figures: dict[str, Any] = {"vms": count, "hours": hours, "start": start, "end": end}
+    began = time.monotonic()
+    with (tmp / "fleet.om").open("w") as out:
+        figures["samples"] = write_openmetrics(out, fleet(count, start, hours), start, end, STEP)
+    figures["generated"] = time.monotonic() - began
+    figures["text_bytes"] = (tmp / "fleet.om").stat().st_size
+    began = time.monotonic()
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "fleet.om"), str(tmp / "data")],
+        check=True,
+        capture_output=True,
+    )
+    figures["backfilled"] = time.monotonic() - began
+    (tmp / "fleet.om").unlink()
+    figures["blocks"] = _blocks(tmp / "data")
+    return figures
 
 
 def _backfill_rules(promtool: str, prometheus: str, tmp: Path, port: int, *, start: float, end: float) -> float:
@@ -223,6 +242,10 @@ def _print(report: Report, figures: dict[str, Any], panels: list[Panel], rules: 
                 f"{figures['generated']:.0f} s / {figures['backfilled']:.0f} s",
             ],
             ["recording rules backfilled in (promtool)", f"{figures['rules_backfilled']:.0f} s"],
+            [
+                "raw blocks",
+                f"kept from an earlier run in {figures['cached']}" if "cached" in figures else "made by this run",
+            ],
             ["series in the blocks", f"{blocks['series']:,.0f}"],
             ["series at the end of the window", f"{figures['series_end']:,}"],
             ["blocks on disk", f"{blocks['bytes'] / 2**20:,.1f} MiB in {blocks['blocks']:.0f} block(s)"],
