@@ -10,8 +10,9 @@ import importlib
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import Mode, machine_info, write_results
+from benchmarks.common import Mode, Report, machine_info, write_results
 
 BENCHMARKS = {
     "footprint": "benchmarks.bench_footprint",  # CPU % and peak RSS vs the reference loop
@@ -85,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(module: object, name: str, mode: Mode, args: argparse.Namespace) -> object:
+def _run(module: Any, name: str, mode: Mode, args: argparse.Namespace) -> Report:
+    options: dict[str, Any] = {}
     if name in ("footprint", "outage"):
-        return module.run(mode, duration=args.duration)  # type: ignore[attr-defined]
-    if name == "fleet":
-        return module.run(mode, vms=args.vms, cache=args.fleet_cache)  # type: ignore[attr-defined]
-    return module.run(mode)  # type: ignore[attr-defined]
+        options = {"duration": args.duration}
+    elif name == "fleet":
+        options = {"vms": args.vms, "cache": args.fleet_cache}
+    report: Report = module.run(mode, **options)
+    return report
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {
     "footprint": "### CPU and memory at 1 s polling",
     "outage": "### Idle CPU with the collector dead",
-    "onset": "### CPU from 1 s to 3 s after 300 records met a dead collector",
+    "onset": "### CPU in the 2 s after 150 events appeared at once, the collector dead",
     "poll": "### Cost per poll, fetch excluded",
     "actions": "### Poll with and without actions",
     "metrics": "### /metrics over HTTP vs a plain prometheus_client server",

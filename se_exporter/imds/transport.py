@@ -1,13 +1,12 @@
-"""The HTTP transport to IMDS: kept-alive ``http.client`` connections and our own small request and answer.
+"""The HTTP transport to IMDS: kept-alive connections and our own small request and answer.
 
 IMDS is one plain-HTTP, link-local peer polled once a second, so every object a poll needs is built once
-(``Request``: method, address, target and headers; only the deadline is new per request) and the answer
-is http.client's, read raw: no general-purpose client's URL parsing, header models or streams, which
-were most of an idle poll's CPU and 1.5 MiB of its memory (BENCHMARKS.md). No proxy is ever used (IMDS
-rejects proxied requests), nothing is decompressed here (``imds.body`` decodes, bounded), and a
-connection is reused only after an answer read to its end that the server did not ask to close. The
-whole answer, status line and headers included, is bounded by the request's deadline
-(``httpio.get_response``: a peer dripping its headers is a timeout, not a hang).
+(``Request``: its bytes on the wire; only the deadline is new per request) and the answer is read by
+``imds.http11`` (the status, the headers, the raw body as it arrives), all within the request's deadline:
+no general-purpose client's URL parsing, header models or streams, which were most of an idle poll's
+CPU and 1.5 MiB of its memory (BENCHMARKS.md). No proxy is ever used (IMDS rejects proxied requests),
+nothing is decompressed here (``imds.body`` decodes, bounded), and a connection is reused only after an
+answer read to its end that the server did not ask to close.
 
 A POST always goes on a new connection: a POST on a kept-alive connection that turns out to be closed
 would have to be sent again, and approving again is the approver's decision (after a fresh look at
@@ -18,22 +17,20 @@ Exceptions (the client maps them to ``IMDSTimeout`` and ``IMDSConnectionError``)
     TransportError            the request failed before its whole answer arrived
     ├── ConnectError          no connection (refused, unreachable, reset while connecting)
     ├── ConnectTimeout        no connection within the connect timeout
-    ├── ReadError             the connection failed while sending or reading
+    ├── ReadError             the connection failed while sending or reading, or the answer is not HTTP/1.1
     └── ReadTimeout           the answer did not arrive before the deadline
 """
 
 from __future__ import annotations
 
-import http.client
+import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from se_exporter.common.httpio import closed_while_idle, get_response
+from se_exporter.imds.http11 import Closed, Exchange, ProtocolError, encode_request
 
-CHUNK_BYTES = 65536
 CONNECT_TIMEOUT_SECONDS = 2.0
 _Key = tuple[str, int]
 
@@ -68,6 +65,11 @@ class Request:
     target: str
     headers: Mapping[str, str]
     body: bytes | None = None
+    wire: bytes = field(init=False, repr=False, compare=False)  # the request as sent, encoded once
+
+    def __post_init__(self) -> None:
+        wire = encode_request(self.method, self.host, self.port, self.target, dict(self.headers), body=self.body)
+        object.__setattr__(self, "wire", wire)
 
 
 class Answer:
@@ -107,95 +109,92 @@ class IMDSTransport:
     def __init__(self, connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
-        self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
+        self._idle: dict[_Key, list[socket.socket]] = {}
         self._closed = False
 
     def send(self, request: Request, deadline: float) -> Answer:
         key = (request.host, request.port)
-        connection, reused = self._take(key, fresh=request.method != "GET")
+        sock = self._take(key) if request.method == "GET" else None
         try:
-            answer = self._send(connection, request, deadline, reused=reused)
-        except _Stale:  # a kept-alive connection the server closed while it was idle: once more, on a new one
-            connection = http.client.HTTPConnection(*key, timeout=self._connect_timeout)
-            answer = self._send(connection, request, deadline, reused=False)
-        body = _Body(answer)
+            if sock is not None:
+                try:
+                    exchange = self._exchange(sock, request, deadline, reused=True)
+                except _Stale:  # a kept-alive connection the server closed while it was idle: once more, anew
+                    sock = None
+            if sock is None:
+                sock = self._connect(key)
+                exchange = self._exchange(sock, request, deadline, reused=False)
+        except TransportError:
+            if sock is not None:
+                sock.close()
+            raise
+        chunks = _read(exchange)
+        connection = sock
         return Answer(
-            answer.status,
-            {name.lower(): value for name, value in answer.getheaders()},
-            iter(body),
-            lambda: self._give_back(key, connection, body.close()),
+            exchange.status, exchange.headers, chunks, lambda: self._give_back(key, connection, exchange.reusable)
         )
 
-    @staticmethod
-    def _send(
-        connection: http.client.HTTPConnection, request: Request, deadline: float, *, reused: bool
-    ) -> http.client.HTTPResponse:
-        """One request; raises this module's exceptions, or ``_Stale`` when a reused connection was gone."""
-        connected = connection.sock is not None
+    def _connect(self, key: _Key) -> socket.socket:
         try:
-            if not connected:
-                connection.connect()
-                connected = True
-            connection.sock.settimeout(max(0.001, deadline - time.monotonic()))  # sendall: a total bound
-            connection.request(request.method, request.target, body=request.body, headers=request.headers)
-            return get_response(connection, deadline)
+            sock = socket.create_connection(key, timeout=self._connect_timeout)
         except TimeoutError as error:
-            connection.close()
-            raise (ReadTimeout if connected else ConnectTimeout)(str(error)) from None
-        except (OSError, http.client.HTTPException) as error:
-            connection.close()
-            if reused and closed_while_idle(error):
+            raise ConnectTimeout(str(error) or "timed out") from None
+        except OSError as error:
+            raise ConnectError(f"{type(error).__name__}: {error}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    @staticmethod
+    def _exchange(sock: socket.socket, request: Request, deadline: float, *, reused: bool) -> Exchange:
+        """Send ``request`` and read its answer's head; raises this module's exceptions, or ``_Stale``
+        when a reused connection turned out closed."""
+        exchange = Exchange(sock, deadline)
+        try:
+            exchange.send(request.wire)
+            exchange.read_head(request.method)
+        except TimeoutError as error:
+            raise ReadTimeout(str(error)) from None
+        except Closed:
+            if reused:
                 raise _Stale from None
-            problem = f"{type(error).__name__}: {error}"
-            raise (ReadError(problem) if connected else ConnectError(problem)) from None
+            raise ReadError("the connection closed before an answer") from None
+        except ConnectionError as error:
+            if reused:
+                raise _Stale from None
+            raise ReadError(f"{type(error).__name__}: {error}") from None
+        except (OSError, ProtocolError) as error:
+            raise ReadError(f"{type(error).__name__}: {error}") from None
+        return exchange
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            idle = [connection for connections in self._idle.values() for connection in connections]
+            idle = [sock for socks in self._idle.values() for sock in socks]
             self._idle.clear()
-        for connection in idle:
-            connection.close()
+        for sock in idle:
+            sock.close()
 
-    def _take(self, key: _Key, *, fresh: bool) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self, key: _Key) -> socket.socket | None:
         with self._lock:
-            if self._idle.get(key) and not fresh:
-                return self._idle[key].pop(), True
-        return http.client.HTTPConnection(*key, timeout=self._connect_timeout), False
+            return self._idle[key].pop() if self._idle.get(key) else None
 
-    def _give_back(self, key: _Key, connection: http.client.HTTPConnection, reusable: bool) -> None:
+    def _give_back(self, key: _Key, sock: socket.socket, reusable: bool) -> None:
         with self._lock:
             if reusable and not self._closed:
-                self._idle.setdefault(key, []).append(connection)
+                self._idle.setdefault(key, []).append(sock)
                 return
-        connection.close()
+        sock.close()
 
 
 class _Stale(Exception):
     pass
 
 
-class _Body:
-    """The raw body as it arrives; ``close()`` says whether the connection may carry another request."""
-
-    def __init__(self, answer: http.client.HTTPResponse) -> None:
-        self._answer = answer
-        self._reusable: bool | None = None
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            while chunk := self._answer.read1(CHUNK_BYTES):
-                yield chunk
-        except TimeoutError as error:
-            raise ReadTimeout(str(error)) from None
-        except (OSError, http.client.HTTPException) as error:
-            raise ReadError(f"{type(error).__name__}: {error}") from None
-
-    def close(self) -> bool:
-        if self._reusable is None:
-            # Read to its end (all of Content-Length, or a chunked body's last chunk, after which http.client
-            # closes it) and not to be closed by the server: the connection can carry the next request.
-            complete = self._answer.isclosed() or self._answer.length == 0
-            self._reusable = complete and not self._answer.will_close
-            self._answer.close()
-        return self._reusable
+def _read(exchange: Exchange) -> Iterator[bytes]:
+    """The raw body as it arrives, with this module's exceptions."""
+    try:
+        yield from exchange.body()
+    except TimeoutError as error:
+        raise ReadTimeout(str(error)) from None
+    except (OSError, ProtocolError) as error:
+        raise ReadError(f"{type(error).__name__}: {error}") from None

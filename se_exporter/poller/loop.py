@@ -173,11 +173,13 @@ class Poller:
             settled, decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
         outcomes = self._actions.on_poll(transitions, identity) if self._actions is not None else ()
         self._last_document = document
-        self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled, outcomes))
+        if changed or transitions or decisions or settled or outcomes:  # else no sink has anything to do
+            self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled, outcomes))
         self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses
         if self._actions is not None:
             self._actions.release()  # runs start once the state says they may have: at most once
-        self.status = replace(self.status, up=True, last_success=now)
+        status = self.status  # built whole, not by dataclasses.replace: this runs on every poll
+        self.status = PollStatus(up=True, last_success=now, identity=status.identity, errors=status.errors)
         self._backoff.reset()
         if self._failing_reason is not None:
             log.info("IMDS polls succeed again after %s errors", self._failing_reason)

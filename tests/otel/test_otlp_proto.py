@@ -4,6 +4,7 @@ make, and reads what collectors answer (partial successes, google.rpc.Status, Re
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -27,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -49,7 +50,7 @@ values = st.one_of(
 )
 
 
-def finished_spans(attributes: dict[str, object]) -> list[object]:
+def finished_spans(attributes: dict[str, Any]) -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=RESOURCE)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -74,7 +75,7 @@ def test_spans_are_what_the_sdks_encoder_makes() -> None:
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=10), values, max_size=6))
-def test_any_attribute_value_is_what_the_sdks_encoder_makes(attributes: dict[str, object]) -> None:
+def test_any_attribute_value_is_what_the_sdks_encoder_makes(attributes: dict[str, Any]) -> None:
     spans = finished_spans(attributes)
     assert ExportTraceServiceRequest.FromString(otlp_proto.SpansEncoder()(spans)) == encode_spans(spans)
 
