@@ -6,10 +6,10 @@ reference loop, the exporter with OTel off, the exporter shipping to a live OTLP
 the exporter whose OTLP endpoint is a closed loopback port, started with 1,000 transition records
 already in its spool (``--state.file``: the spool file next to it, written by the real ``Spool``).
 
-CPU is read from /proc every ``window / SLICES`` seconds, so a cost that grows with the outage
-(retries that do not back off, work redone per attempt) shows as rising slices; the whole-window
-figure is wait4()'s exact rusage after a SIGKILL, as in bench_footprint. Slices are in clock ticks
-(10 ms), so a slice is only meaningful when it is long (the full run's slices are 2 minutes).
+CPU is read every ``window / SLICES`` seconds (the kernel's process CPU clock, to the nanosecond:
+``cpu_seconds``), so a cost that grows with the outage (retries that do not back off, work redone per
+attempt) shows as rising slices; the whole-window figure is wait4()'s exact rusage after a SIGKILL, less
+the reading at the window's start.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What both HTTP clients (IMDS and OTLP/HTTP) need of ``http.client``: an answer bounded in total time.
+"""What the OTLP/HTTP client needs of ``http.client``: an answer bounded in total time (IMDS's answers are
+read by ``imds/http11.py``, under the same rule and with the same words for a peer too slow).
 
 ``http.client`` bounds each socket read by the socket's timeout, never their sum: a peer that drips
 its status line, its headers, endless ``100 Continue`` answers, chunk-size lines or trailers one byte
