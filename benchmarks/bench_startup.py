@@ -3,6 +3,8 @@
 - ``spawn → /-/ready 200``: a fresh ``python -m se_exporter run`` against an in-process simulator
   (the first poll includes learning the VM name from compute metadata), probed every 5 ms; the
   reference loop's spawn → first document printed, side by side.
+- memory at import: what se_exporter's own imports add to resident memory beyond the reference loop's
+  (``benchmarks/import_memory.py``).
 - import time: wall time of ``python -c 'import X'`` minus ``python -c pass``, and the sum of the
   top-level cumulative times of ``python -X importtime -c 'import se_exporter.cli'``, with the
   heaviest top-level imports.
@@ -10,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -17,6 +20,7 @@ import time
 from typing import Any
 
 from benchmarks.common import (
+    REPO,
     ExporterProc,
     Mode,
     ReferenceProc,
@@ -134,7 +138,24 @@ def run(mode: Mode) -> Report:
         ["module", "cumulative ms"],
         [[name, round(ms, 1)] for name, ms in heavy],
     )
+    memory = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "benchmarks.import_memory", "se_exporter.app"],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+    )
+    report.table(
+        f"Resident memory at import: {memory['reference_rss_kib'] / 1024:.1f} MiB after the reference loop's imports,"
+        f" {memory['rss_kib'] / 1024:.1f} MiB after se_exporter.app; what se_exporter's own imports add (KiB)",
+        ["module", "imported by", "KiB"],
+        [[row["module"], row["by"], row["kib"]] for row in memory["imports"] if row["kib"] > 0],
+    )
     report.data = {
+        "import_memory": memory,
         "ready_ms": ready,
         "import_wall_ms": walls,
         "python_pass_ms": min(baseline) * 1000,
