@@ -66,6 +66,10 @@ BAD = {
         "longer than its size",
     ),
     "a body cut short": (OK + b"Content-Length: 41\r\n\r\n" + DOC, "closed in the answer's body"),
+    "endless trailers": (
+        OK + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + b"T: 1\r\n" * 101 + b"\r\n",
+        "trailer lines",
+    ),
 }
 
 

@@ -68,6 +68,7 @@ class Exchange:
         self.headers: dict[str, str] = {}
         self.complete = False  # the whole body was read
         self._keep_alive = False
+        self._framing = ("length", 0)  # how the body ends: ("length", bytes), ("chunked", 0) or ("close", 0)
 
     @property
     def reusable(self) -> bool:
@@ -101,8 +102,11 @@ class Exchange:
             while size := self._chunk_size():
                 yield from self._exactly(size)
                 self._crlf()
-            while self._line():  # trailers, until the empty line
-                pass
+            for _ in range(MAX_HEADERS + 1):  # trailers, until the empty line
+                if not self._line():
+                    break
+            else:
+                raise ProtocolError(f"more than {MAX_HEADERS} trailer lines")
         else:  # to the connection's end
             while chunk := self._take(RECV_BYTES):
                 yield chunk

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -120,9 +121,10 @@ class IMDSTransport:
                 try:
                     exchange = self._exchange(sock, request, deadline, reused=True)
                 except _Stale:  # a kept-alive connection the server closed while it was idle: once more, anew
+                    sock.close()
                     sock = None
             if sock is None:
-                sock = self._connect(key)
+                sock = self._connect(key, deadline)
                 exchange = self._exchange(sock, request, deadline, reused=False)
         except TransportError:
             if sock is not None:
@@ -134,9 +136,10 @@ class IMDSTransport:
             exchange.status, exchange.headers, chunks, lambda: self._give_back(key, connection, exchange.reusable)
         )
 
-    def _connect(self, key: _Key) -> socket.socket:
+    def _connect(self, key: _Key, deadline: float) -> socket.socket:
+        timeout = max(0.001, min(self._connect_timeout, deadline - time.monotonic()))  # within the one deadline
         try:
-            sock = socket.create_connection(key, timeout=self._connect_timeout)
+            sock = socket.create_connection(key, timeout=timeout)
         except TimeoutError as error:
             raise ConnectTimeout(str(error) or "timed out") from None
         except OSError as error:

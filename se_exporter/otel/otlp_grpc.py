@@ -18,7 +18,7 @@ from se_exporter.common.httpio import redacted
 from se_exporter.common.outcome import Outcome
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig
-from se_exporter.otel.otlp_proto import partial_success, retry_delay
+from se_exporter.otel.otlp_answers import partial_success, retry_delay
 
 # Per the OTLP specification; RESOURCE_EXHAUSTED only when the server says when to come back (RetryInfo).
 RETRYABLE_CODES = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"})

@@ -30,7 +30,7 @@ from se_exporter.common.httpio import closed_while_idle, get_response, redacted,
 from se_exporter.common.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SignalConfig
-from se_exporter.otel.otlp_proto import status_message
+from se_exporter.otel.otlp_answers import status_message
 from se_exporter.platform import Platform, current
 
 log = logging.getLogger(__name__)

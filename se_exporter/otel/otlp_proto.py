@@ -1,11 +1,11 @@
-"""OTLP/HTTP's protobuf messages, written and read here: two requests and the answers a collector sends.
+"""OTLP's protobuf requests, written here: spans and log records (``otlp_answers`` reads the answers).
 
 The generated classes (opentelemetry-proto on protobuf's runtime) cost 3.3 MiB of memory on every VM
-that ships telemetry, a fifth of what the exporter itself holds (BENCHMARKS.md), to build a few
-messages a minute. The protobuf wire format and OTLP's messages are small and stable, so they are
-written here, field by field with the numbers of opentelemetry-proto's ``.proto`` files; the tests'
-collectors decode every request with opentelemetry-proto itself, so a field written wrong fails a
-test. gRPC sends the same bytes (``otel/otlp_grpc.py``).
+that ships telemetry, a fifth of what the exporter with OTel on adds to a plain polling loop's memory
+(BENCHMARKS.md), to build a few messages a minute. The protobuf wire format and OTLP's messages are
+small and stable, so they are written here, field by field with the numbers of opentelemetry-proto's
+``.proto`` files; the tests' collectors decode every request with opentelemetry-proto itself, so a field
+written wrong fails a test. gRPC sends the same bytes (``otel/otlp_grpc.py``).
 
 Proto3 rules kept: a scalar field at its default value is left out, a ``oneof`` member is written
 even at its default (``AnyValue``), repeated message fields are written one after another.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.trace import SpanContext, SpanKind, Status
@@ -28,6 +28,7 @@ _IS_REMOTE = 0x200
 _KIND = {SpanKind.INTERNAL: 1, SpanKind.SERVER: 2, SpanKind.CLIENT: 3, SpanKind.PRODUCER: 4, SpanKind.CONSUMER: 5}
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _ONE_BYTE = tuple(bytes((number,)) for number in range(0x80))
+_REMEMBERED = 64  # resources and scopes kept encoded
 
 
 def varint(number: int) -> bytes:
@@ -112,6 +113,8 @@ class SpansEncoder:
         self._encoded: dict[int, tuple[Any, bytes]] = {}  # id -> (the object, kept so the id stays its own; bytes)
 
     def __call__(self, spans: Sequence[Any]) -> bytes:
+        if len(self._encoded) > _REMEMBERED:  # a provider holds a few: more would be tracers made per call
+            self._encoded.clear()
         groups: dict[int, dict[int, list[bytes]]] = {}
         for span in spans:
             where = groups.setdefault(self._remember(span.resource, _resource_fields), {})
@@ -215,80 +218,3 @@ def _log_record(record: AuditRecord, severity_number: int) -> bytes:
             _text(12, record.event_name),
         )
     )
-
-
-# ----- reading what a collector answers --------------------------------------------------------------
-
-
-def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) of a message: an int for varint and fixed fields, bytes for the others.
-    Raises ``ValueError`` on bytes that are no protobuf message."""
-    view, at = memoryview(data), 0
-    while at < len(view):
-        key, at = _read_varint(view, at)
-        field, wire = key >> 3, key & 7
-        if wire == _VARINT:
-            value, at = _read_varint(view, at)
-            yield field, value
-        elif wire in (_FIXED64, _FIXED32):
-            width = 8 if wire == _FIXED64 else 4
-            if at + width > len(view):
-                raise ValueError("truncated protobuf message")
-            yield field, int.from_bytes(view[at : at + width], "little")
-            at += width
-        elif wire == _LEN:
-            size, at = _read_varint(view, at)
-            if at + size > len(view):
-                raise ValueError("truncated protobuf message")
-            yield field, bytes(view[at : at + size])
-            at += size
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire}")
-
-
-def _read_varint(view: memoryview, at: int) -> tuple[int, int]:
-    number = shift = 0
-    while at < len(view) and shift < 70:
-        byte = view[at]
-        at += 1
-        number |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return number, at
-        shift += 7
-    raise ValueError("truncated protobuf varint")
-
-
-def partial_success(answer: bytes) -> tuple[int, str]:
-    """An export answer's partial success: (items rejected, the collector's message); ``ValueError`` if
-    the answer is no protobuf message."""
-    rejected, message = 0, ""
-    for field, value in fields(answer):
-        if field == 1 and isinstance(value, bytes):
-            for inner, item in fields(value):
-                if inner == 1 and isinstance(item, int):
-                    rejected = item - (1 << 64) if item >= 1 << 63 else item
-                elif inner == 2 and isinstance(item, bytes):
-                    message = item.decode("utf-8", "replace")
-    return rejected, message
-
-
-def retry_delay(info: bytes) -> float:
-    """The delay of a ``google.rpc.RetryInfo`` (a ``Duration`` in field 1), in seconds."""
-    seconds = nanos = 0
-    for field, value in fields(info):
-        if field == 1 and isinstance(value, bytes):
-            for inner, item in fields(value):
-                if inner == 1 and isinstance(item, int):
-                    seconds = item
-                elif inner == 2 and isinstance(item, int):
-                    nanos = item
-    return float(seconds) + float(nanos) / 1e9
-
-
-def status_message(answer: bytes) -> str:
-    """The message of a ``google.rpc.Status``; ``ValueError`` if the answer is no protobuf message."""
-    message = ""
-    for field, value in fields(answer):
-        if field == 2 and isinstance(value, bytes):
-            message = value.decode("utf-8", "replace")
-    return message

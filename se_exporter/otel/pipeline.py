@@ -37,7 +37,7 @@ from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import ACCEPTED, Outcome
-from se_exporter.otel import otlp_proto
+from se_exporter.otel import otlp_answers, otlp_proto
 from se_exporter.otel.config import OTelConfig, SignalConfig
 from se_exporter.otel.holding import Holding
 from se_exporter.otel.otlp_http import OTLPHttpClient
@@ -124,7 +124,7 @@ def _client(signal: SignalConfig, kind: str, user_agent: str) -> tuple[Post, Cal
 
         grpc_client = OTLPGrpcClient(signal, kind, user_agent)
         return grpc_client.post, grpc_client.close
-    http = OTLPHttpClient(signal, user_agent, partial_success=otlp_proto.partial_success)
+    http = OTLPHttpClient(signal, user_agent, partial_success=otlp_answers.partial_success)
     return http.post, http.close
 
 

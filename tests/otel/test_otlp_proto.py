@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, SpanKind, StatusCode
 from opentelemetry.trace import Status as SpanStatus
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.otel import otlp_proto
+from se_exporter.otel import otlp_answers, otlp_proto
 
 RESOURCE = Resource({"service.name": "se-exporter", "host.name": "vm-1", "answer": 42})
 SEVERITY = {"INFO": 9, "WARN": 13, "ERROR": 17}
@@ -124,14 +124,14 @@ def test_log_records_are_what_the_sdks_encoder_makes() -> None:
     ],
 )
 def test_a_partial_success_is_read(answer: object) -> None:
-    assert otlp_proto.partial_success(answer.SerializeToString()) == (3, "too big")  # type: ignore[attr-defined]
+    assert otlp_answers.partial_success(answer.SerializeToString()) == (3, "too big")  # type: ignore[attr-defined]
 
 
 def test_an_empty_answer_is_a_full_success_and_other_answers_are_read_or_refused() -> None:
-    assert otlp_proto.partial_success(b"") == (0, "")
-    assert otlp_proto.status_message(Status(code=8, message="quota exceeded").SerializeToString()) == "quota exceeded"
+    assert otlp_answers.partial_success(b"") == (0, "")
+    assert otlp_answers.status_message(Status(code=8, message="quota exceeded").SerializeToString()) == "quota exceeded"
     info = RetryInfo(retry_delay=Duration(seconds=2, nanos=500_000_000)).SerializeToString()
-    assert math.isclose(otlp_proto.retry_delay(info), 2.5)
+    assert math.isclose(otlp_answers.retry_delay(info), 2.5)
     for broken in (
         b"\x0a\x05ab",
         b"\x08",
@@ -139,4 +139,4 @@ def test_an_empty_answer_is_a_full_success_and_other_answers_are_read_or_refused
         b"\x80" * 11,
     ):  # truncated, truncated varint, wire 7, endless varint
         with pytest.raises(ValueError):
-            otlp_proto.partial_success(broken)
+            otlp_answers.partial_success(broken)
