@@ -13,23 +13,13 @@ from pathlib import Path
 import httpx
 
 from tests.support.exporter_process import ExporterProcess
-from tests.support.fake_imds import Answer, FakeIMDS
+from tests.support.fake_imds import Answer, FakeIMDS, scheduled_event
 
 POLICY = "rules:\n  - name: backtracking\n    description_pattern: '^(a|aa)*c$'\n"
 
 
 def reboot(event_id: str, description: str) -> dict[str, object]:
-    return {
-        "EventId": event_id,
-        "EventType": "Reboot",
-        "ResourceType": "VirtualMachine",
-        "Resources": ["vm-a"],
-        "EventStatus": "Scheduled",
-        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-        "Description": description,
-        "EventSource": "User",
-        "DurationInSeconds": -1,
-    }
+    return scheduled_event(event_id, Description=description)
 
 
 def test_a_pathological_pattern_and_description_never_hold_the_exporter(

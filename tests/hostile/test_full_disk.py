@@ -14,7 +14,7 @@ import pytest
 from tests.otlp import Failure, OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
-from tests.support.fake_imds import Answer, FakeIMDS, document
+from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
 from tests.support.tmpfs import fill, small_tmpfs
 from tests.support.wait import wait_for
 
@@ -24,17 +24,7 @@ POLICY = "rules:\n  - name: user-initiated\n    causes: [user]\n"
 
 
 def reboot(event_id: str) -> dict[str, object]:
-    return {
-        "EventId": event_id,
-        "EventType": "Reboot",
-        "ResourceType": "VirtualMachine",
-        "Resources": ["vm-a"],
-        "EventStatus": "Scheduled",
-        "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-        "Description": "by the owner",
-        "EventSource": "User",
-        "DurationInSeconds": -1,
-    }
+    return scheduled_event(event_id, Description="by the owner")
 
 
 def failed_writes(exporter: ExporterProcess, file: str) -> bool:

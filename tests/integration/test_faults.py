@@ -8,21 +8,11 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import series, value
-from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
+from tests.support.fake_imds import Answer, FakeIMDS, Seen, document, scheduled_event
 from tests.support.wait import wait_for
 
 FAST = ("--poll.interval=250ms", "--imds.timeout=500ms", "--vm.name=vm-a")
-REBOOT = {
-    "EventId": "E1",
-    "EventType": "Reboot",
-    "ResourceType": "VirtualMachine",
-    "Resources": ["vm-a"],
-    "EventStatus": "Scheduled",
-    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-    "Description": "",
-    "EventSource": "Platform",
-    "DurationInSeconds": -1,
-}
+REBOOT = scheduled_event("E1", EventSource="Platform")
 StartExporter = Callable[..., ExporterProcess]
 
 

@@ -13,21 +13,11 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
-from tests.support.fake_imds import FakeIMDS, document
+from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
-EVENT = {
-    "EventId": "E1",
-    "EventType": "Reboot",
-    "ResourceType": "VirtualMachine",
-    "Resources": ["vm-a"],
-    "EventStatus": "Scheduled",
-    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-    "Description": "",
-    "EventSource": "Platform",
-    "DurationInSeconds": -1,
-}
+EVENT = scheduled_event("E1", EventSource="Platform")
 STARTED = dict(EVENT, EventStatus="Started", NotBefore="")
 
 

@@ -13,21 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.exporter_process import ExporterProcess
-from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document
+from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
-REBOOT = {
-    "EventId": "E1",
-    "EventType": "Reboot",
-    "ResourceType": "VirtualMachine",
-    "Resources": ["vm-a"],
-    "EventStatus": "Scheduled",
-    "NotBefore": "Mon, 11 Apr 2099 22:26:58 GMT",
-    "Description": "",
-    "EventSource": "User",
-    "DurationInSeconds": -1,
-}
+REBOOT = scheduled_event("E1")
 
 
 def stopped_within(exporter: ExporterProcess, sig: int, seconds: float) -> int:
