@@ -13,6 +13,7 @@ Needs Debian's ``prometheus`` package (``prometheus`` and ``promtool`` on PATH),
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks import fleet_series
 from benchmarks.common import Mode, Report, free_port, http_get, proc_status_kib
 from benchmarks.fleet_series import fleet, write_openmetrics
 
@@ -49,7 +51,7 @@ def run(mode: Mode, vms: int | None = None, cache: Path | None = None) -> Report
         raise RuntimeError("needs prometheus and promtool on PATH (Debian's prometheus package)")
     with tempfile.TemporaryDirectory(prefix="se-fleet-") as folder:
         tmp = Path(folder)
-        kept = cache / f"{count}-vms-{hours:g}h" if cache is not None else None
+        kept = cache / f"{count}-vms-{hours:g}h-{_series_digest()}" if cache is not None else None
         if kept is not None and (kept / "figures.json").exists():
             figures = json.loads((kept / "figures.json").read_text(encoding="utf-8"))
             shutil.copytree(kept / "data", tmp / "data", copy_function=os.link)  # blocks are never changed in place
@@ -73,6 +75,11 @@ def run(mode: Mode, vms: int | None = None, cache: Path | None = None) -> Report
             server.wait(30)
     _print(report, figures, panels, rules)
     return report
+
+
+def _series_digest() -> str:
+    """What the cached blocks were made from: a changed fleet_series.py makes new ones."""
+    return hashlib.sha256(Path(fleet_series.__file__).read_bytes()).hexdigest()[:12]
 
 
 def _backfill_raw(promtool: str, tmp: Path, count: int, hours: float) -> dict[str, Any]:

@@ -224,9 +224,10 @@ def _transitions(vm: VM, t: float) -> list[tuple[str, str, float]]:
         counts[(e.event_type, "scheduled")] += e.scheduled <= t
         counts[(e.event_type, "started")] += e.started <= t
         counts[(e.event_type, "completed")] += e.ended <= t
-    return [
+    return [  # like the exporter: a series from its first count
         (P + "transitions_total", f'event_type="{kind}",transition="{step}"', value)
         for (kind, step), value in counts.items()
+        if value
     ]
 
 

@@ -16,6 +16,7 @@ from dashboards.mixin.panels import (
     impact_timeline,
     soonest_not_before,
 )
+from dashboards.mixin.recording import robust_increase
 from dashboards.mixin.vm_history import imds_row, notice_row
 
 
@@ -190,11 +191,13 @@ def events_row(lay: Layout) -> None:
     lay.add(
         timeseries(
             "Transitions",
-            "Lifecycle transitions of this VM's events over $__rate_interval windows.",
+            "Lifecycle transitions of this VM's events over $__rate_interval windows (a transition's series "
+            "appears with its first count, which is counted).",
             [
                 target(
-                    f"sum by (instance, event_type, transition) "
-                    f"(increase({m('transitions_total')}{{{SEL}}}[$__rate_interval]))",
+                    robust_increase(
+                        m("transitions_total"), SEL, "instance, event_type, transition", "$__rate_interval", SEL
+                    ),
                     "{{instance}} {{event_type}} {{transition}}",
                 )
             ],

@@ -85,7 +85,7 @@ def metric_names(expr: str) -> set[str]:
     s = re.sub(r"\[[^\]]*\]", "[]", s)  # range and subquery windows
     s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1", s)  # label lists
     names = set()
-    for match in re.finditer(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", s):
+    for match in re.finditer(r"(?<![\w:.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(\s*\()?", s):  # not Grafana's $__vars
         name, call = match.group(1), match.group(2)
         if call or name.lower() in _KEYWORDS:
             continue
