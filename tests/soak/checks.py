@@ -238,6 +238,7 @@ def check_counters(result: SoakResult, expected: list[Expected]) -> dict[str, An
             counter = value(
                 result.final_metrics, "azure_scheduled_events_transitions_total", event_type=event_type, transition=kind
             )
+            counter = counter or 0.0  # a series exists from its first count
             assert counter == lines[(event_type, kind)], (
                 f"transitions_total{{{event_type},{kind}}} = {counter}, the process logged {lines[(event_type, kind)]}"
             )
