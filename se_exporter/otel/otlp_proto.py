@@ -92,8 +92,23 @@ _ANY_VALUES: tuple[tuple[type | tuple[type, ...], Callable[[Any], bytes]], ...] 
 def attributes(field: int, values: Mapping[str, Any] | None) -> bytes:
     """Repeated ``KeyValue`` in ``field``."""
     return b"".join(
-        _message(field, _text(1, key) + _message(2, any_value(value))) for key, value in (values or {}).items()
+        _key_value(field, key, value)
+        if isinstance(value, _NUMBERS) or (isinstance(value, str) and len(value) <= _REMEMBERED_TEXT)
+        else _encode_key_value(field, key, value)
+        for key, value in (values or {}).items()
     )
+
+
+def _encode_key_value(field: int, key: str, value: Any) -> bytes:
+    return _message(field, _text(1, key) + _message(2, any_value(value)))
+
+
+# Most attributes repeat from span to span (every poll's span has the same keys and mostly the same
+# values): each is encoded once. typed: True and 1 are different values here. Long texts (an event's
+# description) are not kept: 1,024 of them could hold megabytes.
+_NUMBERS = (bool, int, float)
+_REMEMBERED_TEXT = 200
+_key_value = functools.lru_cache(maxsize=1024, typed=True)(_encode_key_value)
 
 
 def resource(values: Mapping[str, Any]) -> bytes:

@@ -229,9 +229,17 @@ def span_bytes(span: ReadableSpan) -> int:
 def _attributes_bytes(attributes: Mapping[str, Any] | None) -> int:
     total = 0
     for key, value in (attributes or {}).items():
-        items = value if isinstance(value, list | tuple) else (value,)
-        total += 8 + len(key) + sum(4 + len(str(item)) for item in items)
+        total += 8 + len(key) + _value_bytes(value)
     return total
+
+
+def _value_bytes(value: Any) -> int:
+    """A string's length, 12 for a number (a varint or a fixed64 and its tag), a sequence's items."""
+    if isinstance(value, str):
+        return 4 + len(value)
+    if isinstance(value, list | tuple):
+        return sum(_value_bytes(item) for item in value)
+    return 12
 
 
 def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None:

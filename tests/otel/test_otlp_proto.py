@@ -74,6 +74,16 @@ def test_spans_are_what_the_sdks_encoder_makes() -> None:
     assert ExportTraceServiceRequest.FromString(otlp_proto.SpansEncoder()(spans)) == encode_spans(spans)
 
 
+@pytest.mark.parametrize("value", [1, True, 1.0, "1", 0, False, 0.0, ""])
+def test_equal_values_of_other_types_stay_apart(value: Any) -> None:
+    """Attributes are encoded once per key, type and value: True, 1 and 1.0 are equal in Python."""
+    encoder = otlp_proto.SpansEncoder()
+    for earlier in (1, True, 1.0, "1", 0, False, 0.0, ""):  # each of them seen before, in the cache
+        encoder(finished_spans({"v": earlier}))
+    spans = finished_spans({"v": value})
+    assert ExportTraceServiceRequest.FromString(encoder(spans)) == encode_spans(spans)
+
+
 @given(st.dictionaries(st.text(min_size=1, max_size=10), values, max_size=6))
 def test_any_attribute_value_is_what_the_sdks_encoder_makes(attributes: dict[str, Any]) -> None:
     spans = finished_spans(attributes)
