@@ -1,10 +1,11 @@
-"""The OpenTelemetry pipeline: the only module that imports the SDK (and its encoders).
+"""The OpenTelemetry pipeline: the only module that imports the SDK (and only for the console).
 
 Everything is built from an ``OTelConfig`` (parsed from the injected environment by
 ``otel/config.py``) and handed back as API objects; no provider is ever registered globally.
 
-- Traces: an SDK ``TracerProvider`` with a ``BatchSpanProcessor``, whose exporter hands every batch to
-  ``otel/holding.py`` (held while the collector is away, bounded; given up on when refused for good).
+- Traces to OTLP: ``otel/spans.py``'s tracer provider (the trace API, without the SDK's per-span
+  machinery); ended spans gathered by ``otel/span_batches.py`` and handed to ``otel/holding.py`` (held
+  while the collector is away, bounded; given up on when refused for good).
 - Logs: no ``LoggerProvider`` and no batch processor (they drop records when the queue is full or the
   exporter gives up). Records go to the durable ``Spool``; the ``LogShipper`` has each batch converted
   here into an OTLP request, encoded once however often it is retried.
@@ -26,21 +27,17 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.sdk.version import __version__ as sdk_version
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import ACCEPTED, Outcome
-from se_exporter.otel import otlp_answers, otlp_proto
+from se_exporter.otel import otlp_answers, otlp_proto, spans
 from se_exporter.otel.config import OTelConfig, SignalConfig
 from se_exporter.otel.holding import Holding
 from se_exporter.otel.otlp_http import OTLPHttpClient
+from se_exporter.otel.span_batches import SpanBatches
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 SCOPE = "se_exporter"
@@ -60,21 +57,21 @@ Post = Callable[[bytes], Outcome]  # sends one encoded request
 
 @dataclass
 class Pipeline:
-    """The SDK's side of ``Telemetry``: a tracer provider and the log spool with its shipper."""
+    """The tracer provider, and the log spool with its shipper."""
 
     tracer_provider: trace.TracerProvider
     spool: Spool | None = None
     _shipper: LogShipper | None = None
-    _provider: TracerProvider | None = None
+    _stop_spans: Callable[[], None] | None = None
 
     def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Flush within a bounded time: the spool keeps whatever the collector did not take."""
         started = time.monotonic()
         if self._shipper is not None:
             self._shipper.close(timeout)
-        if self._provider is not None:
-            # The provider's shutdown may wait on a dead collector: bound it ourselves.
-            stopper = threading.Thread(target=self._provider.shutdown, name="se-exporter-span-flush", daemon=True)
+        if self._stop_spans is not None:
+            # The last send may wait on a dead collector: bound it ourselves.
+            stopper = threading.Thread(target=self._stop_spans, name="se-exporter-span-flush", daemon=True)
             stopper.start()
             stopper.join(max(1.0, timeout - (time.monotonic() - started)))
 
@@ -85,36 +82,69 @@ def build_telemetry(
     """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none."""
     if not config.enabled:
         return NoTelemetry()
-    resource = Resource(
-        {
-            "telemetry.sdk.name": "opentelemetry",
-            "telemetry.sdk.language": "python",
-            "telemetry.sdk.version": sdk_version,
-            **attributes,
-        }
-    )
+    resource = {
+        "telemetry.sdk.name": "opentelemetry",
+        "telemetry.sdk.language": "python",
+        "telemetry.sdk.version": sdk_version,
+        **attributes,
+    }
     user_agent = f"se-exporter/{version} (OTLP; OpenTelemetry SDK {sdk_version})"
     telemetry = Pipeline(trace.NoOpTracerProvider())
-    spans = _span_exporter(config.traces, user_agent)
-    if spans is not None:
-        # Explicit sampler and limits: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
-        provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
-        provider.add_span_processor(
-            BatchSpanProcessor(
-                spans,
-                max_queue_size=HELD_SPANS,
-                max_export_batch_size=HELD_SPANS,
-                schedule_delay_millis=config.span_schedule_delay_ms,
-                export_timeout_millis=30_000,
-            )
-        )
-        telemetry = Pipeline(provider, _provider=provider)
-    logs = _log_sender(config.logs, resource, InstrumentationScope(SCOPE, version), user_agent)
+    if config.traces.exporter == "otlp":
+        telemetry = Pipeline(*_otlp_spans(config, resource, user_agent))
+    elif config.traces.exporter == "console":
+        telemetry = Pipeline(*_console_spans(config, resource))
+    logs = _log_sender(config.logs, resource, (SCOPE, version), user_agent)
     if logs is not None:
         telemetry.spool = Spool(spool_path)
         telemetry._shipper = LogShipper(telemetry.spool, logs, abort=logs.close)
         telemetry._shipper.start()
     return telemetry
+
+
+def _otlp_spans(
+    config: OTelConfig, resource: Mapping[str, Any], user_agent: str
+) -> tuple[trace.TracerProvider, None, None, Callable[[], None]]:
+    post, close = _client(config.traces, "traces", user_agent)
+    encode = otlp_proto.SpansEncoder()
+    holding: Holding[spans.Span] = Holding(
+        lambda batch: post(encode(batch)),
+        HELD_SPANS,
+        size=span_bytes,
+        limit_bytes=HELD_SPAN_BYTES,
+        request_bytes=REQUEST_BYTES,
+    )
+
+    def finish() -> None:
+        holding.flush()  # one last try (Pipeline.close bounds how long)
+        close()
+
+    batches: SpanBatches[spans.Span] = SpanBatches(
+        holding.offer, delay=config.span_schedule_delay_ms / 1000, batch=HELD_SPANS, limit=HELD_SPANS, finish=finish
+    )
+    return spans.TracerProvider(resource, batches), None, None, batches.shutdown
+
+
+def _console_spans(
+    config: OTelConfig, resource: Mapping[str, Any]
+) -> tuple[trace.TracerProvider, None, None, Callable[[], None]]:
+    """The SDK's tracer and console exporter (imported for it only)."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+
+    # Explicit sampler: the SDK would otherwise read OTEL_TRACES_SAMPLER from os.environ.
+    provider = TracerProvider(resource=Resource(resource), sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False)
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            ConsoleSpanExporter(out=sys.stdout),
+            max_queue_size=HELD_SPANS,
+            max_export_batch_size=HELD_SPANS,
+            schedule_delay_millis=config.span_schedule_delay_ms,
+        )
+    )
+    return provider, None, None, provider.shutdown
 
 
 def _client(signal: SignalConfig, kind: str, user_agent: str) -> tuple[Post, Callable[[], None]]:
@@ -146,14 +176,14 @@ class LogSender:
 
 
 def _log_sender(
-    signal: SignalConfig, resource: Resource, scope: InstrumentationScope, user_agent: str
+    signal: SignalConfig, resource: Mapping[str, Any], scope: tuple[str, str], user_agent: str
 ) -> LogSender | _ConsoleLogs | None:
     if signal.exporter == "console":
         return _ConsoleLogs(resource, scope)
     if signal.exporter != "otlp":
         return None
-    resource_bytes = otlp_proto.resource(resource.attributes)
-    scope_bytes = otlp_proto.scope(scope.name, scope.version)
+    resource_bytes = otlp_proto.resource(resource)
+    scope_bytes = otlp_proto.scope(*scope)
 
     def encode(batch: Sequence[AuditRecord]) -> bytes:
         return otlp_proto.logs_request(batch, resource_bytes, scope_bytes, _SEVERITY_NUMBERS)
@@ -165,12 +195,14 @@ def _log_sender(
 class _ConsoleLogs:
     """The SDK's console exporter (the logs SDK is imported for it only: sending OTLP does not need it)."""
 
-    def __init__(self, resource: Resource, scope: InstrumentationScope) -> None:
+    def __init__(self, resource: Mapping[str, Any], scope: tuple[str, str]) -> None:
         from opentelemetry.sdk._logs.export import ConsoleLogRecordExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         self._console = ConsoleLogRecordExporter(out=sys.stdout)
-        self._resource = resource
-        self._scope = scope
+        self._resource = Resource(resource)
+        self._scope = InstrumentationScope(*scope)
         self.close = self._console.shutdown
 
     def __call__(self, batch: Sequence[AuditRecord]) -> Outcome:
@@ -195,29 +227,7 @@ class _ConsoleLogs:
         return ACCEPTED
 
 
-class PatientSpanExporter(SpanExporter):
-    """The SDK's span exporter seat, filled by ``Holding``: every batch is accepted at once (held if the
-    collector is away), so the processor never blocks on an outage."""
-
-    def __init__(self, send: Callable[[Sequence[ReadableSpan]], Outcome], close: Callable[[], None]) -> None:
-        self.holding: Holding[ReadableSpan] = Holding(
-            send, HELD_SPANS, size=span_bytes, limit_bytes=HELD_SPAN_BYTES, request_bytes=REQUEST_BYTES
-        )
-        self._close = close
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.holding.offer(spans)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        self.holding.flush()  # one last try (Pipeline.close bounds how long)
-        self._close()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
-
-
-def span_bytes(span: ReadableSpan) -> int:
+def span_bytes(span: Any) -> int:
     """About the span's encoded size: its names and attribute values, which dominate it (the ids and
     timestamps around them are counted as a fixed overhead)."""
     size = 64 + len(span.name) + _attributes_bytes(span.attributes)
@@ -240,13 +250,3 @@ def _value_bytes(value: Any) -> int:
     if isinstance(value, list | tuple):
         return sum(_value_bytes(item) for item in value)
     return 12
-
-
-def _span_exporter(signal: SignalConfig, user_agent: str) -> SpanExporter | None:
-    if signal.exporter == "console":
-        return ConsoleSpanExporter(out=sys.stdout)
-    if signal.exporter != "otlp":
-        return None
-    post, close = _client(signal, "traces", user_agent)
-    encode = otlp_proto.SpansEncoder()
-    return PatientSpanExporter(lambda spans: post(encode(spans)), close)
