@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
@@ -32,7 +31,6 @@ from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
-from se_exporter.otel.lifecycle_spans import LifecycleSpans
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Decider, Poller, PollSink
 from se_exporter.process import StopRequest
@@ -43,7 +41,9 @@ from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
-if TYPE_CHECKING:  # imported at run time only when a policy or an actions file is configured
+if TYPE_CHECKING:  # imported at run time only when a policy, an actions file or OpenTelemetry is configured
+    from opentelemetry import trace
+
     from se_exporter.actions.config import Actions
     from se_exporter.actions.runner import ActionRunner
     from se_exporter.approval.policy import Policy
@@ -102,9 +102,11 @@ class Exporter:
                 otel, resource_attributes(otel, identity, __version__), _spool_path(config.state_file), __version__
             )
         tracer_provider = tracer_provider or self.telemetry.tracer_provider
-        tracer = tracer_provider.get_tracer("se_exporter", __version__)
+        tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
-        if not isinstance(tracer_provider, trace.NoOpTracerProvider):  # else no lifecycle span is ever sent
+        if tracer is not None:  # else no lifecycle span is ever sent
+            from se_exporter.otel.lifecycle_spans import LifecycleSpans  # OpenTelemetry: only when spans go
+
             lifecycle = self.persistence.restore(
                 "lifecycle",
                 functools.partial(LifecycleSpans.from_state, tracer),

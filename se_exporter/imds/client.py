@@ -14,17 +14,19 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
-
-from opentelemetry import trace
+from typing import TYPE_CHECKING, NamedTuple
 
 from se_exporter import __version__
+from se_exporter.common.tracing import client_kind, mark_error
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout
 from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 from se_exporter.imds.pacing import RateLimiter
 from se_exporter.imds.transport import ConnectTimeout, IMDSTransport, ReadTimeout, Request, Transport, TransportError
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
@@ -57,7 +59,7 @@ class IMDSClient:
         self.settings = settings
         self._limiter = limiter
         self._on_response = on_response or (lambda _m, _c, _s: None)
-        self._tracer = tracer or trace.NoOpTracer()
+        self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
         self._answered_once = False
         self._last_body: bytes | None = None
         self._last_document: Document | None = None
@@ -97,20 +99,27 @@ class IMDSClient:
     ) -> bytes:
         self._limiter.acquire()
         target = self._target(method, path, api_version)
-        with self._tracer.start_as_current_span(
-            method, kind=trace.SpanKind.CLIENT, attributes=target.attributes
-        ) as span:
-            started = time.perf_counter()
-            try:
-                body, code = self._send(method, target, content, timeout)
-            except IMDSError as error:
-                code_label = str(error.status_code) if isinstance(error, IMDSHTTPError) else "error"
-                self._on_response(method, code_label, time.perf_counter() - started)
+        if self._tracer is None:
+            return self._exchange(method, target, content, timeout, None)
+        with self._tracer.start_as_current_span(method, kind=client_kind(), attributes=target.attributes) as span:
+            return self._exchange(method, target, content, timeout, span)
+
+    def _exchange(
+        self, method: str, target: _Target, content: bytes | None, timeout: float | None, span: trace.Span | None
+    ) -> bytes:
+        started = time.perf_counter()
+        try:
+            body, code = self._send(method, target, content, timeout)
+        except IMDSError as error:
+            code_label = str(error.status_code) if isinstance(error, IMDSHTTPError) else "error"
+            self._on_response(method, code_label, time.perf_counter() - started)
+            if span is not None:
                 _record_error(span, error)
-                raise
-            self._on_response(method, str(code), time.perf_counter() - started)
+            raise
+        self._on_response(method, str(code), time.perf_counter() - started)
+        if span is not None:
             span.set_attribute("http.response.status_code", code)
-            return body
+        return body
 
     def _target(self, method: str, path: str, api_version: str) -> _Target:
         # Built once per endpoint: parsing URLs and building requests was a third of an idle poll's cost.
@@ -184,7 +193,6 @@ def _make_target(base: urllib.parse.SplitResult, method: str, path: str, api_ver
 def _record_error(span: trace.Span, error: IMDSError) -> None:
     if isinstance(error, IMDSHTTPError):
         span.set_attribute("http.response.status_code", error.status_code)
-        span.set_attribute("error.type", str(error.status_code))
+        mark_error(span, str(error.status_code), str(error))
     else:
-        span.set_attribute("error.type", type(error).__name__)
-    span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
+        mark_error(span, type(error).__name__, str(error))

@@ -59,7 +59,7 @@ Post = Callable[[bytes], Outcome]  # sends one encoded request
 class Pipeline:
     """The tracer provider, and the log spool with its shipper."""
 
-    tracer_provider: trace.TracerProvider
+    tracer_provider: trace.TracerProvider | None
     spool: Spool | None = None
     _shipper: LogShipper | None = None
     _stop_spans: Callable[[], None] | None = None
@@ -89,7 +89,7 @@ def build_telemetry(
         **attributes,
     }
     user_agent = f"se-exporter/{version} (OTLP; OpenTelemetry SDK {sdk_version})"
-    telemetry = Pipeline(trace.NoOpTracerProvider())
+    telemetry = Pipeline(None)
     if config.traces.exporter == "otlp":
         telemetry = Pipeline(*_otlp_spans(config, resource, user_agent))
     elif config.traces.exporter == "console":

@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import MappingProxyType
-
-from opentelemetry import trace
+from typing import TYPE_CHECKING
 
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
+from se_exporter.common.tracing import mark_error
 from se_exporter.errors import IMDSError
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
@@ -37,6 +37,9 @@ from se_exporter.poller.results import (
 )
 from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
 log = logging.getLogger("se_exporter.poller")  # the name operators filter on, as before the split
 
@@ -71,7 +74,7 @@ class Poller:
         self._interval = interval
         self._clock = clock
         self._monotonic = monotonic
-        self._tracer = tracer or trace.NoOpTracer()
+        self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
         self._backoff = backoff or Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
         self._failing_reason: str | None = None
         self._told = False  # the log said once what to check when IMDS cannot be reached
@@ -148,19 +151,29 @@ class Poller:
 
     def poll_once(self) -> IMDSError | None:
         """One poll; returns the IMDS error it survived, or None on success."""
+        if self._tracer is None:
+            return self._poll(None)
         with self._tracer.start_as_current_span("scheduled_events.poll") as span:
-            try:
-                document = self.client.get_document()
-            except IMDSError as error:
-                self._on_failure(error)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)[:200]))
-                span.set_attribute("error.type", error.reason)
-                return error
-            changed = not self.store.is_unchanged(document)
-            span.set_attribute("scheduled_event.document_incarnation", document.incarnation)
-            span.set_attribute("scheduled_event.count", len(document.events))
-            span.set_attribute("scheduled_event.changed", changed)
-            self._on_document(document, changed)
+            return self._poll(span)
+
+    def _poll(self, span: trace.Span | None) -> IMDSError | None:
+        try:
+            document = self.client.get_document()
+        except IMDSError as error:
+            self._on_failure(error)
+            if span is not None:
+                mark_error(span, error.reason, str(error))
+            return error
+        changed = not self.store.is_unchanged(document)
+        if span is not None:
+            span.set_attributes(
+                {
+                    "scheduled_event.document_incarnation": document.incarnation,
+                    "scheduled_event.count": len(document.events),
+                    "scheduled_event.changed": changed,
+                }
+            )
+        self._on_document(document, changed)
         return None
 
     def _on_document(self, document: Document, changed: bool) -> None:
