@@ -25,25 +25,39 @@ JOB_VMS_PENDING = f"job:{PREFIX}vms_with_pending_events:count"
 JOB_POLL_AGE = f"job:{PREFIX}last_successful_poll_age_seconds:max"
 
 
-def robust_increase(metric: str, selector: str, by: str, window: str = "15m", scope: str = "") -> str:
-    """increase() over ``window`` that also counts a counter series born after its first increment.
+def robust_increase(metric: str, selector: str, by: str) -> str:
+    """increase() over 15m that also counts a counter series born after its first increment.
 
     A labelled counter that the exporter creates on first use appears with value 1; increase()
-    would report 0 for it. Series that already existed ``window`` ago use increase(); younger
-    series count their whole value, but only on exporters that were already scraped ``window``
-    ago (a newly discovered target's old counts are not news). ``scope``: a selector of those exporters
-    (a dashboard's job and instance).
+    would report 0 for it. Series that already existed 15 minutes ago use increase(); younger
+    series count their whole value, but only on exporters that were already scraped 15 minutes
+    ago (a newly discovered target's old counts are not news).
     """
-    info = f"{m('exporter_build_info')}{{{scope}}}" if scope else m("exporter_build_info")
+    sel = f"{metric}{{{selector}}}" if selector else metric
+    return (
+        f"sum by ({by}) (\n"
+        f"    (increase({sel}[15m]) and {sel} offset 15m)\n"
+        f"  or\n"
+        f"    (\n"
+        f"      ({sel} unless {sel} offset 15m)\n"
+        f"      and on (job, instance) {m('exporter_build_info')} offset 15m\n"
+        f"    )\n"
+        f")"
+    )
+
+
+def increase_with_births(metric: str, selector: str, by: str, window: str) -> str:
+    """increase() over ``window`` in which a series' birth counts its value: for a counter with a series
+    from its first count (transitions), every count of a process. Unlike ``robust_increase``, a birth
+    counts also on an exporter that has just started (transitions come with the reboots that restart
+    it); the price: a Prometheus that discovers a long-running exporter counts its past transitions once.
+    """
     sel = f"{metric}{{{selector}}}" if selector else metric
     return (
         f"sum by ({by}) (\n"
         f"    (increase({sel}[{window}]) and {sel} offset {window})\n"
         f"  or\n"
-        f"    (\n"
-        f"      ({sel} unless {sel} offset {window})\n"
-        f"      and on (job, instance) {info} offset {window}\n"
-        f"    )\n"
+        f"    ({sel} unless {sel} offset {window})\n"
         f")"
     )
 
@@ -84,7 +98,7 @@ def recording_rules(job_selector: str) -> list[dict[str, Any]]:
         },
         {
             "record": JOB_TRANSITIONS,
-            "expr": robust_increase(m("transitions_total"), "", "job, event_type, transition", "5m"),
+            "expr": increase_with_births(m("transitions_total"), "", "job, event_type, transition", "5m"),
         },
         {
             "record": JOB_POLL_ERRORS,

@@ -16,7 +16,7 @@ from dashboards.mixin.panels import (
     impact_timeline,
     soonest_not_before,
 )
-from dashboards.mixin.recording import robust_increase
+from dashboards.mixin.recording import increase_with_births
 from dashboards.mixin.vm_history import imds_row, notice_row
 
 
@@ -195,8 +195,8 @@ def events_row(lay: Layout) -> None:
             "appears with its first count, which is counted).",
             [
                 target(
-                    robust_increase(
-                        m("transitions_total"), SEL, "instance, event_type, transition", "$__rate_interval", SEL
+                    increase_with_births(
+                        m("transitions_total"), SEL, "instance, event_type, transition", "$__rate_interval"
                     ),
                     "{{instance}} {{event_type}} {{transition}}",
                 )
