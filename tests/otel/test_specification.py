@@ -101,6 +101,7 @@ def test_spans_refused_for_good_are_dropped_not_sent_again(
 ) -> None:
     """Held spans answered 400 were sent again and again, each time with more (294 bytes grew to 1,894)."""
     caplog.set_level(logging.INFO, logger="se_exporter")
+    assert pipeline.tracer_provider is not None
     tracer = pipeline.tracer_provider.get_tracer("test")
     otlp_receiver.set_failure(Failure(http_status=400, grpc_code=grpc.StatusCode.INVALID_ARGUMENT, remaining=1))
     with tracer.start_as_current_span("refused"):
