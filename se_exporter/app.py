@@ -107,11 +107,8 @@ class Exporter:
         if tracer is not None:  # else no lifecycle span is ever sent
             from se_exporter.otel.lifecycle_spans import LifecycleSpans  # OpenTelemetry: only when spans go
 
-            lifecycle = self.persistence.restore(
-                "lifecycle",
-                functools.partial(LifecycleSpans.from_state, tracer),
-                functools.partial(LifecycleSpans, tracer),
-            )
+            restore = functools.partial(LifecycleSpans.from_state, tracer)
+            lifecycle = self.persistence.restore("lifecycle", restore, functools.partial(LifecycleSpans, tracer))
             self.persistence.track("lifecycle", lifecycle)
             sinks.append(lifecycle)
         self.client = IMDSClient(

@@ -46,12 +46,8 @@ HELD_SPANS = 512  # spans kept while the collector is away (about 4 minutes of p
 # the largest events ending in one poll cannot hold tens of MiB; each request carries at most REQUEST_BYTES.
 HELD_SPAN_BYTES = 1 << 20
 REQUEST_BYTES = 256 << 10
-_SEVERITY = {WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
-_SEVERITY_NUMBERS = {
-    "INFO": SeverityNumber.INFO.value,
-    WARN: SeverityNumber.WARN.value,
-    ERROR: SeverityNumber.ERROR.value,
-}
+_SEVERITY = {"INFO": SeverityNumber.INFO, WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
+_SEVERITY_NUMBERS = {text: number.value for text, number in _SEVERITY.items()}
 Post = Callable[[bytes], Outcome]  # sends one encoded request
 
 
@@ -90,10 +86,10 @@ def build_telemetry(
     }
     user_agent = f"se-exporter/{version} (OTLP; OpenTelemetry SDK {sdk_version})"
     telemetry = Pipeline(None)
-    if config.traces.exporter == "otlp":
-        telemetry = Pipeline(*_otlp_spans(config, resource, user_agent))
-    elif config.traces.exporter == "console":
-        telemetry = Pipeline(*_console_spans(config, resource))
+    if config.traces.exporter in ("otlp", "console"):
+        spans_made = _otlp_spans if config.traces.exporter == "otlp" else _console_spans
+        provider, stop_spans = spans_made(config, resource, user_agent)
+        telemetry = Pipeline(provider, _stop_spans=stop_spans)
     logs = _log_sender(config.logs, resource, (SCOPE, version), user_agent)
     if logs is not None:
         telemetry.spool = Spool(spool_path)
@@ -102,9 +98,10 @@ def build_telemetry(
     return telemetry
 
 
-def _otlp_spans(
-    config: OTelConfig, resource: Mapping[str, Any], user_agent: str
-) -> tuple[trace.TracerProvider, None, None, Callable[[], None]]:
+Spans = tuple[trace.TracerProvider, Callable[[], None]]  # the provider, and how to stop it within a bound
+
+
+def _otlp_spans(config: OTelConfig, resource: Mapping[str, Any], user_agent: str) -> Spans:
     post, close = _client(config.traces, "traces", user_agent)
     encode = otlp_proto.SpansEncoder()
     holding: Holding[spans.Span] = Holding(
@@ -122,12 +119,10 @@ def _otlp_spans(
     batches: SpanBatches[spans.Span] = SpanBatches(
         holding.offer, delay=config.span_schedule_delay_ms / 1000, batch=HELD_SPANS, limit=HELD_SPANS, finish=finish
     )
-    return spans.TracerProvider(resource, batches), None, None, batches.shutdown
+    return spans.TracerProvider(resource, batches), batches.shutdown
 
 
-def _console_spans(
-    config: OTelConfig, resource: Mapping[str, Any]
-) -> tuple[trace.TracerProvider, None, None, Callable[[], None]]:
+def _console_spans(config: OTelConfig, resource: Mapping[str, Any], _user_agent: str) -> Spans:
     """The SDK's tracer and console exporter (imported for it only)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -144,7 +139,7 @@ def _console_spans(
             schedule_delay_millis=config.span_schedule_delay_ms,
         )
     )
-    return provider, None, None, provider.shutdown
+    return provider, provider.shutdown
 
 
 def _client(signal: SignalConfig, kind: str, user_agent: str) -> tuple[Post, Callable[[], None]]:
