@@ -80,7 +80,9 @@ class WindowsExporter:
 
     def wait_ready(self) -> None:
         def ready() -> bool:
-            assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.output()[-3000:]}"
+            if self.proc.poll() is not None:
+                self._reader.join(5)  # what it said before it exited, not an empty message
+                raise AssertionError(f"exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
             return self.get("/-/ready").status_code == 200
 
         wait_for(ready, WINE_START_SECONDS, "the Windows exporter ready", interval=0.2, retry_on=(httpx.HTTPError,))
