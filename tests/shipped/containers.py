@@ -135,6 +135,10 @@ class Podman:
             "host",
             "--build-arg",
             f"PYTHON_IMAGE={base}",
+            # buildah leaves a RUN's bind mount (the wheels, from the builder stage) out of its cache key: the
+            # install of a new wheel was taken from the cache and the image ran hours-old code; and once the
+            # builder stage itself comes from the cache, the mount has nothing to bind and the install fails.
+            "--no-cache",
             *mounts,
             "--tag",
             tag,
