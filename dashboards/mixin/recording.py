@@ -34,16 +34,13 @@ def robust_increase(metric: str, selector: str, by: str) -> str:
     ago (a newly discovered target's old counts are not news).
     """
     sel = f"{metric}{{{selector}}}" if selector else metric
-    return (
-        f"sum by ({by}) (\n"
-        f"    (increase({sel}[15m]) and {sel} offset 15m)\n"
-        f"  or\n"
+    births = (
         f"    (\n"
         f"      ({sel} unless {sel} offset 15m)\n"
         f"      and on (job, instance) {m('exporter_build_info')} offset 15m\n"
-        f"    )\n"
-        f")"
+        f"    )"
     )
+    return _increase_or_births(sel, by, "15m", births)
 
 
 def increase_with_births(metric: str, selector: str, by: str, window: str) -> str:
@@ -53,13 +50,12 @@ def increase_with_births(metric: str, selector: str, by: str, window: str) -> st
     it); the price: a Prometheus that discovers a long-running exporter counts its past transitions once.
     """
     sel = f"{metric}{{{selector}}}" if selector else metric
-    return (
-        f"sum by ({by}) (\n"
-        f"    (increase({sel}[{window}]) and {sel} offset {window})\n"
-        f"  or\n"
-        f"    ({sel} unless {sel} offset {window})\n"
-        f")"
-    )
+    return _increase_or_births(sel, by, window, f"    ({sel} unless {sel} offset {window})")
+
+
+def _increase_or_births(sel: str, by: str, window: str, births: str) -> str:
+    """increase() of the series that existed ``window`` ago, or else what ``births`` counts."""
+    return f"sum by ({by}) (\n    (increase({sel}[{window}]) and {sel} offset {window})\n  or\n{births}\n)"
 
 
 def recording_rules(job_selector: str) -> list[dict[str, Any]]:

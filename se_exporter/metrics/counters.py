@@ -40,7 +40,7 @@ class Counters:
         )
         # A series per type and transition from its first count, not thirty zero series per VM (300,000 at
         # 10,000 VMs, which the fleet's transitions rule took over a second to read): the rules and the
-        # dashboards count a series' birth as its increase (dashboards/mixin/recording.py, robust_increase).
+        # dashboards count a series' birth as its increase (dashboards/mixin/recording.py, increase_with_births).
         self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
         if approval_enabled:
             for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):

@@ -1,5 +1,5 @@
 """Span batches while the collector is away: held (bounded), sent again later, or given up on, as the
-OTLP specification says. SDK-free: ``otel/pipeline.py`` wraps it in the SDK's ``SpanExporter``.
+OTLP specification says. ``otel/span_batches.py`` hands it the ended spans, ``otel/pipeline.py`` builds both.
 
 Spans are not audit records: they are not spooled to disk, and losing some in a long outage is
 acceptable. While the collector fails retryably, spans are held (at most ``limit`` of them and
