@@ -1,5 +1,6 @@
-"""TLS for the web server: the context of each new connection (certificates reloaded when they change), and
-what a plain-HTTP client on the TLS port is told."""
+"""TLS for the web server: the context of each new connection (certificates reloaded when they change), the
+handshake and the encrypted stream without blocking the server's loop, and what a plain-HTTP client on the
+TLS port is told. Imported only when the web config sets TLS (``ssl`` loads OpenSSL's libraries)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,22 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
+from typing import Any
 
 from se_exporter.errors import ConfigError
+from se_exporter.web.loop import READ, WRITE, Timeout, Wait
 from se_exporter.web.tls_context import TLSServerConfig
+from se_exporter.web.wire import RECEIVE_BYTES, check_deadline
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certificate files are checked
 
 
 class TLSAcceptor:
-    """The TLS context for each new connection (the server's event loop runs the handshake).
+    """The TLS context for each new connection, and its handshake (``open``).
 
     Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
     certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
@@ -56,6 +59,64 @@ class TLSAcceptor:
                     else:
                         log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
             return self._context
+
+    def open(self, sock: socket.socket, client: str, deadline: float) -> Generator[Wait, Any, TLSStream | None]:
+        """The connection as a TLS stream once its handshake is done (None: not one to serve)."""
+        deadline = min(deadline, time.monotonic() + self.handshake_timeout)
+        yield Wait(deadline, sock, READ)  # the client's first bytes
+        if not is_tls_hello(sock):
+            answer_plain_http(sock)  # in cleartext, as Go's net/http does
+            return None
+        tls = self.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        try:
+            while True:
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    yield Wait(deadline, tls, READ)
+                except ssl.SSLWantWriteError:
+                    yield Wait(deadline, tls, WRITE)
+                except (ssl.SSLError, ConnectionError) as error:
+                    raise Timeout(f"TLS handshake failed: {error}") from None
+            if self.config.allows_peer(tls.getpeercert()):
+                return TLSStream(tls)
+            log.warning(
+                "client certificate has none of client_allowed_sans; connection closed",
+                extra={"client": client},
+            )
+        except BaseException:
+            tls.close()
+            raise
+        tls.close()
+        return None
+
+
+class TLSStream:
+    """A TLS connection's bytes, without blocking (``web/wire.Stream``)."""
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.sock: socket.socket = sock
+
+    def recv(self, deadline: float) -> Generator[Wait, Any, bytes]:
+        while True:
+            check_deadline(deadline)
+            try:
+                return self.sock.recv(RECEIVE_BYTES)  # one TLS record at most: nothing stays buffered unseen
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                yield Wait(deadline, self.sock, READ)
+            except ssl.SSLWantWriteError:
+                yield Wait(deadline, self.sock, WRITE)
+
+    def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]:
+        while True:
+            check_deadline(deadline)
+            try:
+                return self.sock.send(data)
+            except (ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
+                yield Wait(deadline, self.sock, WRITE)
+            except ssl.SSLWantReadError:
+                yield Wait(deadline, self.sock, READ)
 
 
 def is_tls_hello(sock: socket.socket) -> bool:

@@ -7,19 +7,24 @@ must be taken by the client within ``WRITE_TIMEOUT_SECONDS``. A client that is s
 
 from __future__ import annotations
 
-import asyncio
+import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import h11
+
+from se_exporter.web.loop import READ, WRITE, Timeout, Wait
 
 HEAD_TIMEOUT_SECONDS = 10.0  # a request (and a TLS handshake) must arrive in full within this
 IDLE_TIMEOUT_SECONDS = 30.0  # a kept-alive connection waits this long for its next request
 WRITE_TIMEOUT_SECONDS = 10.0  # an answer must be taken within this
 MAX_HEAD_BYTES = 64 << 10
 MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
+RECEIVE_BYTES = 16384  # small reads: the head bound is checked between them
 Headers = list[tuple[str, str]]
+Waits = Generator[Wait, Any, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +35,47 @@ class Answer:
     body: bytes
 
 
-class Timeout(Exception):
-    """The client took longer than it may (a slow or dripping client)."""
+class Stream(Protocol):
+    """A connection's bytes, plain (``PlainStream``) or TLS (``web/tls.py``); each call waits, if it
+    must, until ``deadline``, and raises ``Timeout`` past it."""
+
+    sock: socket.socket
+
+    def recv(self, deadline: float) -> Generator[Wait, Any, bytes]: ...
+
+    def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]: ...
 
 
-async def read_request(http: h11.Connection, reader: asyncio.StreamReader, idle_deadline: float) -> h11.Request | None:
+class PlainStream:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def recv(self, deadline: float) -> Generator[Wait, Any, bytes]:
+        while True:
+            check_deadline(deadline)
+            try:
+                return self.sock.recv(RECEIVE_BYTES)
+            except (BlockingIOError, InterruptedError):
+                yield Wait(deadline, self.sock, READ)
+
+    def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]:
+        while True:
+            check_deadline(deadline)
+            try:
+                return self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                yield Wait(deadline, self.sock, WRITE)
+
+
+def check_deadline(deadline: float) -> None:
+    """Also when data keeps coming: a client that never pauses must not outlive its deadline."""
+    if time.monotonic() >= deadline:
+        raise Timeout
+
+
+def read_request(
+    http: h11.Connection, stream: Stream, idle_deadline: float
+) -> Generator[Wait, Any, h11.Request | None]:
     """The next request, read in full (its body discarded); None when the client closed the connection."""
     deadline = idle_deadline  # until the first byte; then HEAD_TIMEOUT_SECONDS for the rest
     request: h11.Request | None = None
@@ -42,7 +83,7 @@ async def read_request(http: h11.Connection, reader: asyncio.StreamReader, idle_
     while True:
         event = http.next_event()
         if event is h11.NEED_DATA:
-            data = await _receive(reader, deadline)
+            data = yield from stream.recv(deadline)
             if data and request is None and http.their_state is h11.IDLE and deadline == idle_deadline:
                 deadline = min(idle_deadline, time.monotonic() + HEAD_TIMEOUT_SECONDS)
             http.receive_data(data)
@@ -58,20 +99,9 @@ async def read_request(http: h11.Connection, reader: asyncio.StreamReader, idle_
             return None
 
 
-async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise Timeout
-    try:
-        async with asyncio.timeout(left):
-            return await reader.read(16384)  # small reads: the head bound is checked between them
-    except TimeoutError:
-        raise Timeout from None
-
-
-async def write_answer(
-    http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool, close: bool
-) -> None:
+def write_answer(
+    http: h11.Connection, stream: Stream, answer: Answer, *, head: bool, close: bool
+) -> Generator[Wait, Any, None]:
     headers: Headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
     if close:
         headers.append(("Connection", "close"))
@@ -81,12 +111,11 @@ async def write_answer(
     if answer.body and not head:
         data += http.send(h11.Data(data=answer.body))
     data += http.send(h11.EndOfMessage())
-    writer.write(data)
-    try:
-        async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
-            await writer.drain()
-    except TimeoutError:
-        raise Timeout from None
+    deadline = time.monotonic() + WRITE_TIMEOUT_SECONDS
+    left = memoryview(data)
+    while left:
+        sent = yield from stream.send(left, deadline)
+        left = left[sent:]
 
 
 def _encoded(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
