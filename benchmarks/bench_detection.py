@@ -53,8 +53,7 @@ INCARNATION = "azure_scheduled_events_document_incarnation"
 class _Scraper(threading.Thread):
     def __init__(self, url: str, period: float) -> None:
         super().__init__(name="scraper", daemon=True)
-        # Not ?name[]=…: with CollectorRegistry(auto_describe=False) and a collector without
-        # describe(), prometheus_client's name[] filter answers an empty body (see BENCHMARKS.md).
+        # The whole /metrics, as Prometheus scrapes it (not ?name[]=…).
         self.url = f"{url}/metrics"
         self.period = period
         self.samples: list[tuple[float, float]] = []  # (request start wall time, incarnation)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from prometheus_client import CollectorRegistry
 
 from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
@@ -129,17 +128,14 @@ class Exporter:
             clock=clock,
             tracer=tracer,
         )
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(
-            SnapshotCollector(
-                store=store,
-                poller=self.poller,
-                counters=self.counters,
-                clock=clock,
-                version=__version__,
-                spool=self.telemetry.spool,
-                state=self.persistence if config.state_file else None,
-            )
+        self.collector = SnapshotCollector(
+            store=store,
+            poller=self.poller,
+            counters=self.counters,
+            clock=clock,
+            version=__version__,
+            spool=self.telemetry.spool,
+            state=self.persistence if config.state_file else None,
         )
         gate = TrafficGate(
             store,
@@ -149,7 +145,11 @@ class Exporter:
             clock=clock,
         )
         app = make_app(
-            self.registry, config.telemetry_path, lambda: self.poller.status.readiness, __version__, gate.verdict
+            self.collector.collect,
+            config.telemetry_path,
+            lambda: self.poller.status.readiness,
+            __version__,
+            gate.verdict,
         )
         try:
             self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)

@@ -1,9 +1,8 @@
 """What happened, counted: transitions, approval and action outcomes, IMDS requests, time in Started, notice.
 
 ``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
-client's response observer. The counters and histograms are prometheus_client's own, registered
-nowhere: the snapshot collector renders them, without their ``_created`` series (a timestamp per
-label set that every VM of a fleet would pay for and no dashboard or rule reads).
+client's response observer. The snapshot collector renders its counters and histograms
+(``metrics/instruments.py``) as families at every scrape.
 """
 
 from __future__ import annotations
@@ -12,12 +11,11 @@ import collections
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 
-from prometheus_client import Counter, Histogram
-from prometheus_client.core import Metric
-
 from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.decision import COUNTED_RESULTS
 from se_exporter.imds.document import EVENT_TYPES
+from se_exporter.metrics.families import MetricFamily
+from se_exporter.metrics.instruments import LabeledCounter, LabeledHistogram
 from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
 from se_exporter.store.lifecycle import TransitionKind
@@ -30,53 +28,47 @@ MAX_UNKNOWN_EVENT_TYPES = 5
 
 
 class Counters:
-    """Safe from any thread (prometheus_client locks each value)."""
+    """Safe from any thread (each instrument locks its values)."""
 
     def __init__(self, approval_enabled: bool = False, actions: Mapping[str, Sequence[str]] | None = None) -> None:
         """``actions``: each configured action's name and the transitions it runs for (their zero series)."""
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
-        self.transitions = Counter(
-            PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
+        self.transitions = LabeledCounter(
+            PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"]
         )
         # A series per type and transition from its first count, not thirty zero series per VM (300,000 at
         # 10,000 VMs, which the fleet's transitions rule took over a second to read): the rules and the
         # dashboards count a series' birth as its increase (dashboards/mixin/recording.py, increase_with_births).
-        self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
+        self.approvals = LabeledCounter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"])
         if approval_enabled:
             for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
                 self.approvals.labels(event_type, result)
-        self.actions = Counter(
-            PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"], registry=None
+        self.actions = LabeledCounter(
+            PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"]
         )
         for name, transitions in (actions or {}).items():
             for transition, action_result in product(transitions, ACTION_RESULTS):
                 self.actions.labels(name, transition, action_result)
-        self.imds_requests = Counter(
-            PREFIX + "imds_requests",
-            "IMDS requests by method and HTTP code (or error).",
-            ["method", "code"],
-            registry=None,
+        self.imds_requests = LabeledCounter(
+            PREFIX + "imds_requests", "IMDS requests by method and HTTP code (or error).", ["method", "code"]
         )
-        self.imds_request_duration = Histogram(
+        self.imds_request_duration = LabeledHistogram(
             PREFIX + "imds_request_duration_seconds",
             "IMDS request latency.",
             ["method"],
             buckets=REQUEST_BUCKETS,
-            registry=None,
         )
-        self.started_duration = Histogram(
+        self.started_duration = LabeledHistogram(
             PREFIX + "started_duration_seconds",
             "Total time in Started of events that completed.",
             ["event_type"],
             buckets=STARTED_BUCKETS,
-            registry=None,
         )
-        self.notice = Histogram(
+        self.notice = LabeledHistogram(
             PREFIX + "notice_seconds",
             "NotBefore minus first sighting, for events first seen Scheduled.",
             ["event_type"],
             buckets=NOTICE_BUCKETS,
-            registry=None,
         )
 
     def on_poll(self, result: PollResult) -> None:
@@ -107,21 +99,9 @@ class Counters:
         self.imds_requests.labels(method, code).inc()
         self.imds_request_duration.labels(method).observe(seconds)
 
-    def families(self) -> Iterator[Metric]:
-        """Every counter and histogram, without ``_created`` samples."""
-        for metric in (
-            self.transitions,
-            self.approvals,
-            self.actions,
-            self.imds_requests,
-            self.imds_request_duration,
-            self.started_duration,
-            self.notice,
-        ):
-            yield from _without_created(metric)
-
-
-def _without_created(metric: Counter | Histogram) -> Iterator[Metric]:
-    for family in metric.collect():
-        family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
-        yield family
+    def families(self) -> Iterator[MetricFamily]:
+        """Every counter and histogram."""
+        for metric in (self.transitions, self.approvals, self.actions, self.imds_requests):
+            yield metric.family()
+        for histogram in (self.imds_request_duration, self.started_duration, self.notice):
+            yield histogram.family()

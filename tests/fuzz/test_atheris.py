@@ -19,7 +19,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = 8000
-MIN_DOCUMENT_EDGES = 300  # 411 from the seeds alone, 444 after 200,000 runs (BENCHMARKS.md has the command)
+# Edges of every module the target instruments: 280 from the seeds alone (393 while /metrics was written by
+# prometheus_client, whose exposition code was instrumented too; our own writer has fewer branches).
+MIN_DOCUMENT_EDGES = 250
 SEEDS = {
     "document": ["tests/testdata/imds/*.json", "tests/testdata/imds/malformed/*"],
     "policy": ["tests/testdata/approval/valid/*", "tests/testdata/approval/invalid/*"],

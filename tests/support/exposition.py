@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.metrics.collector import SnapshotCollector, SpoolGauge
 from se_exporter.metrics.counters import Counters
+from se_exporter.metrics.exposition import render as render_families
 from se_exporter.poller import PollStatus
 from se_exporter.store import EventStore
 
@@ -50,15 +50,12 @@ def render(
     spool: SpoolGauge | None = None,
 ) -> str:
     """/metrics as the exporter renders it from these parts (text format)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SnapshotCollector(
-            store=store,
-            poller=PollerStub(status or PollStatus()),
-            counters=counters or Counters(),
-            clock=clock,
-            version=version,
-            spool=spool,
-        )
+    collector = SnapshotCollector(
+        store=store,
+        poller=PollerStub(status or PollStatus()),
+        counters=counters or Counters(),
+        clock=clock,
+        version=version,
+        spool=spool,
     )
-    return generate_latest(registry).decode("utf-8")
+    return render_families(collector.collect(), openmetrics=False).decode("utf-8")
