@@ -15,6 +15,9 @@ The poll loop catches ``IMDSError`` only: anything else is a bug and is allowed 
 
 from __future__ import annotations
 
+# What a peer too slow to answer is told, by the IMDS reader (imds/http11.py) and the OTLP client alike.
+TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
+
 
 class SEExporterError(Exception):
     """Base of every error se-exporter raises on purpose."""

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from se_exporter.errors import TOO_SLOW
+
 Monotonic = Callable[[], float]
-TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
 
 
 class _DeadlineReader(io.RawIOBase):

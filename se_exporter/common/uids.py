@@ -7,12 +7,13 @@ them needs one. ``tests/test_uids.py`` holds the two equal.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
+
+from se_exporter.common.digests import sha1_digest
 
 
 def uuid5_text(namespace: uuid.UUID, name: str) -> str:
-    digest = bytearray(hashlib.sha1(namespace.bytes + name.encode(), usedforsecurity=False).digest()[:16])
+    digest = bytearray(sha1_digest(namespace.bytes + name.encode())[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC's variant
     text = digest.hex()

@@ -24,7 +24,7 @@ import socket
 import time
 from collections.abc import Iterator
 
-from se_exporter.common.httpio import TOO_SLOW
+from se_exporter.errors import TOO_SLOW
 
 MAX_HEAD_BYTES = 65536
 MAX_HEADERS = 100

@@ -7,7 +7,6 @@ them; a transition's ``uid`` is stable across processes, so a crash never gives 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import uuid
 from datetime import datetime
@@ -16,6 +15,7 @@ from typing import Annotated
 
 import msgspec
 
+from se_exporter.common.digests import sha256_hex
 from se_exporter.common.uids import uuid5_text
 from se_exporter.imds.changes import content
 from se_exporter.imds.document import ScheduledEvent
@@ -90,4 +90,4 @@ def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> 
 
 
 def _content_digest(event: ScheduledEvent) -> str:
-    return hashlib.sha256(json.dumps(content(event), default=str).encode()).hexdigest()[:16]
+    return sha256_hex(json.dumps(content(event), default=str).encode())[:16]

@@ -2,7 +2,7 @@
 
 A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most
 ``MAX_HEAD_BYTES`` of head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a
-slow or dripping client holds a coroutine, never a worker. Only then:
+slow or dripping client holds a generator on the loop (``web/loop.py``), never a worker. Only then:
 
 - basic auth: credentials checked valid before answer at once; others need bcrypt (tens of
   milliseconds) on one thread with at most ``MAX_AUTH_WAITING`` waiting: a flood of wrong passwords is

@@ -100,11 +100,15 @@ class Loop:
             while not self._stopping:
                 self._run_once()
         finally:
-            for task in list(self._waiting):
-                self.cancel(task)
-            self._selector.close()
-            self._wake_reader.close()
-            self._wake_writer.close()
+            self.close()
+
+    def close(self) -> None:
+        """Close every task and the loop's own sockets (``run`` does so when it ends)."""
+        for task in list(self._waiting):
+            self.cancel(task)
+        self._selector.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
 
     def _run_once(self) -> None:
         now = time.monotonic()

@@ -86,6 +86,8 @@ class WebServer:
         if self._thread.is_alive():
             self._loop.stop()
             self._thread.join(timeout=5.0)
+        elif self._thread.ident is None:  # never started: the loop's sockets are still open
+            self._loop.close()
         self._exchange.close()
         self._listener.close()
 
