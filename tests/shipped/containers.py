@@ -95,6 +95,19 @@ class Podman:
             assert result.returncode == 0, f"podman {' '.join(args)}: exit {result.returncode}\n{result.stderr[-4000:]}"
         return result
 
+    def explain(self, container: str) -> str:
+        """What a failed wait on ``container`` should say: its state (exit code, OOM kill) and its last output."""
+        state = self.run(
+            "inspect",
+            "--format",
+            "{{.State.Status}} exit={{.State.ExitCode}} oom={{.State.OOMKilled}}",
+            container,
+            check=False,
+        )
+        logs = self.run("logs", "--tail", "40", container, check=False)
+        said = state.stdout.strip() or state.stderr.strip()
+        return f"container {container}: {said}\n{logs.stdout}{logs.stderr}"[-6000:]
+
     def exists(self, image: str) -> bool:
         return self.run("image", "exists", image, check=False).returncode == 0
 

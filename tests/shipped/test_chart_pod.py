@@ -7,11 +7,12 @@ port, 10160, in the host's network, so these tests run one at a time (one xdist 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,15 @@ def transitions(podman: Podman, name: str) -> list[tuple[str, str]]:
     return re.findall(r"scheduled_event\.transition=(\w+) scheduled_event\.id=(\S+)", logs.stdout + logs.stderr)
 
 
+@contextlib.contextmanager
+def told(podman: Podman, container: str) -> Iterator[None]:
+    """A wait that fails says what became of the container (exited, OOM-killed) and what it printed last."""
+    try:
+        yield
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{podman.explain(container)}") from None
+
+
 def start_pod(podman: Podman, pod: Pod, image: str, name: Name) -> str:
     for init in pod.spec.get("initContainers", []):
         result = podman.run("run", "--rm", "--name", name(), *pod.run_options(init, image), check=False)
@@ -86,9 +96,10 @@ def test_the_rendered_pod_runs_is_ready_reports_and_keeps_its_state(
         assert (state_dir.stat().st_uid, state_dir.stat().st_gid) == (10160, 10160), "init container: chown"
 
         ready = probe_url(pod, "readinessProbe")
-        wait_for(
-            lambda: status(ready) == 200, 60, "the readiness probe's path answers 200", retry_on=(httpx.HTTPError,)
-        )
+        with told(podman, main):
+            wait_for(
+                lambda: status(ready) == 200, 60, "the readiness probe's path answers 200", retry_on=(httpx.HTTPError,)
+            )
         assert status(probe_url(pod, "livenessProbe")) == 200
         metrics = httpx.get(ready.replace("/-/ready", "/metrics"), timeout=5, trust_env=False).text
         listed = {s["event_id"]: s for s in series(metrics, "azure_scheduled_events_event_info")}
@@ -144,8 +155,11 @@ def test_a_thousand_events_with_approval_actions_and_a_dead_collector_stay_under
         }
 
     began = time.monotonic()
-    wait_for(lambda: counted()["scheduled"] == 1000, 180, "1,000 scheduled transitions", retry_on=(httpx.HTTPError,))
-    wait_for(lambda: counted()["actions"] == 1000, 300, "1,000 action runs", retry_on=(httpx.HTTPError,))
+    with told(podman, main):
+        wait_for(
+            lambda: counted()["scheduled"] == 1000, 180, "1,000 scheduled transitions", retry_on=(httpx.HTTPError,)
+        )
+        wait_for(lambda: counted()["actions"] == 1000, 300, "1,000 action runs", retry_on=(httpx.HTTPError,))
     final = counted() | {"seconds": round(time.monotonic() - began)}
     assert final["spooled"] >= 1000, final
     approvals = len([seen for seen in fake_imds.requests if seen.method == "POST"])
