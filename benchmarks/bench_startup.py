@@ -3,8 +3,8 @@
 - ``spawn → /-/ready 200``: a fresh ``python -m se_exporter run`` against an in-process simulator
   (the first poll includes learning the VM name from compute metadata), probed every 5 ms; the
   reference loop's spawn → first document printed, side by side.
-- memory at import: what se_exporter's own imports add to resident memory beyond the reference loop's
-  (``benchmarks/import_memory.py``).
+- memory at import: resident memory after se_exporter.app's imports and after the reference loop's, each in a
+  fresh interpreter, and what each of se_exporter's own imports adds (``benchmarks/import_memory.py``).
 - import time: wall time of ``python -c 'import X'`` minus ``python -c pass``, and the sum of the
   top-level cumulative times of ``python -X importtime -c 'import se_exporter.cli'``, with the
   heaviest top-level imports.
@@ -138,24 +138,17 @@ def run(mode: Mode) -> Report:
         ["module", "cumulative ms"],
         [[name, round(ms, 1)] for name, ms in heavy],
     )
-    memory = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "benchmarks.import_memory", "se_exporter.app"],
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=REPO,
-        ).stdout
-    )
+    memory, reference = (_import_memory(module) for module in ("se_exporter.app", "benchmarks.reference_loop"))
     report.table(
-        f"Resident memory at import: {memory['reference_rss_kib'] / 1024:.1f} MiB after the reference loop's imports,"
-        f" {memory['rss_kib'] / 1024:.1f} MiB after se_exporter.app; what se_exporter's own imports add (KiB)",
+        f"Resident memory at import, each in a fresh interpreter ({memory['bare_rss_kib'] / 1024:.1f} MiB bare): "
+        f"{reference['rss_kib'] / 1024:.1f} MiB after the reference loop's imports, {memory['rss_kib'] / 1024:.1f} MiB "
+        "after se_exporter.app; what se_exporter's own imports add (KiB)",
         ["module", "imported by", "KiB"],
         [[row["module"], row["by"], row["kib"]] for row in memory["imports"] if row["kib"] > 0],
     )
     report.data = {
         "import_memory": memory,
+        "reference_import_memory": reference,
         "ready_ms": ready,
         "import_wall_ms": walls,
         "python_pass_ms": min(baseline) * 1000,
@@ -163,3 +156,17 @@ def run(mode: Mode) -> Report:
         "top_level": top,
     }
     return report
+
+
+def _import_memory(module: str) -> dict[str, Any]:
+    """``benchmarks/import_memory.py`` on ``module``, in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.import_memory", module],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result

@@ -1,10 +1,10 @@
-"""Where the exporter's memory goes at import: ``python -m benchmarks.import_memory [MODULE]``.
+"""Where memory goes at import: ``python -m benchmarks.import_memory [MODULE]``.
 
-Run in a fresh interpreter: first what the reference loop imports (so that what both pay is not
-counted), then ``MODULE`` (``se_exporter.app``), with every import made by se_exporter's own code of a
-module not yet loaded timed in resident memory (VmRSS before and after, inclusive of what it imports
-in turn). Prints JSON: the RSS after the reference's imports, after ``MODULE``, and each such import.
-Page-granular and order-dependent (the first importer pays for what two share): a map, not a ledger.
+Run in a fresh interpreter: ``MODULE`` (``se_exporter.app``; ``benchmarks.reference_loop`` for the
+reference loop's imports) is imported, with every import made by se_exporter's own code of a module
+not yet loaded timed in resident memory (VmRSS before and after, inclusive of what it imports in turn).
+Prints JSON: the RSS of the bare interpreter, after ``MODULE``, and each such import. Page-granular
+and order-dependent (the first importer pays for what two share): a map, not a ledger.
 """
 
 from __future__ import annotations
@@ -23,11 +23,7 @@ def _rss_kib() -> int:
 
 
 def measure(module: str) -> dict[str, Any]:
-    import argparse  # noqa: F401  # what the reference loop imports: paid by both
-    import json as _json  # noqa: F401
-    import urllib.request  # noqa: F401
-
-    reference = _rss_kib()
+    bare = _rss_kib()
     original = builtins.__import__
     rows: list[tuple[int, str, str]] = []
 
@@ -48,7 +44,7 @@ def measure(module: str) -> dict[str, Any]:
     finally:
         builtins.__import__ = original
     return {
-        "reference_rss_kib": reference,
+        "bare_rss_kib": bare,
         "rss_kib": _rss_kib(),
         "imports": [{"kib": kib, "module": name, "by": caller} for kib, name, caller in sorted(rows, reverse=True)],
     }

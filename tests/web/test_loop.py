@@ -28,6 +28,15 @@ def loop() -> Iterator[Loop]:
     assert not thread.is_alive()
 
 
+def spawn_on(loop: Loop, task: Generator[Wait, Any, None]) -> None:
+    """Start ``task`` on the loop's own thread."""
+
+    def start() -> None:
+        loop.spawn(task)
+
+    loop.post(start)
+
+
 def wait_for(condition: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -49,8 +58,8 @@ def test_a_readable_socket_wakes_its_task_and_a_silent_one_times_out(loop: Loop)
     seen: Seen = []
     quick, quick_peer = socket.socketpair()
     silent, silent_peer = socket.socketpair()
-    loop.post(lambda: loop.spawn(reader("silent", silent, seen, time.monotonic() + 0.3)) and None)
-    loop.post(lambda: loop.spawn(reader("quick", quick, seen, time.monotonic() + 30)) and None)
+    spawn_on(loop, reader("silent", silent, seen, time.monotonic() + 0.3))
+    spawn_on(loop, reader("quick", quick, seen, time.monotonic() + 30))
     quick_peer.send(b"hello")
     wait_for(lambda: len(seen) == 4)
     assert seen == [("quick", b"hello"), ("quick", "closed"), ("silent", "timeout"), ("silent", "closed")]
@@ -65,7 +74,7 @@ def test_a_future_settled_on_another_thread_sends_its_result_in(loop: Loop) -> N
     def waiter() -> Generator[Wait, Any, None]:
         seen.append(("result", (yield Wait(None, future=future))))
 
-    loop.post(lambda: loop.spawn(waiter()) and None)
+    spawn_on(loop, waiter())
     threading.Timer(0.05, lambda: future.set_result("rendered")).start()
     wait_for(lambda: seen)
     assert seen == [("result", "rendered")]
@@ -80,8 +89,8 @@ def test_a_failing_task_is_dropped_and_the_others_go_on(loop: Loop, caplog: pyte
         yield Wait(time.monotonic() + 30, broken, READ)
         raise RuntimeError("a bug in one connection")
 
-    loop.post(lambda: loop.spawn(failing()) and None)
-    loop.post(lambda: loop.spawn(reader("fine", fine, seen, time.monotonic() + 30)) and None)
+    spawn_on(loop, failing())
+    spawn_on(loop, reader("fine", fine, seen, time.monotonic() + 30))
     broken_peer.send(b"x")
     wait_for(lambda: "a bug in one connection" in caplog.text)
     fine_peer.send(b"still served")
