@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from se_exporter.errors import ConfigError
-from se_exporter.web.loop import READ, WRITE, Timeout, Wait
+from se_exporter.web.loop import READ, Timeout, Wait
 from se_exporter.web.tls_context import TLSServerConfig
-from se_exporter.web.wire import RECEIVE_BYTES, check_deadline
+from se_exporter.web.wire import AGAIN, PlainStream, attempt
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,10 @@ class TLSAcceptor:
             return None
         tls = self.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         try:
-            while True:
-                try:
-                    tls.do_handshake()
-                    break
-                except ssl.SSLWantReadError:
-                    yield Wait(deadline, tls, READ)
-                except ssl.SSLWantWriteError:
-                    yield Wait(deadline, tls, WRITE)
-                except (ssl.SSLError, ConnectionError) as error:
-                    raise Timeout(f"TLS handshake failed: {error}") from None
+            try:
+                yield from attempt(tls.do_handshake, tls, deadline, (ssl.SSLWantReadError,), (ssl.SSLWantWriteError,))
+            except (ssl.SSLError, ConnectionError) as error:
+                raise Timeout(f"TLS handshake failed: {error}") from None
             if self.config.allows_peer(tls.getpeercert()):
                 return TLSStream(tls)
             log.warning(
@@ -92,31 +86,11 @@ class TLSAcceptor:
         return None
 
 
-class TLSStream:
+class TLSStream(PlainStream):
     """A TLS connection's bytes, without blocking (``web/wire.Stream``)."""
 
-    def __init__(self, sock: ssl.SSLSocket) -> None:
-        self.sock: socket.socket = sock
-
-    def recv(self, deadline: float) -> Generator[Wait, Any, bytes]:
-        while True:
-            check_deadline(deadline)
-            try:
-                return self.sock.recv(RECEIVE_BYTES)  # one TLS record at most: nothing stays buffered unseen
-            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
-                yield Wait(deadline, self.sock, READ)
-            except ssl.SSLWantWriteError:
-                yield Wait(deadline, self.sock, WRITE)
-
-    def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]:
-        while True:
-            check_deadline(deadline)
-            try:
-                return self.sock.send(data)
-            except (ssl.SSLWantWriteError, BlockingIOError, InterruptedError):
-                yield Wait(deadline, self.sock, WRITE)
-            except ssl.SSLWantReadError:
-                yield Wait(deadline, self.sock, READ)
+    recv_waits = ((ssl.SSLWantReadError, *AGAIN), (ssl.SSLWantWriteError,))
+    send_waits = ((ssl.SSLWantReadError,), (ssl.SSLWantWriteError, *AGAIN))
 
 
 def is_tls_hello(sock: socket.socket) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import h11
 
@@ -24,6 +24,7 @@ MAX_HEAD_BYTES = 64 << 10
 MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
 RECEIVE_BYTES = 16384  # small reads: the head bound is checked between them
 Headers = list[tuple[str, str]]
+T = TypeVar("T")
 Waits = Generator[Wait, Any, Any]
 
 
@@ -46,25 +47,44 @@ class Stream(Protocol):
     def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]: ...
 
 
+Errors = tuple[type[Exception], ...]
+AGAIN: Errors = (BlockingIOError, InterruptedError)  # a non-blocking call that must wait
+
+
 class PlainStream:
+    # What a call raises when it must wait (for the socket to be readable, writable): TLSStream adds
+    # OpenSSL's own (a TLS read may need to write, and a write to read).
+    recv_waits: tuple[Errors, Errors] = (AGAIN, ())
+    send_waits: tuple[Errors, Errors] = ((), AGAIN)
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
 
     def recv(self, deadline: float) -> Generator[Wait, Any, bytes]:
-        while True:
-            check_deadline(deadline)
-            try:
-                return self.sock.recv(RECEIVE_BYTES)
-            except (BlockingIOError, InterruptedError):
-                yield Wait(deadline, self.sock, READ)
+        # RECEIVE_BYTES is a TLS record's most: nothing stays buffered in OpenSSL unseen by the selector
+        received: bytes = yield from attempt(
+            lambda: self.sock.recv(RECEIVE_BYTES), self.sock, deadline, *self.recv_waits
+        )
+        return received
 
     def send(self, data: memoryview, deadline: float) -> Generator[Wait, Any, int]:
-        while True:
-            check_deadline(deadline)
-            try:
-                return self.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                yield Wait(deadline, self.sock, WRITE)
+        sent: int = yield from attempt(lambda: self.sock.send(data), self.sock, deadline, *self.send_waits)
+        return sent
+
+
+def attempt(
+    call: Callable[[], T], sock: socket.socket, deadline: float, wait_read: Errors, wait_write: Errors
+) -> Generator[Wait, Any, T]:
+    """``call()`` once ``sock`` is ready for it: each of ``wait_read``/``wait_write`` waits for it to be
+    readable/writable, and the call is made again."""
+    while True:
+        check_deadline(deadline)
+        try:
+            return call()
+        except wait_read:
+            yield Wait(deadline, sock, READ)
+        except wait_write:
+            yield Wait(deadline, sock, WRITE)
 
 
 def check_deadline(deadline: float) -> None:
