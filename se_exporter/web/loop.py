@@ -115,7 +115,7 @@ class Loop:
         deadlines = [wait.deadline for wait in self._waiting.values() if wait is not None and wait.deadline is not None]
         deadlines += [when for when, _ in self._timers]
         timeout = max(0.0, min(deadlines) - now) if deadlines else None
-        for key, _ in self._selector.select(None if self._posted else timeout):
+        for key, _ in self._selector.select(0 if self._posted else timeout):
             _guarded(key.data)
         while self._posted:
             _guarded(self._posted.popleft())
