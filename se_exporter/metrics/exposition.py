@@ -19,7 +19,7 @@ from se_exporter.metrics.families import MetricFamily, go_float
 TEXT_0_0_4 = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_1_0_0 = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
-GZIP_LEVEL = 6  # Go's default, as Prometheus's own exporters use: 9 costs more CPU for a few bytes
+GZIP_LEVEL = 6  # Go's default, which Prometheus's own exporters compress with (prometheus_client uses 9)
 
 
 def negotiate(accept: str | None) -> tuple[bool, str]:

@@ -59,9 +59,6 @@ class MetricFamily:
         self.label_names = tuple(label_names)
         self.samples: list[Sample] = []
 
-    def add_sample(self, name: str, labels: str, value: float) -> None:
-        self.samples.append((name, labels, value))
-
 
 class GaugeMetricFamily(MetricFamily):
     def __init__(self, name: str, documentation: str, value: float | None = None, labels: Sequence[str] = ()) -> None:
