@@ -101,7 +101,7 @@ class Counters:
 
     def families(self) -> Iterator[MetricFamily]:
         """Every counter and histogram."""
-        for metric in (self.transitions, self.approvals, self.actions, self.imds_requests):
+        counted = (self.transitions, self.approvals, self.actions, self.imds_requests)
+        observed = (self.imds_request_duration, self.started_duration, self.notice)
+        for metric in (*counted, *observed):
             yield metric.family()
-        for histogram in (self.imds_request_duration, self.started_duration, self.notice):
-            yield histogram.family()

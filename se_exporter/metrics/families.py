@@ -48,16 +48,22 @@ def render_labels(names: Sequence[str], values: Sequence[str]) -> str:
 
 class MetricFamily:
     """One family: ``kind`` is "gauge", "counter" or "histogram"; ``name`` is a counter's without
-    ``_total`` (OpenMetrics' family name), its samples ``name_total``."""
+    ``_total`` (OpenMetrics' family name), and ``sample_name`` (``name_total``) its samples'."""
 
-    __slots__ = ("documentation", "kind", "label_names", "name", "samples")
+    __slots__ = ("documentation", "kind", "label_names", "name", "sample_name", "samples")
 
-    def __init__(self, name: str, documentation: str, kind: str, label_names: Sequence[str] = ()) -> None:
+    def __init__(
+        self, name: str, documentation: str, kind: str, label_names: Sequence[str] = (), sample_name: str = ""
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.kind = kind
         self.label_names = tuple(label_names)
+        self.sample_name = sample_name or name
         self.samples: list[Sample] = []
+
+    def add_metric(self, values: Sequence[str], value: float) -> None:
+        self.samples.append((self.sample_name, render_labels(self.label_names, values), value))
 
 
 class GaugeMetricFamily(MetricFamily):
@@ -66,15 +72,10 @@ class GaugeMetricFamily(MetricFamily):
         if value is not None:
             self.add_metric((), value)
 
-    def add_metric(self, values: Sequence[str], value: float) -> None:
-        self.samples.append((self.name, render_labels(self.label_names, values), value))
-
 
 class CounterMetricFamily(MetricFamily):
     def __init__(self, name: str, documentation: str, value: float | None = None, labels: Sequence[str] = ()) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, "counter", labels)
+        family = name.removesuffix("_total")
+        super().__init__(family, documentation, "counter", labels, sample_name=family + "_total")
         if value is not None:
             self.add_metric((), value)
-
-    def add_metric(self, values: Sequence[str], value: float) -> None:
-        self.samples.append((self.name + "_total", render_labels(self.label_names, values), value))

@@ -45,9 +45,9 @@ class LabeledCounter:
         return child[1]
 
     def family(self) -> MetricFamily:
-        family = MetricFamily(self.name, self.documentation, "counter", self.label_names)
+        family = MetricFamily(self.name, self.documentation, "counter", self.label_names, self.name + "_total")
         with self._lock:
-            family.samples = [(self.name + "_total", labels, count.value) for labels, count in self._children.values()]
+            family.samples = [(family.sample_name, labels, count.value) for labels, count in self._children.values()]
         return family
 
 

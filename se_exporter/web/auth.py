@@ -32,6 +32,8 @@ class BasicAuthenticator:
     bcrypt runs one at a time (a lock), so a flood of wrong passwords uses at most one CPU core.
     """
 
+    challenge = ("WWW-Authenticate", f'Basic realm="{REALM}"')  # the header of every 401
+
     def __init__(self, users: Mapping[str, str], cache_size: int = _AUTH_CACHE_SIZE) -> None:
         if not users:
             raise ValueError("BasicAuthenticator needs at least one user")

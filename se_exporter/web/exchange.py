@@ -54,13 +54,12 @@ class Exchange:
 
     def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str, post: Post) -> None:
         self._app = app
-        self._post = post  # runs a call on the server's loop thread
+        self._post = post
         self._auth: BasicAuthenticator | None = None
         if config.basic_auth_users:
-            from se_exporter.web.auth import REALM, BasicAuthenticator  # hmac and hashlib load OpenSSL's libcrypto
+            from se_exporter.web.auth import BasicAuthenticator  # hmac and hashlib load OpenSSL's libcrypto
 
             self._auth = BasicAuthenticator(config.basic_auth_users)
-            self._challenge = ("WWW-Authenticate", f'Basic realm="{REALM}"')
         self._excluded = config.auth_excluded_paths | {TRAFFIC_PATH}  # a load balancer's probe sends no password
         self._extra = list(config.headers)
         self._base = {
@@ -143,7 +142,7 @@ class Exchange:
                 self._auth_waiting -= 1
         if user is None:
             log.debug("unauthorized request", extra={"client": environ["REMOTE_ADDR"]})
-            return Answer(401, "Unauthorized", [self._challenge], b"Unauthorized\n")
+            return Answer(401, "Unauthorized", [auth.challenge], b"Unauthorized\n")
         environ["REMOTE_USER"] = user
         return None
 
