@@ -1,7 +1,7 @@
 """/metrics latency p50/p99 with 0, 10, 100 and 1000 events listed.
 
-- ``render``: in-process, the ``Exporter``'s collector written by ``metrics/exposition.render`` (the
-  collector and the text writer; no HTTP), the store filled by one poll through an ``StaticTransport``;
+- ``render``: in-process, the ``Exporter``'s registry written by prometheus_client's ``generate_latest``
+  (the collectors and the text writer; no HTTP), the store filled by one poll through an in-memory transport;
   side by side (alternating) with ``generate_latest`` on a **plain prometheus_client registry holding
   the same series** (Gauge and Counter objects with the same names, labels and values: what an
   exporter written the usual way would serve), and the ratio of the two medians.
@@ -31,12 +31,12 @@ from benchmarks.common import (
     Mode,
     Proc,
     Report,
-    StaticTransport,
     clean_env,
     count_samples,
     free_port,
     percentile,
     simulator_process,
+    static_transport,
     wait_until,
 )
 
@@ -80,7 +80,6 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], 
 
     from se_exporter.app import Exporter
     from se_exporter.config.options import ExporterConfig
-    from se_exporter.metrics.exposition import render
 
     body = make_body(size, 1)
     quiet = logging.getLogger("se_exporter")  # the in-process exporter's transition lines: not wanted here
@@ -88,17 +87,17 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], 
     quiet.propagate = False
 
     config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid", vm_name="vm-self")
-    exporter = Exporter(config, transport=StaticTransport(200, body))
+    exporter = Exporter(config, transport=static_transport(200, body))
     exporter.start()  # close() shuts the web server down, which waits for it to have started
     try:
         if exporter.poller.poll_once() is not None:
             raise RuntimeError("the in-process poll failed")
-        text = render(exporter.collector.collect(), openmetrics=False)
+        text = generate_latest(exporter.registry)
         plain = plain_registry(text.decode())
         samples, reference = [], []
         for _ in range(repeats):  # A B A B: the same moments of a noisy machine for both
             began = time.perf_counter()
-            render(exporter.collector.collect(), openmetrics=False)
+            generate_latest(exporter.registry)
             samples.append((time.perf_counter() - began) * 1000)
             began = time.perf_counter()
             generate_latest(plain)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from typing import Any, cast
 
-from benchmarks.common import Mode, Report, StaticTransport, percentile
+from benchmarks.common import Mode, Report, percentile, static_transport
 
 NAME = "poll"
 SIZES = (0, 1, 10, 100, 500, 1000)  # up to MAX_EVENTS, the most a document may list (docs/reliability.md)
@@ -140,7 +140,7 @@ def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Ite
     config = ExporterConfig(
         listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self", **options
     )
-    exporter = Exporter(config, transport=StaticTransport(503), environ=environ)
+    exporter = Exporter(config, transport=static_transport(503), environ=environ)
     exporter.start()
     exporter.poller.client = cast(IMDSClient, _StubClient(exporter.poller.client))
     gc.freeze()  # as cli.run_exporter does once the exporter is built: start-up objects out of full collections

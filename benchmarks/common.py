@@ -334,20 +334,15 @@ def wait_all_started(processes: Iterable[Proc]) -> None:
             proc.wait_first_document()
 
 
-class StaticTransport:
-    """An IMDS transport that answers every request from memory (the in-process benchmarks)."""
+def static_transport(status: int, body: bytes = b"") -> Any:
+    """An IMDS transport that answers every request from memory (the in-process benchmarks): httpx's own."""
+    import httpx
 
-    def __init__(self, status: int, body: bytes = b"") -> None:
-        self.status = status
-        self.body = body
-
-    def send(self, request: Any, deadline: float) -> Any:
-        from se_exporter.imds.transport import Answer
-
-        return Answer(self.status, {"content-type": "application/json"}, iter([self.body]))
-
-    def close(self) -> None:
-        pass
+    return httpx.MockTransport(  # stream=: unread, as a network answer is (content= would be read already)
+        lambda _request: httpx.Response(
+            status, headers={"content-type": "application/json"}, stream=httpx.ByteStream(body)
+        )
+    )
 
 
 # ----- simulator -------------------------------------------------------------------------------

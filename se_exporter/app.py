@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx
 import msgspec
 
 from se_exporter import __version__
@@ -25,9 +26,9 @@ from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
-from se_exporter.imds.transport import Transport
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
+from se_exporter.metrics.registry import exporter_registry
 from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
@@ -58,7 +59,7 @@ class Exporter:
         self,
         config: ExporterConfig,
         *,
-        transport: Transport | None = None,
+        transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.time,
         tracer_provider: trace.TracerProvider | None = None,
         extra_sinks: Sequence[PollSink] = (),
@@ -128,14 +129,16 @@ class Exporter:
             clock=clock,
             tracer=tracer,
         )
-        self.collector = SnapshotCollector(
-            store=store,
-            poller=self.poller,
-            counters=self.counters,
-            clock=clock,
-            version=__version__,
-            spool=self.telemetry.spool,
-            state=self.persistence if config.state_file else None,
+        self.registry = exporter_registry(
+            SnapshotCollector(
+                store=store,
+                poller=self.poller,
+                counters=self.counters,
+                clock=clock,
+                version=__version__,
+                spool=self.telemetry.spool,
+                state=self.persistence if config.state_file else None,
+            )
         )
         gate = TrafficGate(
             store,
@@ -145,7 +148,7 @@ class Exporter:
             clock=clock,
         )
         app = make_app(
-            self.collector.collect,
+            self.registry,
             config.telemetry_path,
             lambda: self.poller.status.readiness,
             __version__,
@@ -222,7 +225,7 @@ class Exporter:
         self,
         settings: ClientSettings,
         limiter: RateLimiter,
-        transport: Transport | None,
+        transport: httpx.BaseTransport | None,
         given: VMIdentity | None,
     ) -> VMIdentity | None:
         """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""

@@ -1,5 +1,6 @@
 """Reading an IMDS body: the cap applies to the decoded bytes, enforced while decoding, and the whole
-answer has a deadline (a peer dripping bytes never trips a per-read timeout). Transport seam only."""
+answer has a deadline (a peer dripping bytes never trips a per-read timeout). An httpx answer streamed
+from memory."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 
 from se_exporter.errors import IMDSTimeout, InvalidDocument
 from se_exporter.imds.body import MAX_BODY_BYTES, read_body
-from se_exporter.imds.transport import Answer
 
 DOC = b'{"DocumentIncarnation": 3, "Events": []}'
 
@@ -24,9 +25,11 @@ def stream(chunks: list[bytes], on_chunk: object = None) -> Iterator[bytes]:
         yield chunk
 
 
-def answer(chunks: list[bytes], status: int = 200, encoding: str | None = None, on_chunk: object = None) -> Answer:
+def answer(
+    chunks: list[bytes], status: int = 200, encoding: str | None = None, on_chunk: object = None
+) -> httpx.Response:
     headers = {"content-encoding": encoding} if encoding else {}
-    return Answer(status, headers, stream(chunks, on_chunk))
+    return httpx.Response(status, headers=headers, content=stream(chunks, on_chunk))
 
 
 def split(data: bytes, size: int = 65536) -> list[bytes]:

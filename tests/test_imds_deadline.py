@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from se_exporter.errors import IMDSHTTPError, IMDSTimeout
+from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSTimeout
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import RateLimiter
 from tests.support.raw_peer import SLOW_ANSWERS, RawPeer
@@ -35,7 +35,7 @@ def test_a_slow_answer_is_a_timeout_within_the_deadline(answer: str, method: str
     assert peer.received.startswith(method.encode() + b" /metadata/scheduledevents?api-version=")
 
 
-@pytest.mark.parametrize("status", [b"302 Found", b"103 Early Hints", b"301 Moved Permanently"])
+@pytest.mark.parametrize("status", [b"302 Found", b"301 Moved Permanently"])
 def test_an_answer_imds_never_gives_is_an_invalid_document_retried_at_the_usual_pace(status: bytes) -> None:
     """A redirect (never followed) or an informational answer was counted as http_4xx and polled at the
     slowest pace."""
@@ -46,3 +46,14 @@ def test_an_answer_imds_never_gives_is_an_invalid_document_retried_at_the_usual_
             imds.get_document()
         imds.close()
     assert raised.value.reason == "invalid_document" and raised.value.retryable
+
+
+def test_an_informational_answer_is_skipped_and_a_peer_that_then_hangs_up_is_a_connection_error() -> None:
+    """RFC 9110: a 1xx answer is interim and the client waits for the final one; this peer closes instead."""
+    answer = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+    with RawPeer(lambda: [answer]) as peer:
+        imds = client(peer.url)
+        with pytest.raises(IMDSConnectionError, match="disconnected without sending a response") as raised:
+            imds.get_document()
+        imds.close()
+    assert raised.value.reason == "connection" and raised.value.retryable

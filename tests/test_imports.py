@@ -1,7 +1,8 @@
-"""A running exporter imports only what its configuration uses (memory and start-up are per VM, times
-a fleet): no OpenTelemetry SDK without an OTLP endpoint, no approval package without a policy, no
-YAML parser without a file to read, never the simulator, and no OpenSSL for plain HTTP. Observed in the
-real process: ``sys.modules`` written by the process itself once it has polled twice.
+"""A running exporter imports what does the protocol work (DESIGN.md, The stack: prometheus_client, httpx,
+asyncio with h11), and otherwise only what its configuration uses (memory and start-up are per VM, times
+a fleet): no OpenTelemetry without an OTLP endpoint, no approval package without a policy, no YAML parser
+without a file to read, never the simulator. Observed in the real process: ``sys.modules`` written by the
+process itself once it has polled twice.
 
 Not ``python -X importtime``, as before: it writes through C's stdio, which Wine's C runtime buffers when
 stderr is a file, and the process is ended without a flush (no SIGTERM there), so the last imports'
@@ -87,26 +88,12 @@ def test_without_otlp_policy_or_actions_no_sdk_no_approval_no_actions_no_simulat
         assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")], heavy
 
 
-def test_plain_http_loads_no_openssl(fake_imds: FakeIMDS, tmp_path: Path) -> None:
-    """IMDS and /metrics over plain HTTP need no TLS and no OpenSSL digest: _ssl and _hashlib load OpenSSL's
-    libraries, about 5 MiB resident on every VM (BENCHMARKS.md). asyncio and prometheus_client import ssl,
-    http.client too: none of them is imported."""
+def test_the_designs_stack_does_the_protocol_work(fake_imds: FakeIMDS, tmp_path: Path) -> None:
+    """prometheus_client writes /metrics (with its process, platform and GC collectors), httpx (over httpcore)
+    talks to IMDS, asyncio and h11 run the web server, hashlib makes the digests."""
     modules = imported_by_run(fake_imds, tmp_path)
-    assert "se_exporter.web.server" in modules and "se_exporter.metrics.exposition" in modules  # it did run
-    for heavy in ("ssl", "_ssl", "_hashlib", "hashlib", "hmac", "asyncio", "prometheus_client", "http.client"):
-        assert heavy not in modules, heavy
-
-
-def test_tls_loads_openssl_when_configured(fake_imds: FakeIMDS, tmp_path: Path) -> None:
-    from tests.web.pki import make_pki
-
-    (tmp_path / "pki").mkdir()
-    pki = make_pki(tmp_path / "pki")
-    config = tmp_path / "web.yml"
-    cert, key = pki.path("server.crt"), pki.path("server.key")
-    config.write_text(f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n")
-    modules = imported_by_run(fake_imds, tmp_path, f"--web.config.file={config}")
-    assert {"ssl", "se_exporter.web.tls"} <= modules
+    stack = {"prometheus_client.exposition", "prometheus_client.process_collector", "httpx", "httpcore"}
+    assert stack | {"asyncio", "h11", "hashlib"} <= modules
 
 
 @pytest.mark.parametrize("what", ["otlp", "policy"])

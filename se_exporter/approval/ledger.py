@@ -16,6 +16,7 @@ the event was already approved). Skips and running hooks are not saved: they are
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, MutableMapping, Set
@@ -25,7 +26,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from se_exporter.approval.decision import ApprovalResult
-from se_exporter.common.digests import sha256_hex
 from se_exporter.imds.document import MAX_EVENTS, ScheduledEvent
 from se_exporter.state.persistence import decode_section
 
@@ -108,7 +108,7 @@ def event_revision(event: ScheduledEvent) -> str:
         event.event_source,
         event.duration_seconds,
     ]
-    return sha256_hex(json.dumps(fields).encode())[:16]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 
 def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> dict[str, object]:

@@ -8,6 +8,7 @@ and the time, returning a ``Verdict``: a candidate for approval, or a skip with 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 import shutil
@@ -17,7 +18,6 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 import re2
 
-from se_exporter.common.digests import sha256_hex
 from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
@@ -179,7 +179,7 @@ class Policy:
     def fingerprint(self) -> str:
         """Changes whenever what the policy decides or runs changes (not when only the file moves)."""
         text = repr((self.rules, self.dry_run, self.leader, self.hook))
-        return sha256_hex(text.encode())[:16]
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def decide(
         self, event: ScheduledEvent, vm_name: str | None, now: float, classification: Classification | None = None

@@ -18,7 +18,6 @@ import msgspec
 from se_exporter.actions.runs import ActionOutcome, ActionResult
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.common.times import rfc3339, unix_nanos
-from se_exporter.common.uids import uuid5_text
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.store.lifecycle import Transition, TransitionKind
@@ -133,7 +132,7 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
 def approval_record(decision: ApprovalDecision) -> AuditRecord:
     event = decision.event
     # Every decision is a distinct audit fact (a re-decision after a crash is a real second one).
-    uid = uuid5_text(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}")
+    uid = str(uuid.uuid5(_APPROVAL_UID_NAMESPACE, f"{event.event_id}/{decision.result}/{decision.at!r}"))
     attributes: dict[str, AttributeValue] = {
         "scheduled_event.id": event.event_id,
         "scheduled_event.type": event.event_type,
@@ -170,7 +169,7 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
 
 def action_record(outcome: ActionOutcome) -> AuditRecord:
     transition, event = outcome.transition, outcome.transition.event
-    uid = uuid5_text(_ACTION_UID_NAMESPACE, outcome.uid)  # one run per transition and action: stable
+    uid = str(uuid.uuid5(_ACTION_UID_NAMESPACE, outcome.uid))  # one run per transition and action: stable
     attributes: dict[str, AttributeValue] = {
         "scheduled_event.id": event.event_id,
         "scheduled_event.type": event.event_type,

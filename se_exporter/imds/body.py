@@ -1,10 +1,10 @@
 """Reading an IMDS answer's body: bounded in bytes after decoding, and in total time.
 
-A socket timeout bounds each read, not the whole answer: a peer dripping one byte a second never trips
-a 5 s read timeout, so the answer as a whole has a deadline here. And a compressed chunk decoded whole
-can be gigabytes: 64 KiB of gzip is enough. We never ask for compression, but a broken or hostile peer
-may send it anyway, so the raw bytes are decoded here, never more than the cap at a time, and the cap
-applies to what the body decodes to.
+Every read is bounded by the request's deadline (``common/deadline.py``), and the answer as a whole is
+checked against it here too. A compressed chunk decoded whole can be gigabytes: httpx's decoders inflate
+each chunk they get in one call, and one 64 KiB chunk of gzip inflates to 64 MiB. We never ask for
+compression, but a broken or hostile peer may send it anyway, so the raw bytes (``iter_raw``) are decoded
+here, never more than the cap at a time, and the cap applies to what the body decodes to.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import time
 import zlib
 from collections.abc import Callable
 
+import httpx
+
 from se_exporter.errors import IMDSTimeout, InvalidDocument
-from se_exporter.imds.transport import Answer
 
 # A usual document is a few kB, but one listing thousands of events (a large scale set) is not: 5,000
 # events with every field are ~1.4 MB. 4 MiB holds ~15,000 and still caps what a broken peer makes us hold.
@@ -29,21 +30,24 @@ class BodyTooLarge(Exception):
 
 
 def read_body(
-    answer: Answer, deadline: float, what: str = "IMDS answer", monotonic: Callable[[], float] = time.monotonic
+    answer: httpx.Response,
+    deadline: float,
+    what: str = "IMDS answer",
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> bytes:
-    """The decoded body of ``answer`` (``what``: "IMDS GET /path", for messages).
+    """The decoded body of the streamed ``answer`` (``what``: "IMDS GET /path", for messages).
 
     A success whose body is too large or undecodable is an ``InvalidDocument``; an error page is cut
     (its start explains it); past ``deadline`` (on ``monotonic``) the answer is abandoned as an
     ``IMDSTimeout``.
     """
-    success = 200 <= answer.status < 300
+    success = 200 <= answer.status_code < 300
     encoding = answer.headers.get("content-encoding", "identity").strip().lower()
     decoder = _Decoder(encoding)
     chunks: list[bytes] = []
     size = 0
     try:
-        for raw in answer.chunks:
+        for raw in answer.iter_raw():
             if monotonic() > deadline:
                 raise IMDSTimeout(f"{what} did not finish its answer in time (a slow or dripping answer)")
             for chunk in decoder.feed(raw, MAX_BODY_BYTES - size):

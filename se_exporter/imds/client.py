@@ -1,9 +1,12 @@
-"""HTTP client for the Instance Metadata Service: Scheduled Events and compute metadata.
+"""HTTP client for the Instance Metadata Service: Scheduled Events and compute metadata, over httpx.
 
-One long-lived transport (``imds.transport``: kept-alive connections), called directly: IMDS needs no
-cookies, auth or redirects, and each endpoint's request is built once. Proxies are bypassed on purpose
-(the transport never uses one): IMDS is link-local and rejects proxied requests. Every request passes
-the shared rate limiter, is timed into ``on_response`` (the metrics) and traced as an HTTP client span.
+Two ``httpx.Client``s share the settings: one for GETs, its connection kept alive between polls, and one
+for approval POSTs, which never keeps a connection (a POST on a kept-alive connection found closed would
+have to be sent again, and approving again is the approver's decision after a fresh look at the event,
+never the transport's). Neither reads the environment (``trust_env=False``): IMDS is link-local and
+rejects proxied requests. Every request passes the shared rate limiter, has one total deadline
+(``common/deadline.py``) and a bounded body (``imds/body.py``), is timed into ``on_response`` (the metrics)
+and traced as an HTTP client span. httpx's exceptions become ``errors.IMDSError``'s.
 """
 
 from __future__ import annotations
@@ -11,19 +14,20 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+import httpx
+
 from se_exporter import __version__
+from se_exporter.common.deadline import deadline_transport, root_cause, within
 from se_exporter.common.tracing import client_kind, mark_error
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout
 from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 from se_exporter.imds.pacing import RateLimiter
-from se_exporter.imds.transport import ConnectTimeout, IMDSTransport, ReadTimeout, Request, Transport, TransportError
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -31,9 +35,15 @@ if TYPE_CHECKING:
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 COMPUTE_API_VERSION = "2021-02-01"
+CONNECT_TIMEOUT_SECONDS = 2.0  # IMDS is link-local: a connection takes microseconds or never comes
 
-REQUEST_HEADERS = {"Metadata": "true", "Accept": "application/json", "User-Agent": f"se-exporter/{__version__}"}
-POST_HEADERS = {**REQUEST_HEADERS, "Content-Type": "application/json"}
+REQUEST_HEADERS = {
+    "Metadata": "true",
+    "Accept": "application/json",
+    "Accept-Encoding": "identity",  # a compressed answer is decoded by imds/body.py, bounded, if one comes
+    "User-Agent": f"se-exporter/{__version__}",
+}
+POST_HEADERS = {"Content-Type": "application/json"}
 ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
 
 
@@ -52,7 +62,7 @@ class IMDSClient:
         settings: ClientSettings,
         limiter: RateLimiter,
         *,
-        transport: Transport | None = None,
+        transport: httpx.BaseTransport | None = None,  # tests and benchmarks pass their own
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
@@ -64,12 +74,15 @@ class IMDSClient:
         self._last_body: bytes | None = None
         self._last_document: Document | None = None
         self._targets: dict[tuple[str, str, str], _Target] = {}
-        self._base_url = urllib.parse.urlsplit(settings.base_url)
-        self._transport = transport or IMDSTransport()
+        self._plain_http = httpx.URL(settings.base_url).scheme == "http"
+        keep_one = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=30.0)
+        self._gets = _client(settings, transport or deadline_transport(keep_one))
+        self._posts = _client(settings, transport or deadline_transport(httpx.Limits(max_keepalive_connections=0)))
         self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
     def close(self) -> None:
-        self._transport.close()
+        self._gets.close()
+        self._posts.close()
 
     def is_waiting(self, thread_id: int) -> bool:
         """Whether that thread waits on IMDS now: a stop request may then cut the request short, since IMDS
@@ -122,36 +135,76 @@ class IMDSClient:
         return body
 
     def _target(self, method: str, path: str, api_version: str) -> _Target:
-        # Built once per endpoint: parsing URLs and building requests was a third of an idle poll's cost.
         key = (method, path, api_version)
         if key not in self._targets:
-            self._targets[key] = _make_target(self._base_url, method, path, api_version)
+            self._targets[key] = _make_target(self._gets.base_url, method, path, api_version)
         return self._targets[key]
 
     def _send(self, method: str, target: _Target, content: bytes | None, timeout: float | None) -> tuple[bytes, int]:
-        if target.request is None:
-            raise IMDSConnectionError(
-                f"IMDS {method} {target.path} failed: IMDS is plain HTTP, not {self._base_url.scheme}"
-            )
-        request = target.request if content is None else replace(target.request, headers=POST_HEADERS, body=content)
-        deadline = time.monotonic() + (self.settings.timeout if timeout is None else timeout)  # the whole answer
+        what = f"IMDS {method} {target.path}"
+        if not self._plain_http:
+            raise IMDSConnectionError(f"{what} failed: IMDS is plain HTTP, not {self._gets.base_url.scheme}")
+        read = self.settings.timeout if timeout is None else timeout
+        client = self._gets if content is None else self._posts
+        request = client.build_request(
+            method,
+            target.url,
+            content=content,
+            headers=POST_HEADERS if content is not None else None,
+            timeout=httpx.Timeout(read, connect=min(read, CONNECT_TIMEOUT_SECONDS)),
+        )
+        deadline = time.monotonic() + read  # the whole answer, not each read
         self._waiting.add(threading.get_ident())
         try:
-            answer = self._transport.send(request, deadline)
-            try:
-                body = read_body(answer, deadline, f"IMDS {method} {target.path}")
-            finally:
-                answer.close()
-        except (ReadTimeout, ConnectTimeout) as exc:
+            with within(deadline):
+                status, body = _fetch(client, request, deadline, what)
+        except httpx.TimeoutException as exc:
             detail = f": {exc}" if str(exc) and "timed out" not in str(exc) else f" ({type(exc).__name__})"
-            raise IMDSTimeout(f"IMDS {method} {target.path} timed out{detail}") from None
-        except TransportError as exc:
-            raise IMDSConnectionError(f"IMDS {method} {target.path} failed: {type(exc).__name__}: {exc}") from None
+            raise IMDSTimeout(f"{what} timed out{detail}") from None
+        except httpx.TransportError as exc:
+            raise IMDSConnectionError(f"{what} failed: {type(exc).__name__}: {_cause(exc)}") from None
         finally:
             self._waiting.discard(threading.get_ident())
-        if not 200 <= answer.status < 300:
-            raise IMDSHTTPError(answer.status, _explain(method, target, answer.status, body))
-        return body, answer.status
+        if not 200 <= status < 300:
+            raise IMDSHTTPError(status, _explain(method, target, status, body))
+        return body, status
+
+
+_STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+def _fetch(client: httpx.Client, request: httpx.Request, deadline: float, what: str) -> tuple[int, bytes]:
+    """The answer's status and bounded body. A GET whose kept-alive connection turns out closed before a
+    byte of the answer (the server closed it while idle, and its FIN crossed our request) is sent once more,
+    on a new connection: httpcore sees such a connection only once the FIN has arrived."""
+    opened: list[str] = []  # httpcore's trace events: "connection.connect_tcp.started" when it connects
+    request.extensions["trace"] = lambda event, _info: opened.append(event) if "connect_tcp" in event else None
+    try:
+        answer = client.send(request, stream=True)
+    except _STALE:
+        if opened or request.method != "GET":
+            raise
+        answer = client.send(request, stream=True)  # a fresh connection (the stale one left the pool)
+    try:
+        return answer.status_code, read_body(answer, deadline, what)
+    finally:
+        answer.close()
+
+
+def _cause(error: BaseException) -> str:
+    """What failed underneath httpx's exception (the socket's ``ConnectionRefusedError``, say), with its words."""
+    root = root_cause(error)
+    return f"{type(root).__name__}: {root}" if isinstance(root, OSError) else str(error)
+
+
+def _client(settings: ClientSettings, transport: httpx.BaseTransport) -> httpx.Client:
+    return httpx.Client(
+        base_url=settings.base_url,
+        headers=REQUEST_HEADERS,
+        transport=transport,
+        trust_env=False,  # IMDS is never proxied: HTTP(S)_PROXY and NO_PROXY are not read
+        follow_redirects=False,  # IMDS never redirects; whoever does is not IMDS
+    )
 
 
 def _explain(method: str, target: _Target, code: int, body: bytes) -> str:
@@ -172,22 +225,21 @@ def _explain(method: str, target: _Target, code: int, body: bytes) -> str:
 class _Target(NamedTuple):
     path: str
     api_version: str
-    request: Request | None  # None: not a plain-HTTP base URL
+    url: httpx.URL  # the path and the query, joined to the base URL by the client
     attributes: dict[str, str | int]  # the HTTP client span's request attributes (semantic conventions)
 
 
-def _make_target(base: urllib.parse.SplitResult, method: str, path: str, api_version: str) -> _Target:
-    query = urllib.parse.urlencode({"api-version": api_version})
-    host, port = base.hostname or "", base.port or 80
+def _make_target(base: httpx.URL, method: str, path: str, api_version: str) -> _Target:
+    url = httpx.URL(path, params={"api-version": api_version})
+    full = base.join(url)
     attributes: dict[str, str | int] = {
         "http.request.method": method,
-        "url.full": urllib.parse.urlunsplit((base.scheme, base.netloc, path, query, "")),
-        "server.address": host,
+        "url.full": str(full),
+        "server.address": full.host,
     }
     if base.port is not None:
         attributes["server.port"] = base.port
-    request = Request(method, host, port, f"{path}?{query}", REQUEST_HEADERS) if base.scheme == "http" else None
-    return _Target(path, api_version, request, attributes)
+    return _Target(path, api_version, url, attributes)
 
 
 def _record_error(span: trace.Span, error: IMDSError) -> None:

@@ -2,8 +2,8 @@
 
 The collector reads what *is* (the store's listed events, the poll loop's status) and what
 happened (``Counters``) on every scrape, so per-event series vanish with their event and the
-"seconds until" gauges are exact at scrape time. Nothing is registered anywhere: /metrics calls
-``collect`` (``web/endpoints.py``), and ``metrics/exposition.py`` writes what it yields.
+"seconds until" gauges are exact at scrape time. It is a prometheus_client ``Collector``: the exporter
+registers it in a registry of its own (``metrics/registry.py``), whose exposition prometheus_client writes.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import platform
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from se_exporter.imds.document import EVENT_STATUSES, EVENT_TYPES
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.metrics.counters import Counters
-from se_exporter.metrics.families import CounterMetricFamily, GaugeMetricFamily, MetricFamily
 from se_exporter.metrics.names import PREFIX, affects_label, label
 from se_exporter.poller import PollStatus
 from se_exporter.store import EventStore
@@ -47,7 +49,7 @@ class CountsErrors(Protocol):
     def errors(self) -> int: ...
 
 
-class SnapshotCollector:
+class SnapshotCollector(Collector):
     def __init__(
         self,
         *,
@@ -68,10 +70,14 @@ class SnapshotCollector:
         self._state = state
         self._cached: _Cached | None = None
 
-    def collect(self) -> Iterator[MetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         yield from (family for family in self._families() if family.samples)  # no bare HELP/TYPE lines
 
-    def _families(self) -> Iterator[MetricFamily]:
+    def describe(self) -> Iterator[Metric]:
+        """Every family, even empty: the registry learns the names from it, which /metrics?name[]= needs."""
+        return self._families()
+
+    def _families(self) -> Iterator[Metric]:
         status = self._poller.status
         yield from self._event_families(status.identity)
         yield from self._health_families(status)

@@ -1,8 +1,9 @@
 """What happened, counted: transitions, approval and action outcomes, IMDS requests, time in Started, notice.
 
 ``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
-client's response observer. The snapshot collector renders its counters and histograms
-(``metrics/instruments.py``) as families at every scrape.
+client's response observer. The counters and histograms are prometheus_client's own, registered
+nowhere: the snapshot collector renders them, without their ``_created`` series (a timestamp per
+label set that every VM of a fleet would pay for and no dashboard or rule reads).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import collections
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import Metric
+
 from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.decision import COUNTED_RESULTS
 from se_exporter.imds.document import EVENT_TYPES
-from se_exporter.metrics.families import MetricFamily
-from se_exporter.metrics.instruments import LabeledCounter, LabeledHistogram
 from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
 from se_exporter.store.lifecycle import TransitionKind
@@ -28,47 +30,53 @@ MAX_UNKNOWN_EVENT_TYPES = 5
 
 
 class Counters:
-    """Safe from any thread (each instrument locks its values)."""
+    """Safe from any thread (prometheus_client locks each value)."""
 
     def __init__(self, approval_enabled: bool = False, actions: Mapping[str, Sequence[str]] | None = None) -> None:
         """``actions``: each configured action's name and the transitions it runs for (their zero series)."""
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
-        self.transitions = LabeledCounter(
-            PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"]
+        self.transitions = Counter(
+            PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
         )
         # A series per type and transition from its first count, not thirty zero series per VM (300,000 at
         # 10,000 VMs, which the fleet's transitions rule took over a second to read): the rules and the
         # dashboards count a series' birth as its increase (dashboards/mixin/recording.py, increase_with_births).
-        self.approvals = LabeledCounter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"])
+        self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
         if approval_enabled:
             for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
                 self.approvals.labels(event_type, result)
-        self.actions = LabeledCounter(
-            PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"]
+        self.actions = Counter(
+            PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"], registry=None
         )
         for name, transitions in (actions or {}).items():
             for transition, action_result in product(transitions, ACTION_RESULTS):
                 self.actions.labels(name, transition, action_result)
-        self.imds_requests = LabeledCounter(
-            PREFIX + "imds_requests", "IMDS requests by method and HTTP code (or error).", ["method", "code"]
+        self.imds_requests = Counter(
+            PREFIX + "imds_requests",
+            "IMDS requests by method and HTTP code (or error).",
+            ["method", "code"],
+            registry=None,
         )
-        self.imds_request_duration = LabeledHistogram(
+        self.imds_request_duration = Histogram(
             PREFIX + "imds_request_duration_seconds",
             "IMDS request latency.",
             ["method"],
             buckets=REQUEST_BUCKETS,
+            registry=None,
         )
-        self.started_duration = LabeledHistogram(
+        self.started_duration = Histogram(
             PREFIX + "started_duration_seconds",
             "Total time in Started of events that completed.",
             ["event_type"],
             buckets=STARTED_BUCKETS,
+            registry=None,
         )
-        self.notice = LabeledHistogram(
+        self.notice = Histogram(
             PREFIX + "notice_seconds",
             "NotBefore minus first sighting, for events first seen Scheduled.",
             ["event_type"],
             buckets=NOTICE_BUCKETS,
+            registry=None,
         )
 
     def on_poll(self, result: PollResult) -> None:
@@ -99,9 +107,11 @@ class Counters:
         self.imds_requests.labels(method, code).inc()
         self.imds_request_duration.labels(method).observe(seconds)
 
-    def families(self) -> Iterator[MetricFamily]:
-        """Every counter and histogram."""
+    def families(self) -> Iterator[Metric]:
+        """Every counter and histogram, without ``_created`` samples."""
         counted = (self.transitions, self.approvals, self.actions, self.imds_requests)
         observed = (self.imds_request_duration, self.started_duration, self.notice)
         for metric in (*counted, *observed):
-            yield metric.family()
+            for family in metric.collect():
+                family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
+                yield family

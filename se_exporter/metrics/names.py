@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from se_exporter.common.digests import sha256_hex
+import hashlib
 
 PREFIX = "azure_scheduled_events_"
 MAX_LABEL_LENGTH = 128  # an absurd EventId or Resource must not blow up every scrape and the TSDB
@@ -13,7 +13,7 @@ def label(value: str) -> str:
     two long EventIds sharing a prefix stay two series (identical label sets make the exposition invalid)."""
     if len(value) <= MAX_LABEL_LENGTH:
         return value
-    digest = sha256_hex(value.encode("utf-8", "surrogatepass"))[:8]
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{value[: MAX_LABEL_LENGTH - 1]}…~{digest}"
 
 

@@ -7,6 +7,7 @@ them; a transition's ``uid`` is stable across processes, so a crash never gives 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import uuid
 from datetime import datetime
@@ -15,8 +16,6 @@ from typing import Annotated
 
 import msgspec
 
-from se_exporter.common.digests import sha256_hex
-from se_exporter.common.uids import uuid5_text
 from se_exporter.imds.changes import content
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact
@@ -86,8 +85,8 @@ def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> 
     key += f"/{kind}"
     if detail is not None:
         key += "/" + detail
-    return uuid5_text(_UID_NAMESPACE, key)
+    return str(uuid.uuid5(_UID_NAMESPACE, key))
 
 
 def _content_digest(event: ScheduledEvent) -> str:
-    return sha256_hex(json.dumps(content(event), default=str).encode())[:16]
+    return hashlib.sha256(json.dumps(content(event), default=str).encode()).hexdigest()[:16]

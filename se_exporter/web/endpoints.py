@@ -6,19 +6,20 @@ import html
 from collections.abc import Callable, Iterable
 from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
 from se_exporter.config.options import HEALTHY_PATH, READY_PATH, TRAFFIC_PATH
-from se_exporter.metrics import exposition
-from se_exporter.metrics.families import MetricFamily
 from se_exporter.web.traffic import TrafficVerdict
 
 
 def make_app(
-    collect: Callable[[], Iterable[MetricFamily]],  # what /metrics shows, gathered at each scrape
+    registry: CollectorRegistry,  # what /metrics shows, collected at each scrape
     telemetry_path: str,
     ready: Callable[[], bool | str],  # True, or why not (False: no successful IMDS poll yet)
     version: str,
     traffic: Callable[[], TrafficVerdict] | None = None,
 ) -> WSGIApplication:
+    metrics_app = make_wsgi_app(registry)  # content negotiation, OpenMetrics, gzip and name[] filters included
     landing = _landing_page(telemetry_path, version).encode()
 
     def readiness() -> tuple[str, str]:
@@ -40,11 +41,9 @@ def make_app(
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == telemetry_path:
-            accept = prefer_text_format(environ.get("HTTP_ACCEPT", ""))
-            encoding, query = environ.get("HTTP_ACCEPT_ENCODING"), environ.get("QUERY_STRING", "")
-            headers, body = exposition.answer(collect(), accept, encoding, query)
-            start_response("200 OK", headers)
-            return [body]
+            environ["HTTP_ACCEPT"] = prefer_text_format(environ.get("HTTP_ACCEPT", ""))
+            body: Iterable[bytes] = metrics_app(environ, start_response)
+            return body
         if (answer := plain.get(path)) is not None:
             status, text = answer()
             return _text(start_response, status, text + "\n")

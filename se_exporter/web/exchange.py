@@ -2,7 +2,7 @@
 
 A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most
 ``MAX_HEAD_BYTES`` of head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a
-slow or dripping client holds a generator on the loop (``web/loop.py``), never a worker. Only then:
+slow or dripping client holds a coroutine, never a worker. Only then:
 
 - basic auth: credentials checked valid before answer at once; others need bcrypt (tens of
   milliseconds) on one thread with at most ``MAX_AUTH_WAITING`` waiting: a flood of wrong passwords is
@@ -15,51 +15,43 @@ slow or dripping client holds a generator on the loop (``web/loop.py``), never a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import logging
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Generator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 from wsgiref.types import WSGIApplication
 
 import h11
 
 from se_exporter.config.options import TRAFFIC_PATH
+from se_exporter.web.auth import BasicAuthenticator
 from se_exporter.web.config import WebConfig
-from se_exporter.web.loop import Wait
 from se_exporter.web.wire import (
     IDLE_TIMEOUT_SECONDS,
     MAX_HEAD_BYTES,
     Answer,
     Headers,
-    Stream,
     plain,
     read_request,
     write_answer,
 )
 
-if TYPE_CHECKING:
-    from se_exporter.web.auth import BasicAuthenticator
-
 log = logging.getLogger("se_exporter.web.server")
-Post = Callable[[Callable[[], None]], None]  # runs a call on the server's loop thread
 MAX_AUTH_WAITING = 4
 
 
 class Exchange:
     """What the server does with a request: shared by every connection (its threads and bounds too)."""
 
-    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str, post: Post) -> None:
+    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str) -> None:
         self._app = app
-        self._post = post
-        self._auth: BasicAuthenticator | None = None
-        if config.basic_auth_users:
-            from se_exporter.web.auth import BasicAuthenticator  # hmac and hashlib load OpenSSL's libcrypto
-
-            self._auth = BasicAuthenticator(config.basic_auth_users)
+        self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
         self._excluded = config.auth_excluded_paths | {TRAFFIC_PATH}  # a load balancer's probe sends no password
         self._extra = list(config.headers)
         self._base = {
@@ -75,42 +67,46 @@ class Exchange:
         self._render = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-render")
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
         self._auth_waiting = 0
-        self._rendering: dict[tuple[str, ...], Future[Answer]] = {}
+        self._rendering: dict[tuple[str, ...], asyncio.Future[Answer]] = {}
 
     def close(self) -> None:
         self._render.shutdown(wait=False, cancel_futures=True)
         self._bcrypt.shutdown(wait=False, cancel_futures=True)
 
-    def serve(
-        self, stream: Stream, client: str, idle: Callable[[bool], None], deadline: float
-    ) -> Generator[Wait, Any, None]:
+    async def serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client: str,
+        idle: Callable[[bool], None],
+        deadline: float,
+    ) -> None:
         """Requests until the client, an error or a timeout ends the connection; ``idle(True)`` while it
         waits for a request (such connections are the ones the server may close when it needs room)."""
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         while True:
             idle(True)
             try:
-                request = yield from read_request(http, stream, deadline)
+                request = await read_request(http, reader, deadline)
             except h11.RemoteProtocolError as error:
-                refusal = plain(error.error_status_hint, str(error))
-                yield from write_answer(http, stream, refusal, head=False, close=True)
+                await write_answer(http, writer, plain(error.error_status_hint, str(error)), head=False, close=True)
                 return
             if request is None:
                 return
             idle(False)
-            answer = yield from self._answer(request, client)
-            yield from write_answer(http, stream, self._with_extra(answer), head=request.method == b"HEAD", close=False)
+            answer = await self._answer(request, client)
+            await write_answer(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
             if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
                 return
             http.start_next_cycle()
             deadline = time.monotonic() + IDLE_TIMEOUT_SECONDS
 
-    def _answer(self, request: h11.Request, client: str) -> Generator[Wait, Any, Answer]:
+    async def _answer(self, request: h11.Request, client: str) -> Answer:
         if request.method not in (b"GET", b"HEAD"):
             return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
         environ = self._environ(request, client)
         if self._auth is not None and environ["PATH_INFO"] not in self._excluded:
-            refused = yield from self._authenticate(self._auth, environ)
+            refused = await self._authenticate(self._auth, environ)
             if refused is not None:
                 return refused
         key = tuple(
@@ -118,16 +114,14 @@ class Exchange:
         )
         shared = self._rendering.get(key)
         if shared is None:  # nobody renders this yet: render it, and let whoever asks meanwhile share it
-            shared = self._rendering[key] = self._render.submit(_call, self._app, environ)
-            shared.add_done_callback(lambda done: self._post(lambda: self._rendered(key, done)))
-        answer: Answer = yield Wait(None, future=shared)
-        return answer
+            loop = asyncio.get_running_loop()
+            shared = self._rendering[key] = asyncio.ensure_future(
+                loop.run_in_executor(self._render, _call, self._app, environ)
+            )
+            shared.add_done_callback(lambda _: self._rendering.pop(key, None))
+        return await asyncio.shield(shared)
 
-    def _rendered(self, key: tuple[str, ...], done: Future[Answer]) -> None:
-        if self._rendering.get(key) is done:
-            del self._rendering[key]
-
-    def _authenticate(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Generator[Wait, Any, Answer | None]:
+    async def _authenticate(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Answer | None:
         """None when the request may go on (``REMOTE_USER`` set), else the refusal."""
         header = environ.get("HTTP_AUTHORIZATION")
         user = auth.cached_user(header)
@@ -137,7 +131,8 @@ class Exchange:
                 return Answer(429, "Too Many Requests", [("Retry-After", "1")], b"Too many authentication attempts\n")
             self._auth_waiting += 1
             try:
-                user = yield Wait(None, future=self._bcrypt.submit(auth.authenticate, header))
+                loop = asyncio.get_running_loop()
+                user = await loop.run_in_executor(self._bcrypt, auth.authenticate, header)
             finally:
                 self._auth_waiting -= 1
         if user is None:
@@ -188,3 +183,8 @@ def _call(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
     status, headers = started[0]
     code, _, reason = status.partition(" ")
     return Answer(int(code), reason, headers, body)
+
+
+def close_quietly(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        writer.close()

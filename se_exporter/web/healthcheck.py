@@ -7,22 +7,26 @@ listen address and the web config file the way the exporter does: a flag wins ov
 ``SE_EXPORTER_*`` twin, then the default. It asks ``/-/healthy`` over HTTP, or HTTPS when the web
 config sets TLS (no verification: it is the server in this container, not a peer to trust). 200 is
 healthy; so is 401 when basic auth guards ``/-/healthy`` (the probe has no password, only hashes
-exist), and a refused client certificate when the web config requires one: the server answered.
+exist), and a refused client certificate when the web config requires one: the server answered. httpx
+asks, within one total deadline (``common/deadline.py``).
 Exit 0 when healthy, 1 with one line on stderr otherwise (Docker's and podman's contract).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import re
 import ssl
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
+from se_exporter.common.deadline import deadline_transport, root_cause, within
 from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import HEALTHY_PATH, add_exporter_flags
 
@@ -67,29 +71,38 @@ def _loopback_for(host: str) -> str:
 def probe(where: Target) -> str | None:
     """``None`` when the exporter at ``where`` is healthy, else why not."""
     tls, auth = _web_config(where.web_config_file)
-    connection: http.client.HTTPConnection
-    if tls is None:
-        connection = http.client.HTTPConnection(where.host, where.port, timeout=TIMEOUT_SECONDS)
-    else:
+    host = f"[{where.host}]" if ":" in where.host else where.host
+    url = f"{'https' if tls is not None else 'http'}://{host}:{where.port}{HEALTHY_PATH}"
+    context = None
+    if tls is not None:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-        connection = http.client.HTTPSConnection(where.host, where.port, timeout=TIMEOUT_SECONDS, context=context)
-    url = f"{'https' if tls is not None else 'http'}://{where.host}:{where.port}{HEALTHY_PATH}"
+    transport = deadline_transport(httpx.Limits(max_connections=1), tls=context)
     try:
-        connection.request("GET", HEALTHY_PATH)
-        status = connection.getresponse().status
-    except (ssl.SSLError, ConnectionResetError, http.client.RemoteDisconnected) as error:
-        if tls == "RequireAndVerifyClientCert":
+        with (
+            httpx.Client(transport=transport, trust_env=False, timeout=TIMEOUT_SECONDS) as client,
+            within(time.monotonic() + TIMEOUT_SECONDS),
+        ):
+            status = client.get(url).status_code
+    except httpx.HTTPError as error:
+        if tls == "RequireAndVerifyClientCert" and _refused_in_tls(error):
             return None  # it took the connection and refused us for want of a client certificate
-        return f"{url}: {error}"
-    except (OSError, http.client.HTTPException) as error:
-        return f"{url}: {error}"
-    finally:
-        connection.close()
+        return f"{url}: {_words(error)}"
     if status == 200 or (status == 401 and auth):
         return None
     return f"{url}: HTTP {status}"
+
+
+def _refused_in_tls(error: httpx.HTTPError) -> bool:
+    """Whether the server took the connection and then ended it in TLS (an alert, a reset, a hang-up)."""
+    root = root_cause(error)
+    return isinstance(root, ssl.SSLError | ConnectionResetError) or isinstance(error, httpx.RemoteProtocolError)
+
+
+def _words(error: httpx.HTTPError) -> str:
+    root = root_cause(error)
+    return f"{type(root).__name__}: {root}" if root is not error else f"{type(error).__name__}: {error}"
 
 
 def _web_config(path: Path | None) -> tuple[str | None, bool]:

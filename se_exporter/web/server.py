@@ -1,5 +1,5 @@
-"""The HTTP server: one thread whose selectors loop (``web/loop.py``) drives every connection, so a connection
-costs a generator and a file descriptor, never a thread, and no client can stop or starve it.
+"""The HTTP server: asyncio on one thread, so a connection costs a coroutine and a file descriptor, never a
+thread, and no client can stop or starve it.
 
 Every connection is bounded in time (``web/exchange.py``: a request in full within 10 s of its first
 byte, a TLS handshake within ``handshake_timeout``, an answer taken within 10 s, 30 s idle between
@@ -11,6 +11,7 @@ happens to one connection, or to an accept, the accept loop goes on.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import logging
@@ -18,34 +19,18 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Generator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 from wsgiref.types import WSGIApplication
 
 from se_exporter.web.config import WebConfig
-from se_exporter.web.exchange import Exchange
-from se_exporter.web.loop import Loop, Step, Timeout, Wait
-from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, PlainStream, Stream
-
-if TYPE_CHECKING:
-    from se_exporter.web.tls import TLSAcceptor
+from se_exporter.web.exchange import Exchange, close_quietly
+from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, is_tls_hello
+from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 
 log = logging.getLogger(__name__)
 # Open connections at most (the process's 1,024 file descriptors also hold the state file, the spool and
 # IMDS connections; Windows' select() takes 512).
 MAX_CONNECTIONS = 256
-ACCEPTS_PER_WAKE = 64  # a burst of connections is taken in one go, without holding up the open ones
-HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 _LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-@dataclass(eq=False, slots=True)
-class _Open:
-    """One open connection: its task, and whether it waits for a request (the first to close for room)."""
-
-    task: Step | None = None
-    waiting: bool = True
 
 
 class WebServer:
@@ -66,49 +51,54 @@ class WebServer:
         handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
     ) -> None:
         config = web_config or WebConfig()
-        self._tls: TLSAcceptor | None = None
-        if config.tls:
-            from se_exporter.web.tls import TLSAcceptor  # ssl loads OpenSSL: only when TLS is asked for
-
-            self._tls = TLSAcceptor(config.tls, handshake_timeout)
+        self._tls = TLSAcceptor(config.tls, handshake_timeout) if config.tls else None
         self._listener = _bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
-        self._loop = Loop()
-        self._exchange = Exchange(app, config, self.port, self.scheme, self._loop.post)
-        self._thread = threading.Thread(target=self._run, name="web", daemon=True)
-        self._open: OrderedDict[_Open, None] = OrderedDict()  # oldest first
+        self._exchange = Exchange(app, config, self.port, self.scheme)
+        self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
+        self._thread = threading.Thread(
+            target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
+        )
+        self._stopping: asyncio.Event | None = None
+        self._open: OrderedDict[asyncio.Task[None], bool] = OrderedDict()  # connection -> waiting for a request
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            self._loop.stop()
+            self._loop.call_soon_threadsafe(self._request_stop)
             self._thread.join(timeout=5.0)
-        elif self._thread.ident is None:  # never started: the loop's sockets are still open
-            self._loop.close()
         self._exchange.close()
         self._listener.close()
+        if not self._thread.is_alive():
+            self._loop.close()
 
-    def _run(self) -> None:
+    def _request_stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        accepting = asyncio.create_task(self._accept_loop())
+        await self._stopping.wait()
+        accepting.cancel()
+        for task in list(self._open):
+            task.cancel()
+        await asyncio.gather(accepting, *self._open, return_exceptions=True)
+
+    async def _accept_loop(self) -> None:
         self._listener.setblocking(False)
-        self._loop.listen(self._listener, self._accept)
-        self._loop.run()
-
-    def _accept(self) -> None:
-        for _ in range(ACCEPTS_PER_WAKE):
+        while True:
             try:
-                sock, address = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
+                sock, address = await self._loop.sock_accept(self._listener)
             except OSError as error:  # out of file descriptors, say: make room, or the loop would spin
                 if error.errno in _LIMITS and self._close_oldest_waiting():
                     continue
                 log.warning("cannot accept a connection: %s", error)
-                self._loop.unlisten(self._listener)
-                self._loop.call_at(time.monotonic() + 0.1, lambda: self._loop.listen(self._listener, self._accept))
-                return
+                await asyncio.sleep(0.1)
+                continue
             try:
                 self._admit(sock, _client(address))
             except Exception:  # one connection's trouble must never end the accept loop
@@ -119,39 +109,97 @@ class WebServer:
         if len(self._open) >= MAX_CONNECTIONS and not self._close_oldest_waiting():
             sock.close()  # every open connection is busy answering (each for seconds at most)
             return
-        sock.setblocking(False)
-        opened = _Open()
-        self._open[opened] = None
-        opened.task = self._loop.spawn(self._connection(sock, client, opened))
+        task = asyncio.create_task(self._connection(sock, client))
+        self._open[task] = True
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._open.pop(task, None)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("error serving a connection", exc_info=error)
 
     def _close_oldest_waiting(self) -> bool:
-        oldest = next((opened for opened in self._open if opened.waiting), None)
+        oldest = next((task for task, waiting in self._open.items() if waiting and not task.done()), None)
         if oldest is None:
             return False
-        del self._open[oldest]
-        if oldest.task is not None:
-            self._loop.cancel(oldest.task)
+        oldest.cancel()
+        self._open.pop(oldest, None)
         return True
 
-    def _connection(self, sock: socket.socket, client: str, opened: _Open) -> Generator[Wait, Any, None]:
+    async def _connection(self, sock: socket.socket, client: str) -> None:
+        task = asyncio.current_task()
+
         def idle(waiting: bool) -> None:  # the oldest idle connections are the first to go
-            opened.waiting = waiting
-            if waiting and opened in self._open:
-                self._open.move_to_end(opened)
+            if task is not None and task in self._open:
+                self._open[task] = waiting
+                if waiting:
+                    self._open.move_to_end(task)
 
         deadline = time.monotonic() + HEAD_TIMEOUT_SECONDS
-        stream: Stream | None = None
+        writer: asyncio.StreamWriter | None = None
         try:
-            stream = PlainStream(sock) if self._tls is None else (yield from self._tls.open(sock, client, deadline))
-            if stream is not None:
-                yield from self._exchange.serve(stream, client, idle, deadline)
-        except (Timeout, OSError) as error:
+            opened = await self._open_stream(sock, client, deadline)
+            if opened is None:
+                return
+            reader, writer = opened
+            await self._exchange.serve(reader, writer, client, idle, deadline)
+        except (Timeout, OSError, asyncio.IncompleteReadError) as error:
             log.debug("connection ended", extra={"client": client, "err": str(error) or type(error).__name__})
         finally:
-            self._open.pop(opened, None)
-            sock.close()  # a no-op once TLS took the descriptor over
-            if stream is not None:
-                stream.sock.close()
+            if writer is not None:
+                close_quietly(writer)
+            else:
+                sock.close()
+
+    async def _open_stream(
+        self, sock: socket.socket, client: str, deadline: float
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The connection as streams, after the TLS handshake when TLS is on (None: not one to serve)."""
+        reader = asyncio.StreamReader(limit=1 << 16)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        if self._tls is None:
+            transport, _ = await self._loop.connect_accepted_socket(lambda: protocol, sock)
+            return reader, asyncio.StreamWriter(transport, protocol, reader, self._loop)
+        left = min(deadline, time.monotonic() + self._tls.handshake_timeout) - time.monotonic()
+        if not await _readable(self._loop, sock, left):
+            raise Timeout("no TLS handshake")
+        if not is_tls_hello(sock):
+            answer_plain_http(sock)  # in cleartext, as Go's net/http does
+            return None
+        try:
+            transport, _ = await self._loop.connect_accepted_socket(
+                lambda: protocol, sock, ssl=self._tls.context(), ssl_handshake_timeout=max(0.1, left)
+            )
+        except ConnectionError as error:  # the handshake failed (asyncio reports it so) or timed out
+            raise Timeout(f"TLS handshake failed: {error}") from None
+        writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
+        if not self._tls.config.allows_peer(transport.get_extra_info("peercert")):
+            log.warning(
+                "client certificate has none of client_allowed_sans; connection closed", extra={"client": client}
+            )
+            close_quietly(writer)
+            return None
+        return reader, writer
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> bool:
+    if timeout <= 0:
+        return False
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        async with asyncio.timeout(timeout):
+            await ready
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 def _client(address: object) -> str:

@@ -1,6 +1,5 @@
-"""TLS for the web server: the context of each new connection (certificates reloaded when they change), the
-handshake and the encrypted stream without blocking the server's loop, and what a plain-HTTP client on the
-TLS port is told. Imported only when the web config sets TLS (``ssl`` loads OpenSSL's libraries)."""
+"""TLS for the web server: the context of each new connection (certificates reloaded when they change), and
+what a plain-HTTP client on the TLS port is told."""
 
 from __future__ import annotations
 
@@ -11,22 +10,20 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from se_exporter.errors import ConfigError
-from se_exporter.web.loop import READ, Timeout, Wait
 from se_exporter.web.tls_context import TLSServerConfig
-from se_exporter.web.wire import AGAIN, PlainStream, attempt
 
 log = logging.getLogger(__name__)
 
+HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certificate files are checked
 
 
 class TLSAcceptor:
-    """The TLS context for each new connection, and its handshake (``open``).
+    """The TLS context for each new connection (the server's event loop runs the handshake).
 
     Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
     certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
@@ -59,38 +56,6 @@ class TLSAcceptor:
                     else:
                         log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
             return self._context
-
-    def open(self, sock: socket.socket, client: str, deadline: float) -> Generator[Wait, Any, TLSStream | None]:
-        """The connection as a TLS stream once its handshake is done (None: not one to serve)."""
-        deadline = min(deadline, time.monotonic() + self.handshake_timeout)
-        yield Wait(deadline, sock, READ)  # the client's first bytes
-        if not is_tls_hello(sock):
-            answer_plain_http(sock)  # in cleartext, as Go's net/http does
-            return None
-        tls = self.context().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        try:
-            try:
-                yield from attempt(tls.do_handshake, tls, deadline, (ssl.SSLWantReadError,), (ssl.SSLWantWriteError,))
-            except (ssl.SSLError, ConnectionError) as error:
-                raise Timeout(f"TLS handshake failed: {error}") from None
-            if self.config.allows_peer(tls.getpeercert()):
-                return TLSStream(tls)
-            log.warning(
-                "client certificate has none of client_allowed_sans; connection closed",
-                extra={"client": client},
-            )
-        except BaseException:
-            tls.close()
-            raise
-        tls.close()
-        return None
-
-
-class TLSStream(PlainStream):
-    """A TLS connection's bytes, without blocking (``web/wire.Stream``)."""
-
-    recv_waits = ((ssl.SSLWantReadError, *AGAIN), (ssl.SSLWantWriteError,))
-    send_waits = ((ssl.SSLWantReadError,), (ssl.SSLWantWriteError, *AGAIN))
 
 
 def is_tls_hello(sock: socket.socket) -> bool:

@@ -6,6 +6,7 @@ See ``se_exporter.web.config`` for the supported subset and where it differs fro
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,13 @@ import msgspec
 from se_exporter.config.files import show
 from se_exporter.config.schema import field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.tls_context import CIPHER_SUITES, TLS12, TLS13, TLSServerConfig, normalize_ip
+from se_exporter.web.tls_context import CIPHER_SUITES, TLSServerConfig, normalize_ip
 
 log = logging.getLogger(__name__)
 
 CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 _UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
-TLS_VERSIONS = {"TLS12": TLS12, "TLS13": TLS13}
+TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 _INSECURE_TLS_VERSIONS = ("TLS10", "TLS11")
 
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
@@ -124,7 +125,7 @@ def _resolve(base: Path, value: str) -> Path:
     return base / Path(value).expanduser()  # an absolute value replaces base
 
 
-def _version(key: str, value: str | None, default: str) -> int:
+def _version(key: str, value: str | None, default: str) -> ssl.TLSVersion:
     value = value or default
     if value in _INSECURE_TLS_VERSIONS:
         raise field_problem(key, f"{value} is not supported (insecure); use TLS12 or TLS13")

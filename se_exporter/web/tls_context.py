@@ -1,23 +1,18 @@
 """The TLS context the web server hands each new connection, built from ``tls_server_config`` (whose schema
 is ``web/tls_config.py``): certificate, key, client CA, versions and ciphers, checked as they load, and
-the ``client_allowed_sans`` check of a verified client certificate. ``ssl`` is imported where a context
-is built: the schema (``web/tls_config.py``) and a plain-HTTP server never load OpenSSL."""
+the ``client_allowed_sans`` check of a verified client certificate."""
 
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from se_exporter.config.files import os_problem, read_bounded
 from se_exporter.errors import ConfigError
-
-if TYPE_CHECKING:
-    import ssl
-
-TLS12, TLS13 = 0x0303, 0x0304  # ssl.TLSVersion's values (TLS's own version numbers), and equal to them
 
 # Go's tls.CipherSuites() names -> OpenSSL names. TLS 1.3 suites map to None: Go ignores them in
 # cipher_suites and so does OpenSSL's cipher list (TLS 1.3 suites are always the safe defaults).
@@ -47,8 +42,8 @@ class TLSServerConfig:
     client_auth_type: str = "NoClientCert"
     client_ca_file: Path | None = None
     client_allowed_sans: tuple[str, ...] = ()  # IP addresses in canonical form (parse_tls)
-    min_version: int = TLS12
-    max_version: int = TLS13
+    min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    max_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_3
     cipher_suites: tuple[str, ...] = ()  # Go / IANA names, in preference order
     prefer_server_cipher_suites: bool = True
     source: str = field(default="<web config>", compare=False)
@@ -60,11 +55,9 @@ class TLSServerConfig:
 
     def ssl_context(self) -> ssl.SSLContext:
         """A fresh server context from the files as they are now; ``ConfigError`` if one is unusable."""
-        import ssl
-
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion(self.min_version)
-        context.maximum_version = ssl.TLSVersion(self.max_version)
+        context.minimum_version = self.min_version
+        context.maximum_version = self.max_version
         context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
         if self.prefer_server_cipher_suites:
             context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -104,8 +97,6 @@ class TLSServerConfig:
         return not names.isdisjoint(self.client_allowed_sans)
 
     def _load_certificate(self, context: ssl.SSLContext) -> None:
-        import ssl
-
         cert_text = _read_text(self, "cert_file", self.cert_file)
         if "-----BEGIN CERTIFICATE-----" not in cert_text:
             self._fail("cert_file", f"{self.cert_file} contains no PEM certificate")
@@ -139,8 +130,6 @@ def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:
 
 
 def _ssl_problem(exc: Exception) -> str:
-    import ssl
-
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return f"{exc.library or 'SSL'}: {exc.reason}"
     return str(exc)

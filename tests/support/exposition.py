@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.metrics.collector import SnapshotCollector, SpoolGauge
 from se_exporter.metrics.counters import Counters
-from se_exporter.metrics.exposition import render as render_families
 from se_exporter.poller import PollStatus
 from se_exporter.store import EventStore
 
@@ -49,7 +49,8 @@ def render(
     version: str = "test",
     spool: SpoolGauge | None = None,
 ) -> str:
-    """/metrics as the exporter renders it from these parts (text format)."""
+    """/metrics as the exporter renders it from these parts (text format; without the process collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
     collector = SnapshotCollector(
         store=store,
         poller=PollerStub(status or PollStatus()),
@@ -58,4 +59,5 @@ def render(
         version=version,
         spool=spool,
     )
-    return render_families(collector.collect(), openmetrics=False).decode("utf-8")
+    registry.register(collector)
+    return generate_latest(registry).decode("utf-8")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
-from se_exporter.metrics.families import GaugeMetricFamily
 from se_exporter.web.config import WebConfig, load_web_config
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
@@ -45,9 +45,9 @@ def write_config(config_dir: Path) -> Callable[[str], WebConfig]:
 
 
 def tiny_app() -> Any:
-    return make_app(
-        lambda: [GaugeMetricFamily("se_web_test_up", "A gauge for the web tests.", 1)], "/metrics", lambda: True, "test"
-    )
+    registry = CollectorRegistry(auto_describe=True)
+    Gauge("se_web_test_up", "A gauge for the web tests.", registry=registry).set(1)
+    return make_app(registry, "/metrics", lambda: True, "test")
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from typing import Any
 import bcrypt
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 
-from se_exporter.metrics.families import GaugeMetricFamily
 from se_exporter.web import wire
 from se_exporter.web.config import WebConfig
 from se_exporter.web.endpoints import make_app
@@ -153,13 +153,15 @@ def test_head_answers_like_get_without_a_body_and_other_methods_are_refused(serv
 def test_identical_scrapes_at_once_share_one_rendering(serve: Serve) -> None:
     """Memory holds one rendering of /metrics however many scrape at once (each is megabytes at 1,000 events)."""
     renders: list[float] = []
+    registry = CollectorRegistry(auto_describe=True)
 
-    def slow_collect() -> list[GaugeMetricFamily]:
+    def slow_value() -> float:
         renders.append(time.monotonic())
         time.sleep(0.3)  # the rendering that takes long: what a scrape would wait on
-        return [GaugeMetricFamily("slow_render", "A gauge whose collection takes 0.3 s.", 1)]
+        return 1.0
 
-    server = WebServer(make_app(slow_collect, "/metrics", lambda: True, "test"), "127.0.0.1", 0)
+    Gauge("slow_render", "A gauge whose collection takes 0.3 s.", registry=registry).set_function(slow_value)
+    server = WebServer(make_app(registry, "/metrics", lambda: True, "test"), "127.0.0.1", 0)
     server.start()
     try:
         renders.clear()
