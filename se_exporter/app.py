@@ -99,7 +99,7 @@ class Exporter:
 
             identity = self._startup_identity(settings, limiter, transport, identity)
             self.telemetry = build_telemetry(
-                otel, resource_attributes(otel, identity, __version__), _spool_path(config.state_file), __version__
+                otel, resource_attributes(identity, __version__), _spool_path(config.state_file), __version__
             )
         tracer_provider = tracer_provider or self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None

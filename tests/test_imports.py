@@ -110,13 +110,18 @@ def test_what_is_configured_is_imported(fake_imds: FakeIMDS, tmp_path: Path, wha
         assert "se_exporter.approval.approver" in modules and "opentelemetry.sdk" not in modules
 
 
-def test_otlp_over_http_brings_neither_requests_nor_grpc(fake_imds: FakeIMDS, tmp_path: Path) -> None:
-    """OTLP/HTTP is sent on http.client (otel/otlp_http.py): `requests` alone was about 6 MiB per VM. Its spans
-    are otel/spans.py's: the SDK's trace package (1.8 MiB) is the console exporter's only."""
+def test_otlp_over_http_is_the_sdks_and_its_official_exporters_without_grpc(
+    fake_imds: FakeIMDS, tmp_path: Path
+) -> None:
+    """Spans by the SDK's tracer, sent with its protobuf runtime by the official OTLP/HTTP exporters; gRPC only
+    when OTEL_EXPORTER_OTLP_PROTOCOL asks for it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens: only the imports matter
     modules = imported_by_run(fake_imds, tmp_path, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
-    assert "se_exporter.otel.otlp_http" in modules and "se_exporter.otel.spans" in modules
-    for heavy in ("requests", "urllib3", "grpc", "opentelemetry.sdk.trace", "opentelemetry.sdk.resources"):
-        assert not [m for m in modules if m == heavy or m.startswith(heavy + ".")], heavy
+    official = {
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry.exporter.otlp.proto.http._log_exporter",
+    }
+    assert official | {"opentelemetry.sdk.trace", "google.protobuf"} <= modules
+    assert not [m for m in modules if m == "grpc" or m.startswith("grpc.")]

@@ -1,7 +1,7 @@
 """Ships spooled records, oldest first, until the collector takes them, as the OTLP specification says.
 
-A thread takes a batch from the spool, hands it to ``send`` (``otel/pipeline.py``: one OTLP request,
-sorted into an ``Outcome``), acknowledges it when the collector took it and otherwise decides by the
+A thread takes a batch from the spool, hands it to ``send`` (``otel/pipeline.py``: one ``export()`` of the
+chosen exporter, sorted into an ``Outcome``), acknowledges it when the collector took it and otherwise decides by the
 answer. Nothing leaves the spool unacknowledged but what the collector refuses for good, so an outage
 of any length (or a restart in the middle of one) costs latency, not records.
 
@@ -34,7 +34,7 @@ from se_exporter.common.outcome import Outcome
 from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
-BATCH_SIZE = 256
+BATCH_SIZE = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default
 MAX_BATCH_BYTES = 1 << 20  # well under the collectors' request limits, however long the descriptions
 RETRY_BASE_SECONDS = 1.0
 # A dead collector costs one attempt every two minutes at most, however long the outage; a collector
@@ -53,6 +53,7 @@ class LogShipper:
         abort: Callable[[], None] = lambda: None,  # makes an in-flight send give up (shutdown)
         backoff: Backoff | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        batch_size: int = BATCH_SIZE,  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
     ) -> None:
         self._spool = spool
         self._send = send
@@ -62,7 +63,8 @@ class LogShipper:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
         self._failing_since: float | None = None
-        self._batch_size = BATCH_SIZE  # halved while batches fail, back to BATCH_SIZE after a success
+        self._full_batch = batch_size
+        self._batch_size = batch_size  # halved while batches fail, back to full after a success
         self._refused_alone = ""  # the uid of the record last refused (retryably) in a batch of its own
         self._said = ""  # the last refusal or partial success reported, so each kind is said once
 
@@ -104,7 +106,7 @@ class LogShipper:
                 continue
             pause = self._attempt(batch)
             if pause is None:  # done with this batch
-                self._batch_size = BATCH_SIZE
+                self._batch_size = self._full_batch
                 continue
             self._batch_size = max(1, len(batch) // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed

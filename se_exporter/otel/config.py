@@ -1,67 +1,55 @@
-"""The OpenTelemetry configuration, read from the standard ``OTEL_*`` variables only.
+"""What the OpenTelemetry SDK does not decide: whether export is on at all, which exporter each signal
+uses, and a clear error for a value the SDK or its exporters would misread silently (or fail on with a
+traceback). Everything else is read by the SDK and the official exporters themselves, from the process's
+environment: endpoints and their per-signal variants, headers, compression, certificates and client keys,
+``OTEL_BSP_*``, span limits, the sampler, ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``.
 
-Export is off unless asked for: a signal is exported when its exporter variable is set
-(``OTEL_TRACES_EXPORTER`` / ``OTEL_LOGS_EXPORTER``) or an endpoint applies to it
-(``OTEL_EXPORTER_OTLP_ENDPOINT``, or the signal's own ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``);
-``OTEL_SDK_DISABLED=true`` always wins. Nobody is retried in the background who was not asked for.
+- Off unless asked for: a signal is exported when its exporter variable is set (``OTEL_TRACES_EXPORTER``,
+  ``OTEL_LOGS_EXPORTER``) or an endpoint applies to it (``OTEL_EXPORTER_OTLP_ENDPOINT``, or the signal's own
+  ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``); ``OTEL_SDK_DISABLED=true`` always wins.
+- An exporter is any installed under the SDK's entry points (``opentelemetry_traces_exporter``,
+  ``opentelemetry_logs_exporter``: ``console``, a vendor's), or ``otlp``: OTLP/HTTP with protobuf unless
+  ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_PROTOCOL`` says ``grpc``, as the specification says (the Python SDK's own
+  autoconfiguration, which is not used, would default to gRPC).
+- ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_TIMEOUT`` is milliseconds, as the specification says; the Python OTLP
+  exporters read it as seconds (open-telemetry/opentelemetry-python#4044), so ``10000`` would wait almost
+  three hours: it is read here and handed to them in seconds.
 
-The SDK's exporters read several of these variables from ``os.environ`` on their own, and its
-autoconfiguration (which we do not use: providers are built by hand, never globally) would read
-the rest. Parsing them here, from an injected mapping, makes the mapping the only thing that
-counts: ``telemetry.py`` passes every value to the SDK explicitly. Pure: no SDK import, no I/O.
+Pure: no OpenTelemetry import, no I/O but the installed distributions' entry points, read only when an
+exporter is asked for.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
+import math
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 from se_exporter.errors import ConfigError
 from se_exporter.imds.identity import VMIdentity
 
-EXPORTERS = ("otlp", "console", "none")
-PROTOCOLS = ("http/protobuf", "grpc")
+SIGNALS = ("traces", "logs")
+ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
+OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+OTLP_EXPORTERS = frozenset(OTLP_BY_PROTOCOL.values())
 DEFAULT_SERVICE_NAME = "se-exporter"
-DEFAULT_TIMEOUT_MS = 10_000.0
-DEFAULT_BSP_SCHEDULE_DELAY_MS = 5_000.0
-_DEFAULT_ENDPOINTS = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
-_COMPRESSIONS = {"http/protobuf": ("none", "gzip", "deflate"), "grpc": ("none", "gzip")}
-
-
-@dataclass(frozen=True, slots=True)
-class SignalConfig:
-    """How one signal (``traces`` or ``logs``) is exported."""
-
-    exporter: str  # otlp | console | none
-    protocol: str = "http/protobuf"
-    endpoint: str = ""  # OTLP/HTTP: the full URL with the signal path; gRPC: the target URL
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout: float = DEFAULT_TIMEOUT_MS / 1000  # seconds
-    compression: str = "none"
-    insecure: bool | None = None  # gRPC only; None: decided by the endpoint's scheme
-    certificate: str | None = None
-    client_key: str | None = None
-    client_certificate: str | None = None
-    proxy: str | None = None  # OTLP/HTTP: HTTPS_PROXY or HTTP_PROXY for the endpoint, unless NO_PROXY names it
-
-
-@dataclass(frozen=True, slots=True)
-class OTelConfig:
-    disabled: bool
-    traces: SignalConfig
-    logs: SignalConfig
-    service_name: str | None = None  # OTEL_SERVICE_NAME
-    resource: Mapping[str, str] = field(default_factory=dict)  # OTEL_RESOURCE_ATTRIBUTES
-    span_schedule_delay_ms: float = DEFAULT_BSP_SCHEDULE_DELAY_MS
-
-    @property
-    def enabled(self) -> bool:
-        """False when no pipeline is to be built at all."""
-        return not self.disabled and (self.traces.exporter != "none" or self.logs.exporter != "none")
-
+DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch processor's and ours
+# The span processor's queue and batch where OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE are not set: the
+# SDK's (2,048 and 512) bound spans by count alone, and 2,048 lifecycle spans of the largest events IMDS may
+# list, held while a collector is away, took the DaemonSet's pod past its 96 MiB (BENCHMARKS.md).
+SPAN_QUEUE, SPAN_BATCH = 512, 128
+_SPAN_QUEUE_AND_BATCH = ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+_COMPRESSIONS = {"otlp_proto_http": ("none", "gzip", "deflate"), "otlp_proto_grpc": ("none", "gzip")}
+# Counts and times the SDK parses with int() and falls back on its default, with a warning, when it cannot.
+_POSITIVE = (
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+)
 
 HOW_TO_ENABLE = (
     "OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER / "
@@ -69,26 +57,56 @@ HOW_TO_ENABLE = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class SignalConfig:
+    """How one signal is exported: its exporters' entry-point names (none: not exported)."""
+
+    exporters: tuple[str, ...] = ()
+    timeout: float | None = None  # seconds, for the official OTLP exporters; None: their default (10 s)
+
+
+@dataclass(frozen=True, slots=True)
+class OTelConfig:
+    disabled: bool
+    traces: SignalConfig
+    logs: SignalConfig
+    log_batch_size: int = DEFAULT_LOG_BATCH
+    span_queue: int | None = SPAN_QUEUE  # None: the SDK reads OTEL_BSP_MAX_QUEUE_SIZE
+    span_batch: int | None = SPAN_BATCH  # None: the SDK reads OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+
+    @property
+    def enabled(self) -> bool:
+        """False when no pipeline is to be built at all."""
+        return not self.disabled and bool(self.traces.exporters or self.logs.exporters)
+
+
 def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
-    """Read the variables; a bad value is a ``ConfigError`` naming the variable."""
+    """Read what the SDK does not decide; a bad value is a ``ConfigError`` naming the variable."""
     disabled = environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    if disabled:
+        return OTelConfig(True, SignalConfig(), SignalConfig())
+    for name in _POSITIVE:
+        _positive(environ, (name,), "a positive whole number")
+    batch = _positive(environ, ("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",), "a positive whole number")
+    queue, span_batch = (_positive(environ, (name,), "a positive whole number") for name in _SPAN_QUEUE_AND_BATCH)
+    if queue is not None and span_batch is not None and span_batch > queue:  # the SDK's ValueError, at start
+        raise ConfigError(
+            f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={span_batch:g} is larger than OTEL_BSP_MAX_QUEUE_SIZE={queue:g}"
+        )
     return OTelConfig(
-        disabled=disabled,
-        traces=_signal(environ, "traces", "v1/traces"),
-        logs=_signal(environ, "logs", "v1/logs"),
-        service_name=environ.get("OTEL_SERVICE_NAME", "").strip() or None,
-        resource=_key_values(environ, "OTEL_RESOURCE_ATTRIBUTES"),
-        span_schedule_delay_ms=_number(environ, ("OTEL_BSP_SCHEDULE_DELAY",), DEFAULT_BSP_SCHEDULE_DELAY_MS),
+        False,
+        _signal(environ, "traces"),
+        _signal(environ, "logs"),
+        int(batch) if batch is not None else DEFAULT_LOG_BATCH,
+        span_queue=None if queue is not None else max(SPAN_QUEUE, int(span_batch or 0)),
+        span_batch=None if span_batch is not None else min(SPAN_BATCH, int(queue or SPAN_QUEUE)),
     )
 
 
-def resource_attributes(config: OTelConfig, identity: VMIdentity | None, version: str) -> dict[str, str]:
-    """Detected attributes, overridden by OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME.
-
-    The user's explicit values win over what compute metadata says (e.g. to name the host as the
-    fleet knows it). ``cloud.*`` appear only when compute metadata was read (``vm_id`` is known).
-    """
-    detected = {"service.version": version}
+def resource_attributes(identity: VMIdentity | None, version: str) -> dict[str, str]:
+    """What se-exporter knows of itself and this VM (compute metadata); ``OTEL_RESOURCE_ATTRIBUTES`` and
+    ``OTEL_SERVICE_NAME``, read by the SDK, win over it. ``cloud.*`` only when compute metadata was read."""
+    detected = {"service.name": DEFAULT_SERVICE_NAME, "service.version": version}
     if identity is not None:
         detected |= {"host.name": identity.name or "", "host.id": identity.vm_id, "host.type": identity.vm_size}
         if identity.vm_id:
@@ -100,95 +118,111 @@ def resource_attributes(config: OTelConfig, identity: VMIdentity | None, version
                 "cloud.resource_id": identity.resource_id,
                 "azure.vm.scaleset.name": identity.vm_scale_set_name,
             }
-    attributes = {key: value for key, value in detected.items() if value} | dict(config.resource)
-    attributes["service.name"] = config.service_name or attributes.get("service.name") or DEFAULT_SERVICE_NAME
-    return attributes
+    return {key: value for key, value in detected.items() if value}
 
 
-def _signal(environ: Mapping[str, str], signal: str, path: str) -> SignalConfig:
+def _signal(environ: Mapping[str, str], signal: str) -> SignalConfig:
     upper = signal.upper()
 
     def var(name: str) -> tuple[str, ...]:  # the per-signal variable first, then the generic one
         return (f"OTEL_EXPORTER_OTLP_{upper}_{name}", f"OTEL_EXPORTER_OTLP_{name}")
 
-    asked = any(
-        environ.get(name, "").strip()
-        for name in (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
-    exporter = _choice(environ, (f"OTEL_{upper}_EXPORTER",), EXPORTERS, "otlp" if asked else "none")
-    protocol = _choice(environ, var("PROTOCOL"), PROTOCOLS, "http/protobuf")
-    endpoint = environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "").strip()
-    if not endpoint:  # the generic endpoint is a base URL: OTLP/HTTP appends the signal's path
-        base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or _DEFAULT_ENDPOINTS[protocol]
-        endpoint = f"{base.rstrip('/')}/{path}" if protocol == "http/protobuf" else base
-    insecure = _first(environ, var("INSECURE"))
-    return SignalConfig(
-        exporter=exporter,
-        protocol=protocol,
-        endpoint=endpoint,
-        headers=_key_values(environ, *var("HEADERS")),
-        timeout=_number(environ, var("TIMEOUT"), DEFAULT_TIMEOUT_MS) / 1000,  # milliseconds, per the spec
-        compression=_choice(environ, var("COMPRESSION"), _COMPRESSIONS[protocol], "none"),
-        insecure=None if insecure is None else insecure[1].strip().lower() == "true",
-        certificate=_value(environ, var("CERTIFICATE")),
-        client_key=_value(environ, var("CLIENT_KEY")),
-        client_certificate=_value(environ, var("CLIENT_CERTIFICATE")),
-        proxy=_proxy(environ, endpoint) if protocol == "http/protobuf" else None,
-    )
+    protocol = _protocol(environ, var("PROTOCOL"))  # refused even when unused: a typo should not wait
+    found = _first(environ, (f"OTEL_{upper}_EXPORTER",))
+    if found is None:  # not named: OTLP when an endpoint applies to this signal, else nothing
+        asked = _first(environ, (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
+        found = (f"OTEL_{upper}_EXPORTER", "otlp" if asked else "none")
+    variable, raw = found
+    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
+    if names == ["none"]:
+        return SignalConfig()
+    exporters = tuple(dict.fromkeys(OTLP_BY_PROTOCOL[protocol] if name == "otlp" else name for name in names))
+    _installed(variable, raw, signal, exporters)
+    if OTLP_EXPORTERS.intersection(exporters):
+        _endpoint(environ, (f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"), protocol)
+    for exporter in OTLP_EXPORTERS.intersection(exporters):
+        _one_of(environ, var("COMPRESSION"), _COMPRESSIONS[exporter])
+    _headers(environ, var("HEADERS"))
+    timeout = _positive(environ, var("TIMEOUT"), "a positive number of milliseconds")
+    return SignalConfig(exporters, None if timeout is None else timeout / 1000)
 
 
-def _proxy(environ: Mapping[str, str], endpoint: str) -> str | None:
-    """The proxy for ``endpoint`` (``https_proxy``/``HTTPS_PROXY`` for https, ``http_proxy``/``HTTP_PROXY`` for
-    http), as the SDK's OTLP/HTTP exporter (``requests``) would use it, but read from ``environ``."""
-    url = urllib.parse.urlsplit(endpoint)
-    scheme = url.scheme.lower()
-    proxy = (environ.get(f"{scheme}_proxy") or environ.get(f"{scheme.upper()}_PROXY") or "").strip()
-    no_proxy = (environ.get("no_proxy") or environ.get("NO_PROXY") or "").strip()
-    port = url.port or (443 if scheme == "https" else 80)
-    if not proxy or bypassed(url.hostname or "", port, no_proxy):
+def _installed(variable: str, raw: str, signal: str, exporters: tuple[str, ...]) -> None:
+    """Every exporter named must be installed under the SDK's entry points (else the SDK's own error is a
+    traceback at the first export)."""
+    available = {point.name for point in entry_points(group=ENTRY_POINT_GROUPS[signal])}
+    missing = [name for name in exporters if name not in available]
+    if missing:
+        choices = ", ".join(sorted({"otlp", "none", *available}))
+        raise ConfigError(
+            f"{variable}={raw!r}: no {signal} exporter named {', '.join(missing)} is installed (installed: {choices})"
+        )
+
+
+def _endpoint(environ: Mapping[str, str], names: tuple[str, ...], protocol: str) -> None:
+    """An endpoint the official exporter can reach: it takes any string, and then fails every export as if
+    the collector were away (``htp://…``, a URL without a host)."""
+    found = _first(environ, names)
+    if found is None:
+        return
+    name, raw = found
+    value = raw.strip()
+    url = urllib.parse.urlsplit(value if "://" in value or protocol == "http/protobuf" else f"http://{value}")
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"{name}={redacted(value)!r}: an http:// or https:// URL with a host is needed")
+
+
+def redacted(url: str) -> str:
+    """``url`` fit for a log line or an error: its user and password, if any, replaced by ``***``."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{separator}{authority}{slash}{path}"
+
+
+def _protocol(environ: Mapping[str, str], names: tuple[str, ...]) -> str:
+    found = _first(environ, names)
+    if found is None:
+        return "http/protobuf"
+    name, raw = found
+    if raw.strip() not in OTLP_BY_PROTOCOL:
+        raise ConfigError(f"{name}={raw!r} is not supported (use one of: {', '.join(OTLP_BY_PROTOCOL)})")
+    return raw.strip()
+
+
+def _one_of(environ: Mapping[str, str], names: tuple[str, ...], choices: tuple[str, ...]) -> None:
+    found = _first(environ, names)
+    if found is not None and found[1].strip().lower() not in choices:
+        raise ConfigError(f"{found[0]}={found[1]!r} is not supported (use one of: {', '.join(choices)})")
+
+
+def _headers(environ: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """``key1=value1,key2=value2``: the SDK skips a malformed entry with a warning, sending no credentials."""
+    found = _first(environ, names)
+    if found is None:
+        return
+    name, raw = found
+    for index, item in enumerate((item for item in raw.split(",") if item.strip()), start=1):
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip():  # the value is not echoed: headers often carry credentials
+            raise ConfigError(f"{name}: every entry must be key=value (entry {index} is not)")
+
+
+def _positive(environ: Mapping[str, str], names: tuple[str, ...], what: str) -> float | None:
+    found = _first(environ, names)
+    if found is None:
         return None
-    return proxy
-
-
-def bypassed(host: str, port: int, no_proxy: str) -> bool:
-    """Whether NO_PROXY names ``host:port``, as curl and ``requests`` read it: ``*``; a host or an IP address,
-    with or without a port (``collector:4318``, ``[::1]:4318``); a domain it is in (``.example.com`` or
-    ``example.com``); an IP range (``10.0.0.0/8``, the usual Kubernetes entry)."""
-    host = host.lower().strip("[]")
-    address = _ip(host)
-    for entry in (item.strip().lower() for item in no_proxy.split(",") if item.strip()):
-        if entry == "*":
-            return True
-        if "/" in entry:
-            with contextlib.suppress(ValueError):
-                if address is not None and address in ipaddress.ip_network(entry, strict=False):
-                    return True
-            continue
-        name, entry_port = _host_and_port(entry)
-        if entry_port is not None and entry_port != port:
-            continue
-        domain = name.lstrip(".")
-        if domain and (host == domain or (address is None and host.endswith("." + domain))):
-            return True
-    return False
-
-
-def _host_and_port(entry: str) -> tuple[str, int | None]:
-    """``host``, ``host:port``, ``[v6]:port`` or a bare IPv6 address, apart."""
-    if entry.startswith("["):
-        name, _, rest = entry[1:].partition("]")
-        return name, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
-    if entry.count(":") == 1:
-        name, _, port = entry.partition(":")
-        return name, int(port) if port.isdigit() else None
-    return entry, None
-
-
-def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    name, raw = found
     try:
-        return ipaddress.ip_address(host)
+        value = float(raw)
     except ValueError:
-        return None
+        value = -1.0
+    if not 0 < value < math.inf or (what.endswith("whole number") and not value.is_integer()):
+        raise ConfigError(f"{name}={raw!r} must be {what}")
+    return value
 
 
 def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
@@ -197,51 +231,3 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str
         if environ.get(name, "").strip():
             return name, environ[name]
     return None
-
-
-def _value(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None:
-    found = _first(environ, names)
-    return None if found is None else found[1].strip()
-
-
-def _choice(environ: Mapping[str, str], names: tuple[str, ...], choices: tuple[str, ...], default: str) -> str:
-    found = _first(environ, names)
-    if found is None:
-        return default
-    name, raw = found
-    value = raw.strip().lower()
-    if value not in choices:
-        raise ConfigError(f"{name}={raw!r} is not supported (use one of: {', '.join(choices)})")
-    return value
-
-
-def _number(environ: Mapping[str, str], names: tuple[str, ...], default: float) -> float:
-    found = _first(environ, names)
-    if found is None:
-        return default
-    name, raw = found
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise ConfigError(f"{name}={raw!r} must be a positive number of milliseconds")
-    return value
-
-
-def _key_values(environ: Mapping[str, str], *names: str) -> dict[str, str]:
-    """``key1=value1,key2=value2`` with percent-encoded values (headers, resource attributes)."""
-    found = _first(environ, names)
-    if found is None:
-        return {}
-    name, raw = found
-    pairs: dict[str, str] = {}
-    for item in raw.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            # The value is not echoed: headers often carry credentials.
-            raise ConfigError(f"{name}: every entry must be key=value (entry {len(pairs) + 1} is not)")
-        pairs[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
-    return pairs

@@ -3,6 +3,7 @@ and the exporter as a subprocess pointed at it and at a real OTLP receiver."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -10,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from se_exporter.otel.config import parse_otel_environment
+from se_exporter.otel.pipeline import build_telemetry
+from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
@@ -48,3 +52,13 @@ def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -
         return start_exporter(*flags, *args, env=otel_env(receiver, **(env or {})))
 
     return start
+
+
+def build_in_process(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], spool: Path) -> Telemetry:
+    """The pipeline built in this process from ``environ``: the SDK and its exporters read the process's
+    environment, so the variables are set there too (and unset after the test)."""
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    return build_telemetry(parse_otel_environment(environ), {}, spool, "test")

@@ -7,9 +7,10 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from se_exporter.audit.records import AuditRecord
-from se_exporter.otel.config import parse_otel_environment
-from se_exporter.otel.pipeline import build_telemetry
+from tests.otel.conftest import build_in_process
 from tests.otlp import Failure, OTLPGrpcReceiver, OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS
@@ -72,10 +73,10 @@ def test_records_with_huge_descriptions_arrive_after_an_outage(
 
 
 def test_a_record_the_collector_never_takes_is_set_aside_and_the_rest_goes_on(
-    otlp_grpc_receiver: OTLPGrpcReceiver, tmp_path: Path
+    otlp_grpc_receiver: OTLPGrpcReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = parse_otel_environment({**otlp_grpc_receiver.env, "OTEL_TRACES_EXPORTER": "none"})
-    telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
+    environ = {**otlp_grpc_receiver.env, "OTEL_TRACES_EXPORTER": "none"}
+    telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     assert telemetry.spool is not None
     try:
         huge = AuditRecord("scheduled_event.approval", "INFO", "y" * (5 << 20), {}, 1, "uid-huge")  # over 4 MiB
@@ -90,15 +91,15 @@ def test_a_record_the_collector_never_takes_is_set_aside_and_the_rest_goes_on(
 
 
 def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_undeliverable(
-    otlp_http_receiver: OTLPHttpReceiver, tmp_path: Path
+    otlp_http_receiver: OTLPHttpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The soak once lost a record this way: it failed alone, the collector came back, the next record
     went through, and the first was set aside although nothing was wrong with it. And the order holds:
     the probe that tells an outage from a bad record carries no record (probing with the next record
     once delivered it before the first)."""
     otlp_http_receiver.set_failure(Failure(http_status=503, remaining=2))  # the batch, then the first alone
-    config = parse_otel_environment({**otlp_http_receiver.env, "OTEL_TRACES_EXPORTER": "none"})
-    telemetry = build_telemetry(config, {}, tmp_path / "spool", "test")
+    environ = {**otlp_http_receiver.env, "OTEL_TRACES_EXPORTER": "none"}
+    telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     assert telemetry.spool is not None
     try:
         telemetry.spool.append(

@@ -148,70 +148,98 @@ def test_approval_record(result: str, severity: str) -> None:
     }
 
 
+HTTP, GRPC = ("otlp_proto_http",), ("otlp_proto_grpc",)
+
+
 @pytest.mark.parametrize(
     ("environ", "traces", "logs"),
     [
-        ({}, "none", "none"),
-        ({"OTEL_SERVICE_NAME": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "none", "none"),  # nothing says where
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "otlp", "otlp"),
-        ({"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4318/v1/logs"}, "none", "otlp"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, "otlp", "none"),
-        ({"OTEL_LOGS_EXPORTER": "console"}, "none", "console"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, "none", "otlp"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, "otlp", "otlp"),
+        ({}, (), ()),
+        ({"OTEL_SERVICE_NAME": "x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, (), ()),  # nothing says where
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, HTTP, HTTP),
+        ({"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://c:4318/v1/logs"}, (), HTTP),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, HTTP, ()),
+        ({"OTEL_LOGS_EXPORTER": "console"}, (), ("console",)),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, (), HTTP),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, GRPC, GRPC),
+        ({"OTEL_LOGS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "grpc"}, (), GRPC),
+        ({"OTEL_TRACES_EXPORTER": "otlp,console"}, (*HTTP, "console"), ()),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, (), ()),
     ],
 )
-def test_export_is_off_unless_asked_for(environ: dict[str, str], traces: str, logs: str) -> None:
+def test_export_is_off_unless_asked_for_and_otlp_is_http_unless_grpc_is_asked_for(
+    environ: dict[str, str], traces: tuple[str, ...], logs: tuple[str, ...]
+) -> None:
     config = parse_otel_environment(environ)
-    assert (config.traces.exporter, config.logs.exporter) == (traces, logs)
-    assert config.enabled == (not config.disabled and (traces, logs) != ("none", "none"))
+    assert (config.traces.exporters, config.logs.exporters) == (traces, logs)
+    assert config.enabled == (not config.disabled and (traces, logs) != ((), ()))
 
 
-def test_standard_variables_configure_each_signal() -> None:
+def test_the_timeout_is_milliseconds_as_the_specification_says() -> None:
+    """The Python OTLP exporters read OTEL_EXPORTER_OTLP_TIMEOUT as seconds (open-telemetry-python#4044):
+    10000 would wait almost three hours. The pipeline hands them seconds."""
     config = parse_otel_environment(
-        {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://tempo:4318/custom/path",
-            "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20abc,x-tenant=t1",
-            "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "2500",
-            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
-            "OTEL_TRACES_EXPORTER": "console",
-        }
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_LOGS_TIMEOUT": "2500"}
     )
-    assert config.logs.endpoint == "http://collector:4318/v1/logs", "the generic endpoint gets the signal path"
-    assert config.traces.endpoint == "http://tempo:4318/custom/path", "a per-signal endpoint is used as-is"
-    assert config.logs.headers == {"authorization": "Bearer abc", "x-tenant": "t1"}
-    assert config.logs.timeout == 2.5 and config.traces.timeout == 10.0, "milliseconds, per the specification"
-    assert config.logs.compression == "gzip" and config.traces.exporter == "console"
-    grpc = parse_otel_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_LOGS_EXPORTER": "otlp"})
-    assert grpc.logs.endpoint == "http://localhost:4317" and grpc.enabled and grpc.traces.exporter == "none"
-    assert not parse_otel_environment({"OTEL_SDK_DISABLED": "TRUE"}).enabled
-    assert not parse_otel_environment({"OTEL_TRACES_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}).enabled
+    assert config.logs.timeout == 2.5 and config.traces.timeout is None
+    generic = parse_otel_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_TIMEOUT": "10000"})
+    assert generic.logs.timeout == generic.traces.timeout == 10.0
 
 
 @pytest.mark.parametrize(
     "environ",
     [
-        {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
         {"OTEL_LOGS_EXPORTER": "zipkin"},
-        {"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
-        {"OTEL_RESOURCE_ATTRIBUTES": "team=sre,broken"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_COMPRESSION": "brotli"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_HEADERS": "authorization"},
+        {"OTEL_BSP_MAX_QUEUE_SIZE": "lots"},
+        {"OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": "0"},
     ],
 )
-def test_a_bad_value_names_the_variable(environ: dict[str, str]) -> None:
-    with pytest.raises(ConfigError, match=next(iter(environ))):
+def test_a_value_the_sdk_would_misread_silently_names_the_variable(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match=list(environ)[-1]):
         parse_otel_environment(environ)
 
 
-def test_resource_from_compute_metadata_and_user_attributes() -> None:
-    config = parse_otel_environment(
-        {"OTEL_RESOURCE_ATTRIBUTES": "host.name=node-7,team=sre,service.name=x", "OTEL_SERVICE_NAME": "se-prod"}
-    )
-    attributes = resource_attributes(config, COMPUTE, "1.2.3")
-    assert attributes == {
-        "service.name": "se-prod",
+@pytest.mark.parametrize(
+    ("environ", "queue", "batch"),
+    [
+        ({}, 512, 128),  # ours: the SDK's 2,048 lifecycle spans of the largest events exceed the pod's 96 MiB
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "100"}, None, 100),
+        ({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1000"}, 1000, None),
+        ({"OTEL_BSP_MAX_QUEUE_SIZE": "4096", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "256"}, None, None),
+    ],
+)
+def test_the_span_queue_and_batch_are_ours_only_where_the_user_set_none(
+    environ: dict[str, str], queue: int | None, batch: int | None
+) -> None:
+    """None: the SDK reads the variable itself."""
+    config = parse_otel_environment(environ)
+    assert (config.span_queue, config.span_batch) == (queue, batch)
+
+
+def test_a_span_batch_larger_than_the_queue_is_refused_at_start() -> None:
+    with pytest.raises(
+        ConfigError, match="OTEL_BSP_MAX_EXPORT_BATCH_SIZE=600 is larger than OTEL_BSP_MAX_QUEUE_SIZE=500"
+    ):
+        parse_otel_environment({"OTEL_BSP_MAX_QUEUE_SIZE": "500", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "600"})
+
+
+def test_an_exporter_that_is_not_installed_is_named_with_those_that_are() -> None:
+    with pytest.raises(ConfigError, match=r"OTEL_TRACES_EXPORTER='zipkin': no traces exporter named zipkin") as error:
+        parse_otel_environment({"OTEL_TRACES_EXPORTER": "zipkin"})
+    assert "console" in str(error.value) and "otlp_proto_grpc" in str(error.value)
+
+
+def test_resource_from_compute_metadata() -> None:
+    """What se-exporter knows; OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME are the SDK's to read, and win
+    (tests/otel/test_export.py sees both on the wire)."""
+    assert resource_attributes(COMPUTE, "1.2.3") == {
+        "service.name": "se-exporter",
         "service.version": "1.2.3",
-        "host.name": "node-7",
+        "host.name": "vm-a",
         "host.id": "0000-1",
         "host.type": "Standard_D2s_v5",
         "cloud.provider": "azure",
@@ -219,9 +247,8 @@ def test_resource_from_compute_metadata_and_user_attributes() -> None:
         "cloud.region": "westeurope",
         "cloud.account.id": "sub-1",
         "cloud.resource_id": "/subscriptions/sub-1/vm-a",
-        "team": "sre",
     }
-    bare = resource_attributes(parse_otel_environment({}), VMIdentity(name="vm-a"), "1.2.3")
+    bare = resource_attributes(VMIdentity(name="vm-a"), "1.2.3")
     assert bare == {"service.name": "se-exporter", "service.version": "1.2.3", "host.name": "vm-a"}
 
 

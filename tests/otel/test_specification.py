@@ -20,6 +20,7 @@ from se_exporter.errors import ConfigError
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
 from se_exporter.otel.telemetry import Telemetry
+from tests.otel.conftest import build_in_process
 from tests.otlp import Failure, OTLPReceiver
 from tests.support.wait import wait_for
 
@@ -29,9 +30,9 @@ def records(*numbers: int) -> list[AuditRecord]:
 
 
 @pytest.fixture
-def pipeline(otlp_receiver: OTLPReceiver, tmp_path: Path) -> Iterator[Telemetry]:
+def pipeline(otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
     environ = {**otlp_receiver.env, "OTEL_BSP_SCHEDULE_DELAY": "50"}
-    telemetry = build_telemetry(parse_otel_environment(environ), {}, tmp_path / "spool", "test")
+    telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     yield telemetry
     telemetry.close(timeout=2)
 

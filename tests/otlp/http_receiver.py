@@ -12,6 +12,7 @@ import gzip
 import json
 import logging
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -70,12 +71,14 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True  # restart on the same port despite TIME_WAIT
 
-    def __init__(self, port: int, receiver: OTLPHttpReceiver) -> None:
+    def __init__(self, port: int, receiver: OTLPHttpReceiver, tls: ssl.SSLContext | None = None) -> None:
         self.receiver = receiver
         self.stopping = False
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__((LOOPBACK, port), _OTLPHandler)
+        if tls is not None:  # every connection's TLS handshake happens on its first read, in its own thread
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._connections_lock:
@@ -205,10 +208,17 @@ class OTLPHttpReceiver(OTLPReceiver):
 
     protocol = "http/protobuf"
 
-    def __init__(self, store: TelemetryStore | None = None, *, port: int = 0) -> None:
+    def __init__(
+        self, store: TelemetryStore | None = None, *, port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(store, port=port)
+        self.tls = tls  # an HTTPS receiver (its endpoint then says https)
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{'https' if self.tls is not None else 'http'}://{LOOPBACK}:{self.port}"
 
     def url(self, signal: str) -> str:
         """Full signal URL, e.g. ``url("logs")`` -> ``http://127.0.0.1:PORT/v1/logs`` (what the SDK
@@ -219,7 +229,7 @@ class OTLPHttpReceiver(OTLPReceiver):
         deadline = time.monotonic() + 5.0
         while True:
             try:
-                server = _HTTPServer(port, self)
+                server = _HTTPServer(port, self, self.tls)
                 break
             except OSError:
                 if not port or time.monotonic() > deadline:
