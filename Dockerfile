@@ -59,6 +59,15 @@ RUN groupadd --system --gid 10160 se-exporter \
        --home-dir /nonexistent --shell /usr/sbin/nologin se-exporter \
     && install -d -o 10160 -g 10160 -m 0750 /var/lib/se-exporter
 
+# tini is PID 1: it reaps what a hook's or an action's children leave behind (orphans are re-parented to
+# PID 1, and a Python process as PID 1 would leave them zombies against the pod's pid limit) and passes
+# SIGTERM on to the exporter. Reaping inside the exporter would race subprocess's own waits for the exit
+# codes of its hooks.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends tini \
+    && rm -rf /var/lib/apt/lists/*
+
 # Offline install of the project's wheel; its dependencies come from the same wheel directory.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels "$(ls /wheels/azure_scheduled_events_exporter-*.whl)[grpc]"
@@ -75,4 +84,4 @@ EXPOSE 10160
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-m", "se_exporter.web.healthcheck"]
 
-ENTRYPOINT ["se-exporter"]
+ENTRYPOINT ["/usr/bin/tini", "--", "se-exporter"]

@@ -13,16 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
-import msgspec
 
-from se_exporter import __version__
+from se_exporter import __version__, parts
 from se_exporter.audit.trail import AuditTrail
-from se_exporter.config.files import os_problem, socket_problem
+from se_exporter.config.files import socket_problem
 from se_exporter.config.options import ExporterConfig
-from se_exporter.errors import ConfigError, IMDSError
+from se_exporter.errors import ConfigError
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
@@ -32,21 +31,15 @@ from se_exporter.metrics.registry import exporter_registry
 from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment, resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
-from se_exporter.poller import Decider, Poller, PollSink
+from se_exporter.poller import Poller, PollSink
 from se_exporter.process import StopRequest
-from se_exporter.state.lock import LockHeld
-from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
-if TYPE_CHECKING:  # imported at run time only when a policy, an actions file or OpenTelemetry is configured
+if TYPE_CHECKING:  # imported at run time only when OpenTelemetry is configured
     from opentelemetry import trace
-
-    from se_exporter.actions.config import Actions
-    from se_exporter.actions.runner import ActionRunner
-    from se_exporter.approval.policy import Policy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,22 +64,16 @@ class Exporter:
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
         web_config, policy, actions = files.web_config, files.policy, files.actions
-        try:  # a state file that cannot be written is a start-up error, not a surprise at the first event
-            self.persistence = Persistence(config.state_file)
-        except LockHeld as error:
-            raise ConfigError(
-                f"--state.file: {config.state_file} is in use by another se-exporter (pid "
-                f"{error.holder or 'unknown'}); two on one state file would approve every event "
-                "twice"
-            ) from None
-        except OSError as error:
-            raise ConfigError(f"--state.file: cannot write {config.state_file}: {os_problem(error)}") from None
-        store = self.persistence.restore("store", EventStore.from_state, EventStore)
-        self.persistence.track("store", store)
         self.counters = Counters(
             approval_enabled=policy is not None,
             actions={action.name: action.transitions for action in actions.actions} if actions else None,
+            written_files=("state", "spool") if config.state_file else (),
         )
+        self.persistence = parts.open_state_file(
+            config.state_file, functools.partial(self.counters.observe_write, "state")
+        )
+        store = self.persistence.restore("store", EventStore.from_state, EventStore)
+        self.persistence.track("store", store)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
@@ -97,10 +84,14 @@ class Exporter:
         if otel is not None and otel.enabled:  # the resource needs the identity: learn it first
             from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
 
-            identity = self._startup_identity(settings, limiter, transport, identity)
+            probe = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response)
+            identity = parts.startup_identity(probe, self._stop, identity)
             self.telemetry = build_telemetry(
                 otel, resource_attributes(identity, __version__), _spool_path(config.state_file), __version__
             )
+            if self.telemetry.spool is not None:
+                self.telemetry.spool.observe_write = functools.partial(self.counters.observe_write, "spool")
+                self.persistence.write_first(self.telemetry.spool.sync)  # records before the state saying so
         tracer_provider = tracer_provider or self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
@@ -114,9 +105,9 @@ class Exporter:
         self.client = IMDSClient(
             settings, limiter, transport=transport, on_response=self.counters.observe_response, tracer=tracer
         )
-        approver = self._approver(policy) if policy is not None else None
-        runner = self._actions(actions, clock) if actions is not None else None
-        self.persistence.save()  # the restored state, as it will be saved from now on
+        approver = parts.approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
+        runner = parts.action_runner(actions, self.persistence, clock) if actions is not None else None
+        self.persistence.flush(force=True)  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
             store=store,
@@ -187,60 +178,6 @@ class Exporter:
         self.web.stop()
         self.client.close()
         self.persistence.close()
-
-    def _actions(self, actions: Actions, clock: Callable[[], float]) -> ActionRunner:
-        from se_exporter.actions.runner import ActionRunner  # only with an actions file
-
-        options: dict[str, Any] = {"save": self.persistence.flush, "clock": clock}
-        runner = self.persistence.restore(
-            "actions",
-            lambda section: ActionRunner.from_state(section, actions, **options),
-            lambda: ActionRunner(actions, **options),
-        )
-        self.persistence.track("actions", runner)
-        log.info("actions %s loaded: %s", actions.source, ", ".join(action.name for action in actions.actions))
-        return runner
-
-    def _approver(self, policy: Policy) -> Decider:
-        from se_exporter.approval.approver import Approver
-
-        options: dict[str, Any] = {"can_remember": lambda: self.persistence.ok}
-        approver = self.persistence.restore(
-            "approvals",
-            lambda section: Approver.from_state(section, policy, self.client.approve, **options),
-            lambda: Approver(policy, self.client.approve, **options),
-        )
-        self.persistence.track("approvals", approver)
-        mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
-        log.info(
-            "approval policy %s loaded: %d rule(s), leader=%s, %s",
-            policy.source,
-            len(policy.rules),
-            policy.leader,
-            mode,
-        )
-        return approver
-
-    def _startup_identity(
-        self,
-        settings: ClientSettings,
-        limiter: RateLimiter,
-        transport: httpx.BaseTransport | None,
-        given: VMIdentity | None,
-    ) -> VMIdentity | None:
-        """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""
-        probe = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response)
-        thread = threading.get_ident()
-        try:
-            with self._stop.interruptible(lambda: probe.is_waiting(thread)):
-                learned = probe.get_identity()
-        except IMDSError as error:
-            log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s", error)
-            return given
-        finally:
-            probe.close()
-        log.info("learned VM identity name=%s vm_id=%s location=%s", learned.name, learned.vm_id, learned.location)
-        return learned if given is None else msgspec.structs.replace(learned, name=given.name)
 
 
 def _address(config: ExporterConfig) -> str:

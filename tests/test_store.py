@@ -232,3 +232,72 @@ def test_an_update_says_what_changed_and_has_a_uid_per_content() -> None:
     (back,) = store.reconcile(Document(3, (ev(event_type="Freeze"),)), T0 + 2)
     (again,) = store.reconcile(Document(4, (grown,)), T0 + 3)
     assert len({first.uid, back.uid}) == 2 and again.uid == first.uid  # the same content: the same record
+
+
+# ----- What was not seen (issue 38): a gap in the view across NotBefore is a completion, not a cancellation -----
+
+NB1_T = NB1.timestamp()
+UNSEEN = {
+    # name: (NotBefore relative to the last look before the removal, gap since (relative) or None,
+    #        expected kind, started_observed, observed_until_not_before)
+    "gone before its NotBefore, watched: cancelled": (+600, None, "cancelled", None, False),
+    "gone after its NotBefore passed, watched across it: cancelled": (-5, None, "cancelled", None, True),
+    "NotBefore passed inside the gap: completed, start not seen": (+5, 0, "completed", False, None),
+    "gap, but the NotBefore is still to come: cancelled": (+600, 0, "cancelled", None, False),
+    "NotBefore passed before the gap, while watched: cancelled": (-5, 0, "cancelled", None, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSEEN))
+def test_a_removal_across_a_gap_in_the_view(name: str) -> None:
+    not_before_after_look, gap, kind, started_observed, observed_until = UNSEEN[name]
+    look = NB1_T - not_before_after_look  # the last look at the event, still Scheduled
+    removal_at = look + 30  # the next look, 30 s later: the event is gone
+    store = EventStore()
+    store.reconcile(Document(1, (ev(),)), look - 60)
+    store.reconcile(Document(2, (ev(),)), look)  # (an unchanged document is not reconciled by the loop)
+    blind_since = None if gap is None else look + gap
+    (removal,) = store.reconcile(Document(3, ()), removal_at, blind_since=blind_since)
+    assert (removal.kind, removal.started_observed, removal.observed_until_not_before) == (
+        kind,
+        started_observed,
+        observed_until,
+    )
+    assert removal.started_seconds is None, "no time in Started is made up"
+
+
+def test_a_restored_store_remembers_its_last_look() -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(),)), NB1_T - 120)
+    restored = EventStore.from_state(json.loads(msgspec.json.encode(store.to_state())))
+    assert restored.last_look == NB1_T - 120
+
+
+def test_an_observed_completion_says_its_start_was_seen() -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(),)), T0)
+    store.reconcile(Document(2, (ev(status="Started"),)), T0 + 10)
+    (done,) = store.reconcile(Document(3, ()), T0 + 40)
+    assert (done.kind, done.started_observed, done.started_seconds) == ("completed", True, 30.0)
+
+
+# ----- Durations on a stepped wall clock (issue 38, point 3): the monotonic clock within a process -----------
+
+
+@pytest.mark.parametrize("step", [-3600.0, +3600.0])
+def test_time_in_started_ignores_a_step_of_the_wall_clock(step: float) -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(status="Started"),)), T0, mono=100.0)
+    state = store.events["e1"]
+    assert store.started_seconds(state, T0 + step + 5, mono=105.0) == 5.0, "the gauge, during the event"
+    (done,) = store.reconcile(Document(2, ()), T0 + step + 10, mono=110.0)
+    assert done.started_seconds == 10.0
+
+
+def test_across_a_restart_time_in_started_is_the_saved_wall_clock_start_and_never_negative() -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(status="Started"),)), T0, mono=100.0)
+    restored = EventStore.from_state(json.loads(msgspec.json.encode(store.to_state())))
+    assert restored.started_seconds(restored.events["e1"], T0 + 42, mono=5.0) == 42.0
+    (done,) = restored.reconcile(Document(2, ()), T0 - 3600, mono=6.0)  # the wall clock stepped back since
+    assert done.started_seconds == 0.0

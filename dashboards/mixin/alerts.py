@@ -206,6 +206,17 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "meanwhile loses them.",
         ),
         alert(
+            "AzureScheduledEventsStateWritesSlow",
+            f"histogram_quantile(0.9, rate({m('state_write_seconds_bucket')}[10m])) > 2",
+            "15m",
+            "warning",
+            "se-exporter's disk is slow: its durable writes take seconds.",
+            "90% of the writes of the {{ $labels.file }} file on {{ $labels.instance }} took up to "
+            "{{ $value | humanizeDuration }} (fsync included) over the last 10 minutes: the disk is at its IOPS "
+            "or throughput cap. What the exporter shows is not held up, but approvals, action runs and log "
+            "records wait for their writes.",
+        ),
+        alert(
             "AzureScheduledEventsLogSpoolDropping",
             f"{SPOOL_DROPPED} > 0",
             "0m",

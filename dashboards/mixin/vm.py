@@ -192,7 +192,11 @@ def events_row(lay: Layout) -> None:
         timeseries(
             "Transitions",
             "Lifecycle transitions of this VM's events over $__rate_interval windows (a transition's series "
-            "appears with its first count, which is counted).",
+            "appears with its first count, which is counted). A `completed` without a `started` before it is a "
+            "maintenance that ran while the exporter could not look (stopped, restarting, or the VM paused): its "
+            "NotBefore passed then, and it was gone at the next look (its log record says "
+            "scheduled_event.started_observed=false). A `cancelled` is one removed before its NotBefore, or "
+            "after it while the exporter watched.",
             [
                 target(
                     increase_with_births(

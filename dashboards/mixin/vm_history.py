@@ -178,3 +178,22 @@ def imds_row(lay: Layout) -> None:
         12,
         8,
     )
+    lay.add(
+        timeseries(
+            "Durable writes (state file, log spool)",
+            "How long the writes of the state file and the OTLP log spool take, fsync included (p50, p90; over "
+            "$__rate_interval). Seconds mean a disk at its IOPS cap: what the exporter shows is not held up, but "
+            "approvals, action runs and log records wait for their writes.",
+            [
+                target(
+                    f"histogram_quantile({q}, sum by (le, file) "
+                    f"(rate({m('state_write_seconds_bucket')}{{{SEL}}}[$__rate_interval])))",
+                    f"p{int(q * 100)} {{{{file}}}}",
+                )
+                for q in (0.5, 0.9)
+            ],
+            "s",
+        ),
+        12,
+        8,
+    )

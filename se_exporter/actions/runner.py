@@ -42,6 +42,7 @@ class ActionRunner:
         actions: Actions,
         *,
         save: Callable[[], bool] = lambda: True,
+        generation: Callable[[], int] = lambda: 0,  # the generation the next save will carry (state.persistence)
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
         platform: Platform | None = None,
@@ -50,7 +51,9 @@ class ActionRunner:
     ) -> None:
         self.actions = actions
         self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
-        self._save, self._clock, self._environ = save, clock, environ
+        self._save, self._generation, self._clock, self._environ = save, generation, clock, environ
+        self._awaiting: list[tuple[int, list[Run]]] = []  # released runs, and the save that must reach the disk
+        self._closed = False
         self._platform = platform or current()
         self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)
         self._executor = ThreadPoolExecutor(max_workers=actions.concurrency, thread_name_prefix="se-action")
@@ -102,7 +105,8 @@ class ActionRunner:
         return 2 * self.actions.concurrency - sum(run.state is RunState.RELEASED for run in self._runs.values())
 
     def release(self) -> None:
-        """Start queued runs, once the state file records them as possibly started (else: later)."""
+        """Mark queued runs as possibly started and save: each starts once the state file says so on disk
+        (``durable``, told by the state writer's thread), so a slow disk delays runs, never a poll."""
         with self._lock:
             waiting = [run for run in self._runs.values() if run.state is RunState.QUEUED]
             waiting.sort(key=lambda run: not run.urgent)  # stable: in order within each kind
@@ -110,10 +114,13 @@ class ActionRunner:
             for run in queued:
                 run.state = RunState.RELEASED
             self.state_version += bool(queued)
+            if queued:
+                self._awaiting.append((self._generation(), queued))
         if not queued:
             return
-        if not self._save():
+        if not self._save():  # the last write failed: not started until one succeeds
             with self._lock:
+                self._awaiting = [(generation, runs) for generation, runs in self._awaiting if runs is not queued]
                 for run in queued:
                     run.state = RunState.QUEUED
             if not self._saving_failed:
@@ -121,11 +128,22 @@ class ActionRunner:
             self._saving_failed = True
             return
         self._saving_failed = False
-        for run in queued:
-            self._futures[run.key] = self._executor.submit(self._run, run)
+
+    def durable(self, generation: int) -> None:
+        """The state of ``generation`` is on disk: the runs it released start."""
+        with self._lock:
+            if self._closed:
+                return
+            ready = [run for saved, runs in self._awaiting if saved <= generation for run in runs]
+            self._awaiting = [(saved, runs) for saved, runs in self._awaiting if saved > generation]
+            for run in ready:
+                if run.state is RunState.RELEASED and run.key not in self._futures:
+                    self._futures[run.key] = self._executor.submit(self._run, run)
 
     def close(self) -> list[ActionOutcome]:
         """Stop (the exporter stops): running commands are stopped, runs not started wait for the restart."""
+        with self._lock:
+            self._closed = True  # a save reaching the disk from now on starts nothing
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._commands.close()
         for future in list(self._futures.values()):
@@ -135,6 +153,10 @@ class ActionRunner:
             for key, future in self._futures.items():
                 if future.cancelled() and key in self._runs:
                     self._runs[key].state = RunState.QUEUED
+            for _, runs in self._awaiting:  # released, never started: they run after the restart
+                for run in runs:
+                    run.state = RunState.QUEUED
+            self._awaiting.clear()
             self.state_version += 1
         return self.on_poll((), VMIdentity())
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.decision import ApprovalResult as Result
 from se_exporter.approval.hook import HookRunner, HookSubmitter
-from se_exporter.approval.judge import Judge, past_not_before, revision
+from se_exporter.approval.judge import STATE_UNSAVED, Judge, past_not_before, revision
 from se_exporter.approval.ledger import (
     HOOK_RUNNING,
     POST_DUE,
@@ -35,8 +35,9 @@ from se_exporter.approval.ledger import (
     restore_ledger,
 )
 from se_exporter.approval.policy import Policy, Verdict
-from se_exporter.approval.poster import BackgroundPoster, PostRetry, PostStartRequests
+from se_exporter.approval.poster import BackgroundPoster, Dropped, PostRetry, PostStartRequests
 from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, settle_post
+from se_exporter.approval.view import LatestView, Remembered
 from se_exporter.imds.document import SCHEDULED
 from se_exporter.imds.impact import Classification
 from se_exporter.store.lifecycle import EventState
@@ -66,6 +67,10 @@ class Approver:
         retention_seconds: float = RETENTION_SECONDS,
         post_retry: PostRetry | None = None,
         can_remember: Callable[[], bool] = lambda: True,
+        fresh_within: float = 5.0,  # a POST waits for a look this young (approval/view.py)
+        pace: Callable[[], None] = lambda: None,  # waits for a POST's request slot, before its recheck
+        generation: Callable[[], int] = lambda: 0,  # of the next state save (state.persistence)
+        remembered: Remembered = lambda _generation, _timeout: True,  # whether that save is on disk
     ) -> None:
         self._policy = policy
         self._judge = Judge(policy, can_remember)
@@ -78,11 +83,11 @@ class Approver:
         self._ledger: dict[str, LedgerEntry] = {}
         self._hooks: dict[str, Hooking] = {}
         self._poster: BackgroundPoster[Item] = BackgroundPoster(
-            post_start_requests, self._recheck, post_retry, monotonic
+            post_start_requests, self._recheck, post_retry, monotonic, pace
         )
         self._lock = threading.Lock()
-        self._latest: Mapping[str, EventState] = {}  # the last poll's events, for the poster's rechecks
-        self._vm_name: str | None = None
+        self._generation = generation
+        self._view = LatestView(self._lock, fresh_within, clock, monotonic, remembered)  # for the poster
         self._said_no_name = False
         self._closed = False
         self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
@@ -111,7 +116,7 @@ class Approver:
                 return decisions
             now = self._clock()
             listed = {state.event.event_id: state for state in events}
-            self._latest, self._vm_name = listed, vm_name
+            self._view.update(listed, vm_name, now)
             batch: list[Item] = []
             hooks = len(self._hooks)
             decisions.settled.extend(self._settle_posts(now))
@@ -122,6 +127,7 @@ class Approver:
             for state in events:
                 self._consider(state, vm_name, now, batch, decisions.made)
             if batch:
+                self._view.decided((item.event.event_id for item in batch), self._generation())
                 self._poster.submit(batch)
             pruned = prune_ledger(self._ledger, listed.keys(), now, self._retention)
             if decisions.settled or decisions.made or batch or pruned or len(self._hooks) != hooks:
@@ -135,6 +141,7 @@ class Approver:
             if self._closed:
                 return []
             self._closed = True
+            self._view.close()
         if self._hook_runner is not None:
             self._hook_runner.close()
         self._poster.wait(timeout)
@@ -243,10 +250,17 @@ class Approver:
         return [
             decision
             for outcome in self._poster.done()
-            for decision in settle_post(outcome, self._ledger, self._latest, now, self._retry_delays)
+            for decision in settle_post(outcome, self._ledger, self._view.events, now, self._retry_delays)
         ]
 
     def _recheck(self, items: tuple[Item, ...]) -> tuple[list[tuple[str, Item]], list[Any]]:
         """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
         with self._lock:
-            return recheck(items, self._latest, self._vm_name, self._clock(), self._judge)
+            saved_in = self._view.saved_in(item.event.event_id for item in items)
+        remembered = self._view.remembered(saved_in)  # the disk, waited for without the lock: never the poll
+        with self._lock:
+            if not remembered:
+                why = f"{STATE_UNSAVED}: the decision did not reach the state file; not POSTed"
+                return [], [Dropped(item, Result.SKIPPED, why) for item in items]
+            self._view.wait_fresh()  # never on what was seen before a pause of the process
+            return recheck(items, self._view.events, self._view.vm_name, self._clock(), self._judge)

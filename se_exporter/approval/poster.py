@@ -65,9 +65,11 @@ class BackgroundPoster(Generic[T]):
         recheck: Recheck[T],
         retry: PostRetry | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        pace: Callable[[], None] = lambda: None,
     ):
         self._post = post_start_requests
         self._recheck = recheck
+        self._pace = pace  # waits for the POST's request slot: before the recheck, never between it and the POST
         self._retry = retry or PostRetry()
         self._monotonic = monotonic
         self._stopping = threading.Event()  # ends a pause between attempts at once
@@ -108,6 +110,7 @@ class BackgroundPoster(Generic[T]):
         dropped: list[Dropped[T]] = []
         attempt = 0
         while True:
+            self._pace()  # a pause of the process inside this wait is seen by the recheck that follows
             keep, gone = self._recheck(items)
             dropped += gone
             items = tuple(item for _, item in keep)

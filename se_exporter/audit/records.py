@@ -116,6 +116,10 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         attributes["scheduled_event.started_s"] = round(transition.started_seconds, 3)
     if transition.changes:
         attributes["scheduled_event.changes"] = transition.changes
+    if transition.started_observed is not None:  # on every completed
+        attributes["scheduled_event.started_observed"] = transition.started_observed
+    if transition.observed_until_not_before is not None:  # on every cancelled
+        attributes["scheduled_event.observed_until_not_before"] = transition.observed_until_not_before
     attributes["log.record.uid"] = uid = transition.uid
     coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
     severity = WARN if coming and transition.impact in DISRUPTIVE_IMPACTS else INFO  # Reboot … Terminate
@@ -157,6 +161,8 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
         what = f"{kind}, not before {not_before}" if not_before else str(kind)
     elif kind is TransitionKind.COMPLETED and transition.started_seconds is not None:
         what = f"completed after {transition.started_seconds:.0f} s in Started"
+    elif kind is TransitionKind.COMPLETED and transition.started_observed is False:
+        what = "completed while the exporter could not look (its NotBefore passed then; its start was not seen)"
     elif kind is TransitionKind.UPDATED:
         what = f"updated in place: {transition.changes.removeprefix('the event changed ')}"
     else:

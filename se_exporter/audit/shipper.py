@@ -98,6 +98,7 @@ class LogShipper:
 
     def _run(self) -> None:
         while True:
+            self._spool.sync()  # the journal, on this thread: a record is on disk before it is shipped
             batch = self._next_batch()
             if not batch:
                 if self._stopping.is_set():

@@ -3,7 +3,9 @@
 The SDK's exporters give up after a short retry window; transitions and approvals must not. The
 poll loop ``append``s records (before it saves the event store), the shipper ``peek``s the oldest,
 exports them and ``ack``s them once the collector accepted them. On disk it is a ``Journal``
-(``audit/journal.py``), each append fsynced before the call returns; in memory only without a path.
+(``audit/journal.py``); in memory only without a path. The poll loop never waits for the disk (a disk at
+its IOPS cap takes seconds per fsync): what it appends, and what the shipper acknowledges, is written by
+the shipper's own ``sync``, in order, and a record is shipped only once its write was made (``peek``).
 
 Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
 and on disk alike: past either bound the oldest records are dropped, counted and logged; a journal
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,10 @@ class Spool:
         self._closed = False
         self._woken = False
         self._journal: Journal | None = None
+        self._unwritten: list[dict[str, Any]] = []  # journal entries memory reflects, not yet written
+        self._fresh: set[str] = set()  # pending records whose "add" is among them: not shipped until written
+        self._writing = threading.Lock()  # one journal write at a time (the shipper's sync, close)
+        self.observe_write: Callable[[float], None] = lambda _seconds: None  # each write's time, fsync included
         if path is not None:  # replayed first, with nothing written meanwhile: the compaction writes the result
             self._load(Journal(path))
 
@@ -85,16 +92,46 @@ class Spool:
                 return 0
             for record in new:
                 self._add(record)
+            if self._journal is not None:
+                self._fresh.update(record.uid for record in new)
             self._write({"add": r.to_json()} for r in new)
             self._enforce_bounds()
-            self._maybe_compact()
             self._cond.notify_all()
             return len(new)
 
     def peek(self, limit: int) -> list[AuditRecord]:
-        """The oldest pending records, still pending until acknowledged."""
+        """The oldest pending records whose write was made (after ``sync``), still pending until acknowledged."""
         with self._cond:
-            return [record for _, record in zip(range(limit), self._pending.values(), strict=False)]
+            records: list[AuditRecord] = []
+            for uid, record in self._pending.items():
+                if len(records) >= limit or uid in self._fresh:
+                    break
+                records.append(record)
+            return records
+
+    def sync(self) -> None:
+        """Write what memory holds and the journal not yet (on the shipper's thread: never the poll's)."""
+        with self._writing:
+            with self._cond:
+                if self._closed:  # after close: nothing more is written
+                    return
+                behind = self._journal is not None and self._journal.unsynced  # a failed write: rewrite it all
+                if self._journal is None or (not self._unwritten and not behind and not self._compaction_due()):
+                    self._fresh.clear()
+                    return
+                journal, entries, fresh = self._journal, self._unwritten, set(self._fresh)
+                self._unwritten = []
+                whole = list(self._everything()) if journal.unsynced or self._compaction_due() else None
+            began, was_unsynced = time.monotonic(), journal.unsynced
+            if whole is not None and journal.compact(whole):  # behind after a failure, or mostly garbage
+                self._garbage = 0
+                if was_unsynced:
+                    log.info("log spool %s written again: %d record(s) pending", self.path, len(whole))
+            elif whole is None:
+                journal.append(entries, lambda: ())
+            self.observe_write(time.monotonic() - began)
+            with self._cond:
+                self._fresh -= fresh  # written, or tried: a full disk delays durability, never delivery
 
     def ack(self, uids: Sequence[str]) -> None:
         """The collector accepted these: forget them for good (unknown uids are ignored)."""
@@ -104,7 +141,6 @@ class Spool:
                 return
             self._finish(done)
             self._write([{"ack": done}])
-            self._maybe_compact()
 
     def set_aside(self, uid: str) -> None:
         """Give up on one record the collector will never take (counted as dropped)."""
@@ -132,10 +168,9 @@ class Spool:
 
     def close(self) -> None:
         """Stop writing (later appends and acks are ignored); pending records stay on disk."""
-        with self._cond:
+        self.sync()  # what the shipper did not write yet, and what a full disk refused before: the last chance
+        with self._writing, self._cond:
             if self._journal is not None:
-                if self._journal.unsynced:  # the last chance to get what the full disk refused into the file
-                    self._journal.compact(self._everything())
                 self._journal.close()
             self._closed = True
             self._cond.notify_all()
@@ -165,9 +200,14 @@ class Spool:
             )
 
     def _drop(self, uids: Sequence[str]) -> None:
-        """Give up on these pending records: never sent, counted."""
+        """Give up on these pending records: never sent, counted (and never written, if they were not yet)."""
+        unwritten = self._fresh.intersection(uids)
+        if unwritten:
+            self._unwritten = [e for e in self._unwritten if "add" not in e or e["add"]["uid"] not in unwritten]
+            self._fresh -= unwritten
         self._finish(uids)
-        self._write([{"drop": list(uids)}])
+        if written := [uid for uid in uids if uid not in unwritten]:
+            self._write([{"drop": written}])
         self.dropped += len(uids)
 
     def _finish(self, uids: Sequence[str]) -> None:
@@ -179,9 +219,8 @@ class Spool:
         while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
             self._finished.popitem(last=False)
 
-    def _maybe_compact(self) -> None:
-        if self._journal is not None and self._garbage > max(COMPACT_AFTER_GARBAGE_BYTES, self._bytes):
-            self._compact(self._journal)
+    def _compaction_due(self) -> bool:
+        return self._garbage > max(COMPACT_AFTER_GARBAGE_BYTES, self._bytes)
 
     def _compact(self, journal: Journal) -> None:
         was_unsynced = journal.unsynced
@@ -191,12 +230,9 @@ class Spool:
                 log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
 
     def _write(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Queue ``entries`` for the next ``sync`` (memory already reflects them)."""
         if self._journal is not None:
-            was_unsynced = self._journal.unsynced
-            self._journal.append(entries, self._everything)
-            if was_unsynced and not self._journal.unsynced:
-                self._garbage = 0
-                log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
+            self._unwritten.extend(entries)
 
     def _everything(self) -> Iterator[dict[str, Any]]:
         if self._finished:

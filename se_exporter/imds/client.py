@@ -101,16 +101,29 @@ class IMDSClient:
     def get_identity(self) -> VMIdentity:
         return parse_compute(self._request("GET", COMPUTE_PATH, COMPUTE_API_VERSION))
 
-    def approve(self, event_ids: Sequence[str]) -> None:
+    def approve(self, event_ids: Sequence[str], *, paced: bool = True) -> None:
         """POST StartRequests once. Retries are the approver's (approval.poster): each one follows a fresh
-        decision on the latest document, which a retry loop in here could not make."""
+        decision on the latest document, which a retry loop in here could not make. ``paced=False``: the
+        caller waited for its slot (``pace``) before that decision, so nothing waits between the two."""
         payload = json.dumps({"StartRequests": [{"EventId": event_id} for event_id in event_ids]})
-        self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode())
+        self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode(), paced=paced)
+
+    def pace(self) -> None:
+        """Wait for the next request slot of the 5 requests/s limit (the slot is this caller's)."""
+        self._limiter.acquire()
 
     def _request(
-        self, method: str, path: str, api_version: str, *, content: bytes | None = None, timeout: float | None = None
+        self,
+        method: str,
+        path: str,
+        api_version: str,
+        *,
+        content: bytes | None = None,
+        timeout: float | None = None,
+        paced: bool = True,
     ) -> bytes:
-        self._limiter.acquire()
+        if paced:
+            self._limiter.acquire()
         target = self._target(method, path, api_version)
         if self._tracer is None:
             return self._exchange(method, target, content, timeout, None)

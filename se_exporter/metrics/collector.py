@@ -9,6 +9,7 @@ registers it in a registry of its own (``metrics/registry.py``), whose expositio
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
@@ -60,11 +61,13 @@ class SnapshotCollector(Collector):
         version: str,
         spool: SpoolGauge | None = None,
         state: CountsErrors | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._poller = poller
         self._counters = counters
         self._clock = clock
+        self._monotonic = monotonic
         self._version = version
         self._spool = spool
         self._state = state
@@ -122,7 +125,7 @@ class SnapshotCollector(Collector):
             states = sorted(events.values(), key=lambda state: state.event.event_id)
             cached = self._cached = (events, identity, *_static_families(states, identity))
         pending, info, not_before, duration = cached[3]
-        until, started = _timed_families(cached[2], self._clock())
+        until, started = _timed_families(cached[2], self._store, self._clock(), self._monotonic())
         yield from (pending, info, not_before, until, duration, started)
 
     def _health_families(self, status: PollStatus) -> Iterator[GaugeMetricFamily]:
@@ -145,7 +148,7 @@ class SnapshotCollector(Collector):
 
 
 _Static = tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]
-_Timed = list[tuple[list[str], float | None, float | None]]  # labels, NotBefore, Started at (Unix times)
+_Timed = list[tuple[list[str], float | None, EventState]]  # labels, NotBefore (Unix time), the state
 _Cached = tuple[Mapping[str, EventState], VMIdentity, _Timed, _Static]
 PER_EVENT = ["event_id", "event_type"]
 
@@ -185,7 +188,7 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_T
         event = state.event
         labels = [label(event.event_id), label(event.event_type)]
         moment = event.not_before.timestamp() if event.not_before is not None else None
-        timed.append((labels, moment, state.started_at))
+        timed.append((labels, moment, state))
         info.add_metric(
             [
                 *labels,
@@ -204,15 +207,17 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_T
     return timed, (pending, info, not_before, duration)
 
 
-def _timed_families(rows: _Timed, now: float) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-    """The two families that depend on the time of the scrape."""
+def _timed_families(
+    rows: _Timed, store: EventStore, now: float, mono: float
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """The two families that depend on the time of the scrape (time in Started on the monotonic clock)."""
     until = GaugeMetricFamily(
         PREFIX + "event_seconds_until_not_before", "NotBefore minus now (negative once passed).", labels=PER_EVENT
     )
     started = GaugeMetricFamily(PREFIX + "event_started_seconds", "Time spent in Started so far.", labels=PER_EVENT)
-    for labels, not_before, started_at in rows:
+    for labels, not_before, state in rows:
         if not_before is not None:
             until.add_metric(labels, not_before - now)
-        if started_at is not None:
-            started.add_metric(labels, max(0.0, now - started_at))
+        if (seconds := store.started_seconds(state, now, mono)) is not None:
+            started.add_metric(labels, seconds)
     return until, started

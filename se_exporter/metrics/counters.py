@@ -25,6 +25,8 @@ from se_exporter.store.lifecycle import TransitionKind
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 STARTED_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
 NOTICE_BUCKETS = (30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 259200, 604800, 1209600)
+# A write with its fsync: a millisecond on a quiet disk, seconds on an Azure disk at its IOPS cap.
+WRITE_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 # EventTypes beyond the five known kept as their own label value; Azure adds one rarely, never dozens.
 MAX_UNKNOWN_EVENT_TYPES = 5
 
@@ -32,8 +34,14 @@ MAX_UNKNOWN_EVENT_TYPES = 5
 class Counters:
     """Safe from any thread (prometheus_client locks each value)."""
 
-    def __init__(self, approval_enabled: bool = False, actions: Mapping[str, Sequence[str]] | None = None) -> None:
-        """``actions``: each configured action's name and the transitions it runs for (their zero series)."""
+    def __init__(
+        self,
+        approval_enabled: bool = False,
+        actions: Mapping[str, Sequence[str]] | None = None,
+        written_files: Sequence[str] = (),
+    ) -> None:
+        """``actions``: each configured action's name and the transitions it runs for (their zero series);
+        ``written_files``: the files written durably ("state", "spool"), whose write times are observed."""
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
         self.transitions = Counter(
             PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
@@ -71,6 +79,15 @@ class Counters:
             buckets=STARTED_BUCKETS,
             registry=None,
         )
+        self.writes = Histogram(
+            PREFIX + "state_write_seconds",
+            "Time of each durable write of the state file and the log spool, fsync included.",
+            ["file"],
+            buckets=WRITE_BUCKETS,
+            registry=None,
+        )
+        for file in written_files:
+            self.writes.labels(file)
         self.notice = Histogram(
             PREFIX + "notice_seconds",
             "NotBefore minus first sighting, for events first seen Scheduled.",
@@ -103,6 +120,9 @@ class Counters:
             for notice in seconds:
                 histogram.observe(notice)
 
+    def observe_write(self, file: str, seconds: float) -> None:
+        self.writes.labels(file).observe(seconds)
+
     def observe_response(self, method: str, code: str, seconds: float) -> None:
         self.imds_requests.labels(method, code).inc()
         self.imds_request_duration.labels(method).observe(seconds)
@@ -110,7 +130,7 @@ class Counters:
     def families(self) -> Iterator[Metric]:
         """Every counter and histogram, without ``_created`` samples."""
         counted = (self.transitions, self.approvals, self.actions, self.imds_requests)
-        observed = (self.imds_request_duration, self.started_duration, self.notice)
+        observed = (self.imds_request_duration, self.started_duration, self.notice, self.writes)
         for metric in (*counted, *observed):
             for family in metric.collect():
                 family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]

@@ -26,6 +26,7 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
 from se_exporter.poller.results import (
     ACTIONS_LOOK_SECONDS,
+    GAP_FLOOR_SECONDS,
     IDENTITY_RETRY_FIRST_SECONDS,
     IDENTITY_RETRY_MAX_SECONDS,
     UNREACHABLE,
@@ -79,6 +80,10 @@ class Poller:
         self._failing_reason: str | None = None
         self._told = False  # the log said once what to check when IMDS cannot be reached
         self._last_document = Document(incarnation=0)
+        self._gap_after = max(3 * interval, GAP_FLOOR_SECONDS)
+        self._last_good: tuple[float, float] | None = None  # wall and monotonic time of the last good poll
+        # A store restored from the state file: the view had a gap since its last look (unknown: since ever).
+        self._blind_since: float | None = (store.last_look or 0.0) if store.events else None
 
     @property
     def identity(self) -> VMIdentity:
@@ -177,8 +182,10 @@ class Poller:
         return None
 
     def _on_document(self, document: Document, changed: bool) -> None:
-        now = self._clock()
-        transitions = self.store.reconcile(document, now) if changed else []
+        now, mono = self._clock(), self._monotonic()
+        blind_since = self._gap(now, mono)
+        transitions = self.store.reconcile(document, now, mono=mono, blind_since=blind_since) if changed else []
+        self._last_good = (now, mono)
         identity = self.identity
         settled: Sequence[ApprovalDecision] = ()
         decisions: Sequence[ApprovalDecision] = ()
@@ -197,6 +204,17 @@ class Poller:
         if self._failing_reason is not None:
             log.info("IMDS polls succeed again after %s errors", self._failing_reason)
             self._failing_reason = None
+
+    def _gap(self, now: float, mono: float) -> float | None:
+        """The wall time of the last good poll before a gap in the view that ends now, or None: no gap. The
+        larger of the two clocks' intervals counts: a paused VM's monotonic clock may not have moved."""
+        blind, self._blind_since = self._blind_since, None
+        if self._last_good is not None:
+            wall, last_mono = self._last_good
+            if (unseen := max(now - wall, mono - last_mono)) > self._gap_after:
+                log.info("no poll succeeded for %.0f s (a paused VM, a stopped exporter, IMDS down)", unseen)
+                blind = wall if blind is None else min(blind, wall)
+        return blind
 
     def _publish(self, result: PollResult) -> None:
         for sink in self._sinks:

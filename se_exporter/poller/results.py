@@ -17,6 +17,9 @@ from se_exporter.store.lifecycle import EventState, Transition
 IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
 IDENTITY_RETRY_MAX_SECONDS = 30.0
 ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
+# The view had a gap when no poll succeeded for longer than max(3 intervals, this): an IMDS hiccup of a few
+# polls is not one, a paused VM, a stopped exporter or a restart is (docs/design.md, What was not seen).
+GAP_FLOOR_SECONDS = 10.0
 _NAMELESS = VMIdentity()
 POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
 UNREACHABLE = (

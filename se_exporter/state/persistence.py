@@ -5,6 +5,10 @@ and ``state_version`` moves whenever that changed. Each restores itself with its
 ``from_state(section)``, decoding its raw section with ``decode_section`` (``Persistence.restore``
 calls it); this module never sees a domain type.
 
+Saving never holds up the poll loop: ``flush`` hands an encoded snapshot to the writer thread
+(``state/writer.py``) and returns; generations say what is on disk (``durable``, ``wait_durable``,
+``on_durable``), for what must be remembered before it is acted on. ``save`` writes at once (start, stop).
+
 A restart always comes up, whatever it finds: the file is read only up to ``MAX_STATE_BYTES`` (every
 component bounds what it saves, so a larger file is nothing this version wrote), each section is
 decoded on its own, and what cannot be used (too large, not JSON, a damaged section) is set aside,
@@ -17,22 +21,18 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import msgspec
 
-from se_exporter.state.atomic import (
-    NotARegularFile,
-    check_writable,
-    read_bounded,
-    remove_leftovers,
-    write_atomically,
-)
+from se_exporter.state.atomic import check_writable, remove_leftovers, write_atomically
+from se_exporter.state.loading import load_sections
 from se_exporter.state.lock import StateLock
+from se_exporter.state.writer import StateWriter
 
 FORMAT_VERSION = 1
 # What a state file may weigh: the event store (bounded by the document bounds), the open lifecycles
@@ -40,6 +40,7 @@ FORMAT_VERSION = 1
 MAX_STATE_BYTES = 16 << 20
 # A disk with no space (or no inodes) left at start is tolerated as it is later: counted, retried.
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+SAVE_WAIT_SECONDS = 30.0  # a stop waits this long for a write in flight (a throttled disk) before its own
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -49,11 +50,6 @@ class Stateful(Protocol):
     def state_version(self) -> int: ...
 
     def to_state(self) -> object: ...
-
-
-class _StateFile(msgspec.Struct):
-    version: int
-    sections: dict[str, msgspec.Raw] = {}
 
 
 def decode_section(section: object, schema: type[T]) -> T:
@@ -72,17 +68,29 @@ class Persistence:
     a surprise at the first transition.
     """
 
-    def __init__(self, path: Path | None, *, max_bytes: int = MAX_STATE_BYTES) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        max_bytes: int = MAX_STATE_BYTES,
+        observe_write: Callable[[float], None] = lambda _seconds: None,  # each write's time, fsync included
+    ) -> None:
         self.path = path
         self.errors = 0  # failed saves, and unusable files at start-up: persistence_errors_total{file="state"}
         self.ok = True  # the last save succeeded (approvals wait while it did not)
         self._components: dict[str, Stateful] = {}
-        self._saved_versions: dict[str, int] = {}
+        self._submitted_versions: dict[str, int] = {}  # of the last snapshot handed over (written or not)
         self._lock = threading.Lock()  # the poll loop and Exporter.close both save
         self._file_lock: StateLock | None = None
         self._sections: dict[str, msgspec.Raw] = {}
+        self._observe_write = observe_write
+        self._requested = 0  # the generation of the last snapshot handed over
+        self._listeners: list[Callable[[int], None]] = []
+        self._before: Callable[[], None] = lambda: None
+        self._writer: StateWriter | None = None
         if path is not None:
             self._open(path, max_bytes)
+            self._writer = StateWriter(path, self._written)
 
     def section(self, name: str) -> msgspec.Raw | None:
         """What was saved for ``name`` at the last run (None if nothing usable)."""
@@ -102,43 +110,103 @@ class Persistence:
 
     def track(self, name: str, component: Stateful) -> None:
         self._components[name] = component
-        self._saved_versions[name] = component.state_version  # as restored: nothing new to save yet
+        self._submitted_versions[name] = component.state_version  # as restored: nothing new to save yet
 
     @property
     def changed(self) -> bool:
-        return any(c.state_version != self._saved_versions[n] for n, c in self._components.items())
+        return any(c.state_version != self._submitted_versions.get(n) for n, c in self._components.items())
 
-    def flush(self) -> bool:
-        """Save if a component changed since the last save; False if that save failed."""
-        return self.save() if self.changed else True
+    @property
+    def next_generation(self) -> int:
+        """The generation the next ``flush`` that saves something will carry."""
+        return self._requested + 1
+
+    def flush(self, *, force: bool = False) -> bool:
+        """Hand the writer a snapshot if a component changed since the last one, or ``force`` (never waits
+        for the disk); False if the last write failed."""
+        if force or self.changed:
+            self._submit()
+        return self.ok
+
+    def wait_durable(self, generation: int, timeout: float) -> bool:
+        """Whether the snapshot of ``generation`` (or a newer one) is on disk within ``timeout`` seconds."""
+        if self._writer is None:
+            return True
+        return self._writer.wait_durable(generation, timeout)
+
+    def write_first(self, before: Callable[[], None]) -> None:
+        """``before()`` runs ahead of every state write, on the writer's thread: the log spool's records of
+        the transitions a snapshot says were emitted are on disk before that snapshot (a crash in between
+        would otherwise lose them: the restart does not emit them again)."""
+        self._before = before
+        if self._writer is not None:
+            self._writer.before = before
+
+    def on_durable(self, listener: Callable[[int], None]) -> None:
+        """``listener(generation)`` after each snapshot that reached the disk (on the writer's thread)."""
+        self._listeners.append(listener)
 
     def save(self) -> bool:
-        """Write every section now; a failure is logged (monitoring goes on) and returns False."""
+        """Write every section now (after whatever the writer was writing); a failure is logged (monitoring
+        goes on) and returns False."""
+        if self._writer is not None:
+            self._writer.drain(SAVE_WAIT_SECONDS)
+        generation, payload = self._snapshot()
+        if self.path is None:
+            self._written(generation, 0.0, None)
+            return True
+        began = time.monotonic()
         try:
-            self.write()
-        except OSError as exc:
-            self._failed(exc)
+            self._before()
+            write_atomically(self.path, payload)
+        except OSError as error:
+            self._written(generation, time.monotonic() - began, error)
             return False
-        if not self.ok:
-            log.info("state file %s saved again", self.path)
-        self.ok = True
+        if self._writer is not None:
+            self._writer.durable = max(self._writer.durable, generation)
+        self._written(generation, time.monotonic() - began, None)
         return True
 
-    def write(self) -> None:
-        """Write every section now; raise ``OSError`` if the file cannot be written."""
-        if self.path is None:
-            return
-        with self._lock:
-            versions = {name: component.state_version for name, component in self._components.items()}
-            sections = {name: component.to_state() for name, component in self._components.items()}
-            write_atomically(self.path, msgspec.json.encode({"version": FORMAT_VERSION, "sections": sections}))
-            self._saved_versions = versions
-
     def close(self) -> None:
-        """Release the lock (the end of the process would too)."""
+        """Stop the writer (what it was writing is finished first, bounded) and release the lock."""
+        if self._writer is not None:
+            self._writer.drain(SAVE_WAIT_SECONDS)
+            self._writer.close()
         if self._file_lock is not None:
             self._file_lock.release()
             self._file_lock = None
+
+    def _snapshot(self) -> tuple[int, bytes]:
+        """Every section encoded now, and the generation it is."""
+        with self._lock:
+            self._submitted_versions = {name: c.state_version for name, c in self._components.items()}
+            sections = {name: component.to_state() for name, component in self._components.items()}
+            self._requested += 1
+            return self._requested, msgspec.json.encode({"version": FORMAT_VERSION, "sections": sections})
+
+    def _submit(self) -> None:
+        generation, payload = self._snapshot()
+        if self._writer is None:  # no file: nothing to wait for
+            self._written(generation, 0.0, None)
+        else:
+            self._writer.submit(generation, payload)
+
+    def _written(self, generation: int, seconds: float, failure: OSError | None) -> None:
+        if self.path is not None:
+            self._observe_write(seconds)
+        if failure is not None:
+            with self._lock:
+                self._submitted_versions = {}  # the next flush hands over a snapshot again
+            self._failed(failure)
+            return
+        if not self.ok:
+            log.info("state file %s saved again", self.path)
+        self.ok = True
+        for listener in self._listeners:
+            try:
+                listener(generation)
+            except Exception:  # one listener's bug must not stop the writer nor starve the others
+                log.exception("a state file listener failed")
 
     def _failed(self, exc: OSError) -> None:
         self.errors += 1
@@ -161,35 +229,5 @@ class Persistence:
             log.warning("cannot create the lock file of %s (%s): running without it", path, exc.strerror)
         if removed := remove_leftovers(path):
             log.info("removed %d temporary file(s) a crash left next to %s", removed, path)
-        self._sections = self._load(path, max_bytes)
-
-    def _load(self, path: Path, max_bytes: int) -> dict[str, msgspec.Raw]:
-        try:
-            raw = read_bounded(path, max_bytes)
-            if raw is None or not raw.strip():
-                return {}
-            data = msgspec.json.decode(raw, type=_StateFile)
-        except NotARegularFile as exc:  # replaced by the first save (a directory makes every save fail)
-            self._unusable(path, exc, "")
-            return {}
-        except (OSError, msgspec.MsgspecError) as exc:
-            self._unusable(path, exc, self._set_aside(path))
-            return {}
-        if data.version != FORMAT_VERSION:
-            self._unusable(path, f"not a version {FORMAT_VERSION} state file", self._set_aside(path))
-            return {}
-        return data.sections
-
-    def _unusable(self, path: Path, problem: object, kept: str) -> None:
-        self.errors += 1
-        log.error("state file %s cannot be used (%s): starting without it%s", path, problem, kept)
-
-    @staticmethod
-    def _set_aside(path: Path) -> str:
-        """Keep what cannot be used for a person to look at (one copy: the last one)."""
-        aside = path.with_name(path.name + ".discarded")
-        try:
-            os.replace(path, aside)
-        except OSError:
-            return ""
-        return f"; kept as {aside}"
+        self._sections, unusable = load_sections(path, max_bytes, FORMAT_VERSION)
+        self.errors += unusable

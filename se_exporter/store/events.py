@@ -5,6 +5,15 @@ transitions of docs/design.md, ``updated`` included (the same EventId saying ano
 type, other Resources; the audit trail must not keep quiet about it). It performs no I/O and reads
 no clock: callers pass ``now`` (Unix seconds), so tests drive it with any timeline and a restored
 store continues where it left off.
+
+What was not seen: the caller says when its view had a gap (``blind_since``: the wall time of its last
+look before it, a restart included). An event last seen Scheduled and gone now is ``cancelled`` when its
+NotBefore has not passed, or passed while the caller was looking; when it passed inside the gap, the
+maintenance most likely ran unseen (the events that restart or pause the VM are the ones a poll loop
+misses), so it is ``completed`` with ``started_observed=False``, and no start or time in Started is made up.
+
+Time in Started is measured on the caller's monotonic clock (``mono``) within a process, so a step of the
+wall clock never makes it negative or inflates it; across a restart, from the saved wall-clock start.
 ``to_state``/``from_state`` are its own codec for the state file.
 """
 
@@ -21,7 +30,7 @@ from se_exporter.imds.changes import content, describe_change
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import classify
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import EventState, Transition, TransitionKind
+from se_exporter.store.lifecycle import EventState, Transition, TransitionKind, UnixTime
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -37,6 +46,7 @@ class _StoreState(msgspec.Struct):
     incarnation: int | None
     events: tuple[EventState, ...]
     removed: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
+    last_look: UnixTime | None = None  # the last reconcile (a restart's gap in the view starts there)
 
 
 class EventStore:
@@ -53,12 +63,15 @@ class EventStore:
         events: Mapping[str, EventState] | None = None,
         incarnation: int | None = None,
         removed: Mapping[str, int] | None = None,
+        last_look: float | None = None,
     ):
         self._events: Mapping[str, EventState] = MappingProxyType(dict(events or {}))
         self.incarnation = incarnation
         self.removed: dict[str, int] = dict(removed or {})  # EventId -> last life, oldest first
+        self.last_look = last_look  # wall time of the last reconcile (saved: a restart's gap begins there)
         self.state_version = 0  # bumped by every change worth saving (see state.persistence)
         self._last_document: Document | None = None
+        self._started_mono: dict[str, float] = {}  # EventId -> monotonic time its start was seen, this process
 
     @classmethod
     def from_state(cls, section: object) -> EventStore:
@@ -67,10 +80,10 @@ class EventStore:
             return cls()
         saved = decode_section(section, _StoreState)
         events = {state.event.event_id: _classified(state) for state in saved.events}
-        return cls(events, saved.incarnation, saved.removed)
+        return cls(events, saved.incarnation, saved.removed, saved.last_look)
 
     def to_state(self) -> _StoreState:
-        return _StoreState(self.incarnation, tuple(self._events.values()), self.removed)
+        return _StoreState(self.incarnation, tuple(self._events.values()), self.removed, self.last_look)
 
     @property
     def events(self) -> Mapping[str, EventState]:
@@ -85,8 +98,21 @@ class EventStore:
             return False
         return all((state := self._events.get(e.event_id)) is not None and state.event == e for e in document.events)
 
-    def reconcile(self, document: Document, now: float) -> list[Transition]:
-        """Adopt ``document`` as the current truth and return the transitions it implies."""
+    def started_seconds(self, state: EventState, now: float, mono: float | None = None) -> float | None:
+        """Time ``state``'s event has spent in Started: on the monotonic clock when its start was seen by this
+        process, else from the saved wall-clock start; never negative."""
+        if state.started_at is None:
+            return None
+        anchor = self._started_mono.get(state.event.event_id)
+        if mono is not None and anchor is not None:
+            return max(0.0, mono - anchor)
+        return max(0.0, now - state.started_at)
+
+    def reconcile(
+        self, document: Document, now: float, *, mono: float | None = None, blind_since: float | None = None
+    ) -> list[Transition]:
+        """Adopt ``document`` as the current truth and return the transitions it implies. ``mono``: the
+        monotonic clock now (durations); ``blind_since``: the caller's view had a gap since then."""
         transitions: list[Transition] = []
         updated: dict[str, EventState] = {}
         incarnation = document.incarnation
@@ -100,6 +126,8 @@ class EventStore:
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
+            if mono is not None and state.started_at == now and event.event_id not in self._started_mono:
+                self._started_mono[event.event_id] = mono  # its start seen now, by this process
             updates = previous is not None and any(kind is TransitionKind.UPDATED for kind, _ in emitted)
             changes = describe_change(previous.event, event, with_not_before=False) if previous and updates else ""
             transitions += [
@@ -112,13 +140,35 @@ class EventStore:
             if event_id in updated:
                 continue
             self._forget(event_id, state.life)
-            if (kind := _removal(state)) is not None:
-                transitions.append(_transition(kind, state, state.event.event_status, now, incarnation))
+            if (removal := self._removal(state, now, incarnation, mono, blind_since)) is not None:
+                transitions.append(removal)
         self._events = MappingProxyType(updated)
         self.incarnation = incarnation
+        self.last_look = now
         self._last_document = document
         self.state_version += 1
         return transitions
+
+    def _removal(
+        self, state: EventState, now: float, incarnation: int, mono: float | None, blind_since: float | None
+    ) -> Transition | None:
+        """The transition of a listed event gone now (see the module's docstring for what was not seen)."""
+        previous = state.event.event_status
+        if state.started_at is not None:
+            seconds = self.started_seconds(state, now, mono)
+            self._started_mono.pop(state.event.event_id, None)
+            kind, flags = TransitionKind.COMPLETED, {"started_seconds": seconds, "started_observed": True}
+        elif previous == SCHEDULED:
+            not_before = state.event.not_before.timestamp() if state.event.not_before is not None else None
+            watched_until = now if blind_since is None else blind_since
+            if not_before is not None and watched_until < not_before <= now:  # it passed while nobody looked
+                kind, flags = TransitionKind.COMPLETED, {"started_observed": False}
+            else:
+                observed = not_before is not None and not_before <= watched_until
+                kind, flags = TransitionKind.CANCELLED, {"observed_until_not_before": observed}
+        else:
+            return None
+        return msgspec.structs.replace(_transition(kind, state, previous, now, incarnation), **flags)
 
     def _forget(self, event_id: str, life: int) -> None:
         self.removed[event_id] = life
@@ -169,14 +219,6 @@ def _classified(state: EventState) -> EventState:
     return msgspec.structs.replace(state, impact=impact, cause=cause)
 
 
-def _removal(state: EventState) -> TransitionKind | None:
-    if state.started_at is not None:
-        return TransitionKind.COMPLETED
-    if state.event.event_status == SCHEDULED:
-        return TransitionKind.CANCELLED
-    return None
-
-
 def _transition(
     kind: TransitionKind, state: EventState, previous: str, now: float, incarnation: int, *, changes: str = ""
 ) -> Transition:
@@ -188,7 +230,6 @@ def _transition(
         document_incarnation=incarnation,
         first_seen=state.first_seen,
         first_seen_status=state.first_seen_status,
-        started_seconds=state.started_seconds(now) if kind is TransitionKind.COMPLETED else None,
         life=state.life,
         impact=state.impact,
         cause=state.cause,

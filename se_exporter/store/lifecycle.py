@@ -60,11 +60,15 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     document_incarnation: int
     first_seen: float
     first_seen_status: str
-    started_seconds: float | None = None  # time spent in Started, on "completed"
+    started_seconds: float | None = None  # time spent in Started, on "completed" (None: its start was not seen)
     life: int = 1
     impact: Impact = Impact.UNKNOWN
     cause: Cause = Cause.UNKNOWN
     changes: str = ""  # on "updated": what changed (``imds.changes.describe_change``)
+    # On "completed": whether the exporter saw it Started (False: it was last seen Scheduled, and its NotBefore
+    # passed while the exporter could not look). On "cancelled": whether it watched until the NotBefore.
+    started_observed: bool | None = None
+    observed_until_not_before: bool | None = None
 
     @property
     def uid(self) -> str:

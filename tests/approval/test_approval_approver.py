@@ -768,3 +768,55 @@ def test_a_post_retry_after_the_event_changed_runs_the_hook_again_first(
         "changed: the event changed (Resources [vm-a] -> [vm-a, vm-b]); deciding again "
         "(decided again before POST attempt 2)"
     )
+
+
+def test_a_post_waits_for_a_look_taken_after_a_pause_of_the_process() -> None:
+    """Issue 38: after a SIGSTOP (a Freeze pauses the VM) the poster woke up with the poll loop and POSTed on
+    the view from before the pause; the event had started meanwhile (the soak found it)."""
+    import threading
+
+    from se_exporter.approval.view import LatestView
+
+    now = [1000.0]
+    mono = [50.0]
+    lock = threading.Lock()
+    view = LatestView(lock, fresh_within=5.0, clock=lambda: now[0], monotonic=lambda: mono[0])
+    with lock:
+        view.update({}, "vm-a", now[0])
+    now[0] += 12.0  # the pause: both clocks moved on
+    mono[0] += 12.0
+    looked, updated = threading.Event(), []
+
+    def poll_loop_looks_again() -> None:
+        looked.wait(5)
+        with lock:
+            updated.append(now[0])
+            view.update({}, "vm-a", now[0])
+
+    threading.Thread(target=poll_loop_looks_again, daemon=True).start()
+    began = time.monotonic()
+    with lock:
+        looked.set()
+        view.wait_fresh(timeout=10)  # the lock is released while it waits: the poll loop's look gets in
+    assert updated == [1012.0], "it returned only once the poll loop had looked again"
+    assert time.monotonic() - began < 5, "and at once then, not at its timeout"
+
+
+def test_the_poster_waits_for_its_request_slot_before_its_recheck_never_between_it_and_the_post() -> None:
+    """Issue 38 (the soak found it): the recheck came first, then the POST waited for its 5 requests/s slot;
+    a pause of the process inside that wait sent the POST 12 s later on the look from before the pause."""
+    from se_exporter.approval.poster import BackgroundPoster, Dropped
+
+    calls: list[str] = []
+
+    def recheck(items: tuple[str, ...]) -> tuple[list[tuple[str, str]], list[Dropped[str]]]:
+        calls.append("recheck")
+        return [(item, item) for item in items], []
+
+    poster: BackgroundPoster[str] = BackgroundPoster(
+        lambda ids: calls.append(f"post {','.join(ids)}"), recheck, pace=lambda: calls.append("pace")
+    )
+    poster.submit(["E1"])
+    poster.wait(5)
+    poster.close()
+    assert calls == ["pace", "recheck", "post E1"]

@@ -85,7 +85,7 @@ def test_runtime_contract(final: Stage) -> None:
     assert uid.isdigit() and int(uid) != 0, "USER must be a fixed numeric non-root uid (runAsNonRoot)"
 
     (entrypoint,) = final.all("ENTRYPOINT")
-    assert entrypoint.exec_form() == ["se-exporter"]
+    assert entrypoint.exec_form() == ["/usr/bin/tini", "--", "se-exporter"], "an init that reaps is PID 1"
 
     exposed = {port.split("/")[0] for e in final.all("EXPOSE") for port in e.args.split()}
     assert str(EXPORTER_PORT) in exposed

@@ -138,6 +138,9 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (VM, "Poll errors by reason", "A"): DATA,
         (VM, "IMDS up and poll freshness", "A"): equals(1),
         (VM, "IMDS up and poll freshness", "B"): between(0, 5),
+        # --state.file: the state file's and the spool's writes (NaN in a window without a write)
+        (VM, "Durable writes (state file, log spool)", "A"): DATA,
+        (VM, "Durable writes (state file, log spool)", "B"): DATA,
     }
 
 

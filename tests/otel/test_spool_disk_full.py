@@ -33,13 +33,16 @@ def test_records_appended_while_the_disk_is_full_reach_the_file_once_space_is_ba
     with small_tmpfs(tmp_path / "fs") as fs:
         spool = Spool(fs / "spool")
         spool.append([record(n) for n in range(10)])
+        spool.sync()  # the shipper writes between its exports
         filler = fill(fs)
         for n in range(10, 80):
             spool.append([record(n)])
+            spool.sync()
         assert spool.write_errors > 0 and not spool.synced
         filler.unlink()
         if space_back_before == "the next append":
             spool.append([record(80)])
+            spool.sync()
             assert spool.synced
         spool.close()
         reopened = Spool(fs / "spool")
@@ -54,6 +57,7 @@ def test_a_disk_still_full_at_close_is_said_at_close(tmp_path: Path, caplog: pyt
         spool = Spool(fs / "spool")
         fill(fs)
         spool.append([record(1)])
+        spool.sync()
         spool.close()
         assert not spool.synced and spool.write_errors >= 2  # the append, then the rewrite at close
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]

@@ -180,7 +180,8 @@ def test_metric_name_extraction() -> None:
 def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
     """docs/design.md's table against a real exposition: approval and actions on, a spool, every kind of event
     state."""
-    counters, store = Counters(approval_enabled=True, actions={"notify": ("scheduled",)}), EventStore()
+    counters = Counters(approval_enabled=True, actions={"notify": ("scheduled",)}, written_files=("state", "spool"))
+    store = EventStore()
     soon = datetime(2030, 1, 1, tzinfo=UTC)
     polls = [
         Document(

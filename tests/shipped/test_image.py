@@ -10,6 +10,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -113,3 +114,50 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     restarted = get(port, "/metrics").text
     assert [s["event_id"] for s in series(restarted, "azure_scheduled_events_event_info")] == ["C1"]
     assert transitions(podman, name) == ["scheduled"], "a transition emitted again after the restart"
+
+
+_ZOMBIES = (
+    "import os\n"
+    "states = [open(f'/proc/{p}/stat').read().rsplit(') ', 1) for p in os.listdir('/proc') if p.isdigit()]\n"
+    "print(sum(1 for s in states if s[0].endswith('(sleep') and s[1][0] != 'Z'), "
+    "sum(1 for s in states if s[1][0] == 'Z'))"
+)
+
+
+def test_an_init_reaps_what_an_action_leaves_behind(
+    podman: Podman, image: str, container_name: Name, fake_imds: FakeIMDS, tmp_path: Path
+) -> None:
+    """Issue 38, point 4: as PID 1 the exporter reaped no orphans; a grandchild left by a hook or an action
+    stayed a zombie until the container ended. tini is PID 1 now."""
+    actions = tmp_path / "actions.yaml"
+    actions.write_text(
+        "actions:\n  - name: leave-a-child\n    transitions: [scheduled]\n"
+        '    command: ["/bin/sh", "-c", "sleep 1 & exit 0"]\n    timeout_seconds: 10\n',
+        encoding="utf-8",
+    )
+    actions.chmod(0o644)
+    fake_imds.respond = lambda seen: document(1, *(scheduled_event(f"Z{n}") for n in range(3)))
+    name, port = container_name(), free_port()
+    start(
+        podman,
+        name,
+        "--read-only",
+        "--volume",
+        f"{actions}:/etc/se-exporter/actions.yaml:ro",
+        image,
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--imds.url={fake_imds.url}",
+        "--vm.name=vm-a",
+        "--actions.config=/etc/se-exporter/actions.yaml",
+    )
+    ran = 'azure_scheduled_events_actions_total{action="leave-a-child",result="succeeded",transition="scheduled"} 3.0'
+    wait_for(lambda: ran in get(port, "/metrics").text, 60, "three runs succeeded")
+    assert podman.run("exec", name, "cat", "/proc/1/comm").stdout.strip() == "tini"
+
+    def counts() -> tuple[int, int]:
+        sleeping, zombies = podman.run("exec", name, "python", "-c", _ZOMBIES).stdout.split()
+        return int(sleeping), int(zombies)
+
+    wait_for(lambda: counts()[0] == 0, 20, "the runs' grandchildren done sleeping")
+    assert counts() == (0, 0), "no zombie left behind"
+    podman.run("stop", "--time", "10", name, timeout=30)

@@ -22,7 +22,9 @@ refused poll, and memory stays under the DaemonSet's 96 MiB (``checks.check_memo
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import os
 import random
 import signal
 import socket
@@ -40,8 +42,9 @@ from se_exporter.simulator.faults import MALFORMED
 from se_exporter.simulator.truth import ApprovalRecord, Change, RequestRecord
 from tests.approval.helpers import DESIGN_POLICY
 from tests.otlp import OTLPHttpReceiver, ReceivedLog
-from tests.soak.history import HistoryPlan, plan_history
+from tests.soak.history import HistoryPlan, expected_transitions, plan_history
 from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
 from tests.support.tmpfs import fill, mount_tmpfs, unmount
 from tests.support.wait import wait_for
 
@@ -50,6 +53,7 @@ IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client tim
 SLOW_ANSWER = 0.4  # a delay the client waits out
 DISK_KIB = 64 * 1024  # the tmpfs for the state file and the spool, filled now and then
 DISK_FULL_SHARE = 0.15  # of the chaos episodes (when a tmpfs can be mounted)
+PAUSE_SECONDS = (11.5, 13.0)  # beyond the 10 s a view may miss (at a 1 s interval) before it is a gap
 FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
 POLICY = DESIGN_POLICY.format(dry_run="false", leader="first_resource")
 WEB_FLOOD = 200  # connections held open by the web chaos (every tenth sends part of a request, never the rest)
@@ -67,6 +71,7 @@ class SoakConfig:
     burst_every: float = 20.0
     kill_every: float = 12.0
     kill_until: float = 0.6  # fraction of ``active`` after which the exporter is left running
+    pause_every: float = 30.0  # a pause of the exporter (SIGSTOP, as a Freeze pauses the VM), beyond a gap
     quiet: tuple[float, float] = (2.5, 4.0)  # pause after each IMDS fault (real s)
     otlp_gap: tuple[float, float] = (4.0, 9.0)
     otlp_outage: tuple[float, float] = (2.0, 5.0)
@@ -76,7 +81,8 @@ class SoakConfig:
 
     @classmethod
     def short(cls, seed: int) -> SoakConfig:
-        return cls(active=46.0, seed=seed)
+        # Two restarts in the first half, then a pause of the exporter beyond a gap in its view.
+        return cls(active=60.0, kill_until=0.5, seed=seed)
 
     @classmethod
     def long(cls, minutes: float, seed: int) -> SoakConfig:
@@ -87,6 +93,7 @@ class SoakConfig:
             burst_every=60.0,
             kill_every=40.0,
             kill_until=0.5,
+            pause_every=90.0,
             otlp_gap=(10.0, 30.0),
             otlp_outage=(2.0, 12.0),
             warmup=30.0,
@@ -118,6 +125,7 @@ class SoakResult:
     rss: list[tuple[int, float, int]]  # (run index, monotonic, kB)
     final_metrics: str
     otlp_outages: list[tuple[str, float]]  # (kind, seconds)
+    pauses: list[tuple[float, float, float, float]]  # the exporter's blind windows: monotonic, wall (start, end)
     sim_seconds: float
     wall_seconds: float
     errors: list[str] = field(default_factory=list)  # unexpected events seen while running
@@ -240,6 +248,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         stop = threading.Event()
         otlp_up = threading.Lock()  # held while the receiver is down
         outages: list[tuple[str, float]] = []
+        pauses: list[tuple[float, float, float, float]] = []
         rss: list[tuple[int, float, int]] = []
         threads = [
             threading.Thread(
@@ -254,6 +263,8 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
                     "stop": stop,
                     "errors": errors,
                     "disk": disk,
+                    "pauses": pauses,
+                    "world": world,
                 },
             ),
             threading.Thread(
@@ -289,7 +300,8 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         faults.set_rate_limit(5)
         _wait(lambda: not world.snapshot().events, 3 * config.tmax, "every event gone", errors)
         # Not an error by itself: if records are missing, check_transitions names them.
-        _wait(lambda: _all_delivered(world.truth.changes(), receiver), 45, "every transition delivered", [])
+        wanted = len(expected_transitions(world.truth.changes(), pauses))
+        _wait(lambda: _all_delivered(wanted, receiver), 45, "every transition delivered", [])
         time.sleep(1.5)  # stragglers: a duplicate delivery would show up now
         final_metrics = fleet.current.process.metrics()
         _sample(fleet, rss)
@@ -309,6 +321,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
             rss=rss,
             final_metrics=final_metrics,
             otlp_outages=outages,
+            pauses=pauses,
             sim_seconds=world.clock.now() - sim_began,
             wall_seconds=time.monotonic() - began,
             errors=errors,
@@ -323,8 +336,7 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str, errors: list
         errors.append(str(error))
 
 
-def _all_delivered(changes: tuple[Change, ...], receiver: OTLPHttpReceiver) -> bool:
-    wanted = sum(1 for c in changes if c.event_id is not None)
+def _all_delivered(wanted: int, receiver: OTLPHttpReceiver) -> bool:
     uids = {
         log.attributes.get("log.record.uid")
         for log in receiver.store.logs
@@ -344,23 +356,103 @@ def _chaos(
     stop: threading.Event,
     errors: list[str],
     disk: Path | None,
+    pauses: list[tuple[float, float, float, float]],
+    world: SimWorld,
 ) -> None:
     kill_until = began + config.active * config.kill_until
     next_kill = began + config.kill_every * 0.8
+    next_pause = began + 2 * config.kill_every  # after two restarts' time: all three fit in the short soak
     signals = [signal.SIGKILL, signal.SIGTERM]
     kills = 0
     while not stop.is_set() and time.monotonic() < began + config.active - 2 * config.tmin:
         now = time.monotonic()
-        if now >= next_kill and now < kill_until:
+        if now >= next_kill and now < kill_until:  # restarts first: the short soak wants two
             sig = signals[kills % 2]
             kills += 1
             next_kill = now + config.kill_every
             _restart(fleet, sig, otlp_up, errors)
+        elif now >= next_pause and kills >= 2 and now + PAUSE_SECONDS[1] + 1 < began + config.active:
+            next_pause = now + config.pause_every
+            _pause(fleet, world, rng, pauses, errors)
+            continue
         elif disk is not None and (now + 6 < next_kill or now >= kill_until) and rng.random() < DISK_FULL_SHARE:
             _disk_full(fleet, disk, rng)
         else:
             _imds_fault(rng, faults)
         stop.wait(rng.uniform(*config.quiet))
+
+
+def _pause(
+    fleet: Fleet,
+    world: SimWorld,
+    rng: random.Random,
+    pauses: list[tuple[float, float, float, float]],
+    errors: list[str],
+) -> None:
+    """Stop the exporter (SIGSTOP) for longer than a gap in its view may last, then let it go on. The window
+    is what it could not see: from the last document it processed before the stop (the ground truth's answer
+    time: what it saw is the state then) to the first one served after."""
+    with fleet.restart_lock:
+        process = fleet.current.process
+        look = _stop_after_a_look(process, world)
+        if look is None:
+            errors.append("the exporter could not be stopped right after a look")
+            return
+        try:
+            time.sleep(rng.uniform(*PAUSE_SECONDS))
+        finally:
+            os.kill(process.proc.pid, signal.SIGCONT)
+        served = len(_documents_served(world))
+        if not _waited(lambda: len(_documents_served(world)) > served, 15):
+            errors.append("the exporter did not poll after a pause")
+            return
+        seen = _documents_served(world)[served]
+        pauses.append((look.real_monotonic, seen.real_monotonic, look.real_time, seen.real_time))
+
+
+def _stop_after_a_look(process: ExporterProcess, world: SimWorld) -> RequestRecord | None:
+    """SIGSTOP once the exporter has processed the last document served to it (its last good poll says so):
+    stopped between an answer and its processing, it would find the answer's deadline gone on resuming."""
+    for _ in range(5):
+        served = len(_documents_served(world))
+        if not _waited(functools.partial(_served_more_than, world, served), 10):
+            return None
+        look = _documents_served(world)[-1]
+        if not _waited(functools.partial(_processed_since, process, look.real_time - 0.05), 2):
+            continue
+        os.kill(process.proc.pid, signal.SIGSTOP)
+        if _documents_served(world)[-1] is look:
+            return look
+        os.kill(process.proc.pid, signal.SIGCONT)  # it polled again meanwhile: once more
+    return None
+
+
+def _served_more_than(world: SimWorld, count: int) -> bool:
+    return len(_documents_served(world)) > count
+
+
+def _processed_since(process: ExporterProcess, wall: float) -> bool:
+    return (_last_good_poll(process) or 0.0) >= wall
+
+
+def _last_good_poll(process: ExporterProcess) -> float | None:
+    try:
+        return value(process.metrics(), "azure_scheduled_events_last_successful_poll_timestamp_seconds")
+    except (httpx.HTTPError, AssertionError):
+        return None
+
+
+def _documents_served(world: SimWorld) -> list[RequestRecord]:
+    return [r for r in world.truth.requests() if r.method == "GET" and "scheduled" in r.path and r.status == 200]
+
+
+def _waited(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def _disk_full(fleet: Fleet, disk: Path, rng: random.Random) -> None:

@@ -21,6 +21,7 @@ Times here are *real* seconds; the scenario is written in simulated seconds (rea
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,31 +146,84 @@ class Expected:
     seq: int
 
 
-def expected_transitions(changes: tuple[Change, ...] | list[Change]) -> list[Expected]:
-    """docs/design.md's transitions, one per change of the ground truth, in the order they happened."""
-    status: dict[str, str] = {}
+Blind = tuple[float, float, float, float]  # a window the exporter could not look: monotonic and wall, start and end
+
+
+def expected_transitions(
+    changes: tuple[Change, ...] | list[Change], blind: tuple[Blind, ...] | list[Blind] = ()
+) -> list[Expected]:
+    """docs/design.md's transitions, as the exporter can know them, in the order it can see them.
+
+    Outside ``blind`` windows (the exporter paused, as a Freeze pauses the VM) it sees every change as it
+    happens. What changes inside one it sees at the window's end, all at once, by comparing what it saw last
+    with what is true then: an event last seen Scheduled and gone is ``completed``, its start unseen, when its
+    NotBefore passed inside the window (``cancelled`` otherwise), and a state that came and went unseen makes no
+    transition at all (docs/design.md, What was not seen).
+    """
+    seen: dict[str, tuple[str, str]] = {}  # event -> (status, NotBefore) as the exporter last saw it
+    truth: dict[str, tuple[str, str]] = {}
+    types: dict[str, str] = {}
+    dirty: set[str] = set()
     out: list[Expected] = []
-    for change in changes:
-        if change.event_id is None:  # incarnation reset: no lifecycle step
+    timeline = sorted(
+        [(change.real_monotonic, 0, change) for change in changes if change.event_id is not None]
+        + [(window[1], 1, window) for window in blind],
+        key=lambda item: (item[0], item[1]),
+    )
+    for moment, what, item in timeline:
+        if what == 1:  # a window ends: the exporter looks again
+            window = item
+            assert isinstance(window, tuple)
+            for event_id in sorted(dirty):
+                out += _seen(event_id, seen, truth, types, window[1], window[3], unseen_since=window[2])
+            dirty.clear()
             continue
-        kind = {
-            "appeared": "scheduled" if change.status == "Scheduled" else "started",
-            "started": "started",
-            "rescheduled": "rescheduled",
-            "removed": "completed" if status.get(change.event_id) == "Started" else "cancelled",
-        }[change.kind]
-        not_before = parsedate_to_datetime(change.not_before) if change.not_before else None
-        out.append(
-            Expected(
-                change.event_id,
-                kind,
-                change.event_type or "",
-                not_before,
-                change.real_time,
-                change.real_monotonic,
-                change.seq,
-            )
-        )
-        if change.status is not None:
-            status[change.event_id] = change.status
+        change = item
+        assert isinstance(change, Change) and change.event_id is not None
+        types[change.event_id] = change.event_type or ""
+        if change.kind == "removed":
+            truth.pop(change.event_id, None)
+        else:
+            truth[change.event_id] = (change.status or truth.get(change.event_id, ("", ""))[0], change.not_before)
+        if any(start <= moment < end for start, end, _, _ in blind):
+            dirty.add(change.event_id)
+        else:
+            out += _seen(change.event_id, seen, truth, types, moment, change.real_time, unseen_since=None)
+    for seq, expected in enumerate(out):
+        out[seq] = dataclasses.replace(expected, seq=seq)
     return out
+
+
+def _seen(  # noqa: PLR0917 - the fold's state, handed over whole
+    event_id: str,
+    seen: dict[str, tuple[str, str]],
+    truth: dict[str, tuple[str, str]],
+    types: dict[str, str],
+    monotonic: float,
+    wall: float,
+    *,
+    unseen_since: float | None,
+) -> list[Expected]:
+    """What the exporter reports when it looks at ``event_id`` at ``wall`` after its last look."""
+    before, now = seen.get(event_id), truth.get(event_id)
+    kind: str | None = None
+    if before is None and now is not None:
+        kind = "scheduled" if now[0] == "Scheduled" else "started"
+    elif before is not None and now is None:
+        due = parsedate_to_datetime(before[1]).timestamp() if before[1] else None
+        passed_unseen = unseen_since is not None and due is not None and unseen_since < due <= wall
+        kind = "completed" if before[0] == "Started" or passed_unseen else "cancelled"
+    elif before is not None and now is not None:
+        if before[0] == "Scheduled" and now[0] == "Started":
+            kind = "started"
+        elif now[0] == "Scheduled" and now[1] != before[1] and now[1]:
+            kind = "rescheduled"
+    if now is None:
+        seen.pop(event_id, None)
+    else:
+        seen[event_id] = now
+    if kind is None:
+        return []
+    shown = now[1] if now is not None and kind in ("scheduled", "rescheduled") and now[1] else ""
+    not_before = parsedate_to_datetime(shown) if shown else None
+    return [Expected(event_id, kind, types.get(event_id, ""), not_before, wall, monotonic, 0)]

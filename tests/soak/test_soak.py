@@ -1,6 +1,6 @@
 """The soak test: the exporter tells the simulator's ground truth, whatever happens around it.
 
-``test_soak_short`` (~60 s) runs in the normal suite. The long version is opt-in::
+``test_soak_short`` (~70 s) runs in the normal suite. The long version is opt-in::
 
     SE_SOAK_MINUTES=10 .venv/bin/pytest tests/soak -k long -s
 
@@ -39,6 +39,7 @@ def test_soak_short(tmp_path: Path, start_exporter: StartExporter) -> None:
     _report(figures, tmp_path)
     assert figures["records_lost"] == 0
     assert figures["exporter_runs"] >= 3  # the first process, then after a SIGKILL and a SIGTERM
+    assert figures["exporter_pauses"] >= 1  # and a SIGSTOP beyond a gap in its view
 
 
 @pytest.mark.slow

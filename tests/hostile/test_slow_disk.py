@@ -1,0 +1,117 @@
+"""A throttled disk (issue 38, point 2): every fsync takes 8 s, as on an Azure disk at its IOPS cap, through
+an ``LD_PRELOAD`` shim compiled here with gcc (tests/support/slow_fsync.c). The view follows IMDS within two
+polls whatever the disk does; what must be durable first waits on its own path; a SIGKILL in the middle of
+a slow write loses nothing and sends nothing twice."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.otlp import OTLPHttpReceiver
+from tests.support.exporter_process import ExporterProcess
+from tests.support.exposition import value
+from tests.support.fake_imds import FakeIMDS, document, scheduled_event
+from tests.support.tools import require
+from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
+StartExporter = Callable[..., ExporterProcess]
+SHIM_SOURCE = Path(__file__).resolve().parents[1] / "support" / "slow_fsync.c"
+FSYNC_SECONDS = 8.0
+INTERVAL = 0.5
+
+
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    library = tmp_path_factory.mktemp("shim") / "slow_fsync.so"
+    gcc = require("gcc")
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(SHIM_SOURCE), "-ldl"], check=True, timeout=60)
+    return library
+
+
+def due_in(event_id: str, seconds: float, **fields: Any) -> dict[str, Any]:
+    not_before = format_datetime(datetime.now(UTC) + timedelta(seconds=seconds), usegmt=True)
+    return scheduled_event(event_id, EventSource="Platform", NotBefore=not_before, **fields)
+
+
+def on_metrics(exporter: ExporterProcess, event_id: str) -> bool:
+    return 'event_id="' + event_id + '"' in exporter.metrics()
+
+
+def test_with_8_s_fsyncs_a_new_event_is_shown_and_takes_the_vm_out_within_two_polls(
+    shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
+) -> None:
+    slow = tmp_path / "fsync-seconds"
+    first = due_in("A", 3600, EventType="Reboot")
+    fake_imds.respond = lambda seen: document(1, first)
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}",
+        f"--poll.interval={INTERVAL * 1000:.0f}ms",
+        "--vm.name=vm-a",
+        f"--state.file={tmp_path / 'state.json'}",
+        env={**otlp_http_receiver.env, "LD_PRELOAD": str(shim), "SLOW_FSYNC_FILE": str(slow)},
+    )
+    exporter.wait_ready()
+    slow.write_text(f"{FSYNC_SECONDS}")  # from now on: the state file's and the spool's writes crawl
+    fake_imds.respond = lambda seen: document(2, first, due_in("B", 3600))
+    wait_for(lambda: on_metrics(exporter, "B"), 10, "B on /metrics")  # its writes are now in flight
+    preempt = due_in("C", 30, EventType="Preempt")
+    listed = time.monotonic()
+    fake_imds.respond = lambda seen: document(3, first, due_in("B", 3600), preempt)
+    wait_for(
+        lambda: on_metrics(exporter, "C") and exporter.get("/-/traffic").status_code == 503,
+        10,
+        "the Preempt on /metrics and /-/traffic 503",
+    )
+    delay = time.monotonic() - listed
+    print(f"\nwith {FSYNC_SECONDS:g} s fsyncs, a new event shown and /-/traffic 503 after {delay:.2f} s")
+    assert delay < 2 * INTERVAL, f"{delay:.2f} s: the disk held up the view"
+    assert exporter.get("/-/ready").status_code == 200
+    slow.write_text("0")
+    wait_for(
+        lambda: (
+            (value(exporter.metrics(), "azure_scheduled_events_state_write_seconds_sum", file="state") or 0)
+            >= FSYNC_SECONDS
+        ),
+        60,
+        "the slow state writes observed",
+    )
+    otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", count=3, timeout=60)
+    assert exporter.stop() == 0
+
+
+def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
+    shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
+) -> None:
+    slow = tmp_path / "fsync-seconds"
+    state = f"--state.file={tmp_path / 'state.json'}"
+    reboot = due_in("A", 3600, EventType="Reboot")
+    fake_imds.respond = lambda seen: document(1)
+    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", state)
+    env = {**otlp_http_receiver.env, "LD_PRELOAD": str(shim), "SLOW_FSYNC_FILE": str(slow)}
+    first = start_exporter(*args, env=env)
+    first.wait_ready()
+    slow.write_text(f"{FSYNC_SECONDS}")
+    fake_imds.respond = lambda seen: document(2, reboot)
+    wait_for(lambda: re.search(r"transition=scheduled", first.logs()), 10, "the transition emitted")
+    first.proc.send_signal(signal.SIGKILL)  # its state and its spool are in the middle of their writes
+    first.proc.wait(10)
+    slow.unlink()
+    second = start_exporter(*args, env=env)
+    second.wait_ready()
+    wait_for(lambda: re.search(r"transition=scheduled", second.logs()), 10, "the transition emitted again")
+    logs = otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)
+    time.sleep(2)  # what a duplicate would need to arrive: nothing more may come
+    logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
+    assert [str(log["scheduled_event.transition"]) for log in logs] == ["scheduled"], "exactly once"
+    assert second.stop() == 0
