@@ -22,6 +22,7 @@ from se_exporter.audit.trail import AuditTrail
 from se_exporter.config.files import socket_problem
 from se_exporter.config.options import ExporterConfig
 from se_exporter.errors import ConfigError
+from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
@@ -75,6 +76,8 @@ class Exporter:
         store = self.persistence.restore("store", EventStore.from_state, EventStore)
         self.persistence.track("store", store)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
+        if lacking := api_versions.lacks(config.api_version):  # older than the default: fields shown as unknown
+            log.warning("api-version %s has no %s: shown as unknown", config.api_version, ", ".join(lacking))
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
         self.telemetry: Telemetry = NoTelemetry()
@@ -129,6 +132,7 @@ class Exporter:
                 version=__version__,
                 spool=self.telemetry.spool,
                 state=self.persistence if config.state_file else None,
+                approvals=approver,
             )
         )
         gate = TrafficGate(

@@ -32,6 +32,7 @@ BAD = [
     (["--web.telemetry-path=metrics"], "argument --web.telemetry-path: 'metrics' must start with /"),
     (["--imds.url=169.254.169.254"], "argument --imds.url: invalid URL '169.254.169.254'"),
     (["--imds.api-version=latest"], "argument --imds.api-version: invalid api-version 'latest'"),
+    (["--imds.api-version=2018-08-01"], "argument --imds.api-version: api-version 2018-08-01 is older than 2019-01-01"),
     (["--imds.timeout=0s"], "argument --imds.timeout: duration '0s' must be greater than zero"),
     (["--poll.interval=99999999999h"], "argument --poll.interval: duration '99999999999h' is too long (at most 168h)"),
     (["--imds.timeout=1e400"], "argument --imds.timeout: invalid duration '1e400'"),

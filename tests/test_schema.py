@@ -33,7 +33,11 @@ KINDS: dict[str, tuple[Loader, str, type[Exception]]] = {
 
 CASES = [
     # (kind, file text, expected "<key path>: <problem>")
-    ("policy", POLICY + "dryrun: true\n", "dryrun: unknown key; expected one of: dry_run, leader, rules, hook"),
+    (
+        "policy",
+        POLICY + "dryrun: true\n",
+        "dryrun: unknown key; expected one of: dry_run, leader, group_approvers, rules, hook",
+    ),
     (
         "policy",
         POLICY.replace("[User]", "User"),

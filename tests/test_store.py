@@ -197,10 +197,12 @@ def test_any_history_yields_legal_transitions(history: list[dict[str, tuple[str,
     assert store.events == {}
 
 
-def test_impact_and_cause_follow_the_event_and_a_first_sighting_in_started_stays_failure_across_restarts() -> None:
+def test_impact_and_cause_follow_the_event_and_an_event_that_appeared_started_stays_failure_across_restarts() -> None:
+    """Azure's docs: after a hardware failure the VM gets a Reboot "with EventStatus = Started"."""
     store = EventStore()
+    store.reconcile(Document(1, ()), T0)  # watching from here on
     started = ScheduledEvent(event_id="hw", event_type="Reboot", event_status="Started", event_source="Platform")
-    (first,) = store.reconcile(Document(1, (started, ev("lm", event_type="Freeze"))), T0)[:1]
+    (first,) = store.reconcile(Document(2, (started, ev("lm", event_type="Freeze"))), T0 + 1)[:1]
     assert (first.impact, first.cause) == ("reboot", "failure")
     assert (store.events["lm"].impact, store.events["lm"].cause) == ("pause", "unknown")
     saved = json.loads(json.dumps(msgspec.to_builtins(store.to_state())))
@@ -208,8 +210,29 @@ def test_impact_and_cause_follow_the_event_and_a_first_sighting_in_started_stays
         del state["impact"], state["cause"]
     restored = EventStore.from_state(saved)
     assert (restored.events["hw"].impact, restored.events["hw"].cause) == ("reboot", "failure")
-    (completed,) = restored.reconcile(Document(2, (ev("lm", event_type="Freeze"),)), T0 + 60)
+    (completed,) = restored.reconcile(Document(3, (ev("lm", event_type="Freeze"),)), T0 + 60)
     assert (completed.kind, completed.impact, completed.cause) == ("completed", "reboot", "failure")
+
+
+@pytest.mark.parametrize(
+    ("looks", "blind", "cause"),
+    [
+        pytest.param(0, False, "platform", id="first look after a start without state"),
+        pytest.param(1, True, "platform", id="first look after a gap in the view"),
+        pytest.param(1, False, "failure", id="appeared while watching"),
+    ],
+)
+def test_a_platform_reboot_found_started_is_a_failure_only_if_it_appeared_while_watching(
+    looks: int, blind: bool, cause: str
+) -> None:
+    """Not seen appearing, a Started Reboot may have been Scheduled for days: its cause is its source."""
+    store = EventStore()
+    for look in range(looks):
+        store.reconcile(Document(1 + look, ()), T0 + look)
+    started = ScheduledEvent(event_id="hw", event_type="Reboot", event_status="Started", event_source="Platform")
+    blind_since = T0 if blind else None
+    (first,) = store.reconcile(Document(9, (started,)), T0 + 30, blind_since=blind_since)
+    assert (first.kind, first.impact, first.cause) == ("started", "reboot", cause)
 
 
 def test_an_event_rescheduled_at_every_poll_keeps_a_bounded_history() -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import DISRUPTIVE, IMMINENT, PAUSES, RUNBOOK_BASE, m
+from dashboards.mixin.config import DISRUPTIVE, IMMINENT, RUNBOOK_BASE, UNDISRUPTIVE, m
 
 INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
 EVENT_MATCH = "on (job, instance, event_id)"
 SCHEDULED = 'event_status="Scheduled"'
 STARTED = 'event_status="Started"'
-# Anything but a pause: the four disruptive impacts, and "unknown" (a new EventType is worth a look).
-NOT_PAUSE = f'impact!~"{PAUSES}"'
+# Anything but a pause or an event of no impact: the four disruptive impacts, and "unknown" (a new EventType
+# is worth a look).
+NOT_PAUSE = f'impact!~"{UNDISRUPTIVE}"'
 DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
 REDEPLOY = 'event_type="Redeploy"'
 IMMINENT_IMPACTS = f'impact=~"{IMMINENT}"'
@@ -27,6 +28,7 @@ MEANING = (
     '{{ else if eq $labels.impact "termination" }}The VM will be deleted (scale-in or delete).'
     '{{ else if eq $labels.impact "live_migration" }}The VM pauses for seconds while its memory moves host.'
     '{{ else if eq $labels.impact "pause" }}The VM pauses; nothing is lost.'
+    '{{ else if eq $labels.impact "none" }}Azure says the event does not interrupt the VM.'
     "{{ else }}se-exporter does not know what this event type does.{{ end }}"
 )
 # Events for this VM; "unknown" (the exporter could not learn the VM name) counts as this VM.
@@ -57,6 +59,11 @@ def alert(  # noqa: PLR0917 - reads like the rule it builds
             "runbook_url": f"{RUNBOOK_BASE}#{anchor(name)}",
         },
     }
+
+
+def approved(expr: str, *, by_us: bool) -> str:
+    """``expr`` for the events this exporter approved (``by_us``), or for the others."""
+    return f"{expr}\n{'and' if by_us else 'unless'} {EVENT_MATCH} {m('event_approved_timestamp_seconds')}"
 
 
 def info(selectors: str) -> str:

@@ -14,6 +14,9 @@ RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runb
 # pauses of seconds, worth a warning (pause) or a note (live_migration), never a page. As label regexes.
 DISRUPTIVE = "|".join(DISRUPTIVE_IMPACTS)
 PAUSES = "|".join(PAUSE_IMPACTS)
+# What neither pages nor warns of itself as "impactful": the pauses and a Freeze of DurationInSeconds 0 (Azure:
+# "won't interrupt the VM or impact its availability").
+UNDISRUPTIVE = "|".join((*PAUSE_IMPACTS, Impact.NONE))
 # A Spot eviction's 30 s notice is always "imminent": the impactful-scheduled alert already pages for it.
 IMMINENT = "|".join(impact for impact in DISRUPTIVE_IMPACTS if impact != Impact.EVICTION)
 

@@ -21,7 +21,9 @@ def events_row(lay: Layout) -> None:
             "Every event listed right now, per VM that sees it (all VMs of an availability set or scale set "
             "see the same event; affects_this_vm tells whether it is in the VM's Resources). Joins event_info "
             "with the per-event gauges. 'NotBefore in' is empty once Started; 'Duration' is DurationInSeconds "
-            "as announced by Azure (-1: unknown, 0: no impact). Click an instance for its VM detail.",
+            "as announced by Azure (-1: unknown, 0: no impact); 'Approved at' is when this exporter's approval was "
+            "accepted (Azure may still wait for NotBefore or the host's other tenants). Click an instance for its "
+            "VM detail.",
             [
                 target(
                     f"max by (job, instance, event_id, event_type, event_status, event_source, resource_type, "
@@ -41,6 +43,11 @@ def events_row(lay: Layout) -> None:
                 ),
                 target(
                     f"max by (job, instance, event_id) ({m('event_duration_seconds')}{{{SEL}}})",
+                    instant=True,
+                    fmt="table",
+                ),
+                target(
+                    f"max by (job, instance, event_id) ({m('event_approved_timestamp_seconds')}{{{SEL}}}) * 1000",
                     instant=True,
                     fmt="table",
                 ),
@@ -67,17 +74,19 @@ def events_row(lay: Layout) -> None:
                             "Value #B": 4,
                             "Value #C": 5,
                             "Value #D": 6,
-                            "cause": 7,
-                            "event_source": 8,
-                            "affects_this_vm": 9,
-                            "resource_type": 10,
-                            "event_id": 11,
-                            "job": 12,
+                            "Value #E": 7,
+                            "cause": 8,
+                            "event_source": 9,
+                            "affects_this_vm": 10,
+                            "resource_type": 11,
+                            "event_id": 12,
+                            "job": 13,
                         },
                         "renameByName": {
                             "Value #B": "NotBefore in",
                             "Value #C": "Time in Started",
                             "Value #D": "Duration",
+                            "Value #E": "Approved at",
                             "impact": "Impact",
                             "cause": "Cause",
                             "event_type": "Type",
@@ -105,6 +114,7 @@ def events_row(lay: Layout) -> None:
                     **{"custom.cellOptions": {"type": "color-text"}},
                 ),
                 override("Duration", unit="s", mappings=DURATION_MAPPINGS),
+                override("Approved at", unit="dateTimeAsIso"),
                 override("Impact", mappings=IMPACT_TEXT_MAPPINGS, **{"custom.cellOptions": {"type": "color-text"}}),
                 override(
                     "Status",

@@ -24,6 +24,7 @@ EVENT_STATE_EXPR = (
 )
 # One series per event, valued by impact (se_exporter.imds.impact), for a timeline coloured by what it does.
 IMPACT_COLOURS = (
+    ("none", "super-light-green"),
     ("live_migration", "green"),
     ("pause", "blue"),
     ("reboot", "orange"),

@@ -29,6 +29,7 @@ from se_exporter.approval.ledger import (
     POSTING,
     RETENTION_SECONDS,
     LedgerEntry,
+    approved_times,
     dump_ledger,
     new_entry,
     prune_ledger,
@@ -90,6 +91,7 @@ class Approver:
         self._view = LatestView(self._lock, fresh_within, clock, monotonic, remembered)  # for the poster
         self._said_no_name = False
         self._closed = False
+        self.approved: Mapping[str, float] = approved_times(self._ledger)  # replaced whole, read by /metrics
         self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
 
     @classmethod
@@ -101,6 +103,7 @@ class Approver:
         approver = cls(policy, post_start_requests, **kwargs)
         if section is not None:
             approver._ledger = restore_ledger(section, policy.fingerprint)
+            approver.approved = approved_times(approver._ledger)
         return approver
 
     def to_state(self) -> dict[str, object]:
@@ -132,6 +135,7 @@ class Approver:
             pruned = prune_ledger(self._ledger, listed.keys(), now, self._retention)
             if decisions.settled or decisions.made or batch or pruned or len(self._hooks) != hooks:
                 self.state_version += 1
+                self.approved = approved_times(self._ledger)
         return decisions
 
     def close(self, timeout: float = 10.0) -> list[ApprovalDecision]:
@@ -148,6 +152,7 @@ class Approver:
         with self._lock:
             decisions = self._settle_posts(self._clock())
             self.state_version += 1
+            self.approved = approved_times(self._ledger)
         self._poster.close()
         return decisions
 

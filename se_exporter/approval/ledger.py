@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import Mapping, MutableMapping, Set
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -73,6 +74,14 @@ def restore_ledger(section: object, fingerprint: str) -> dict[str, LedgerEntry]:
     if forgotten := len(entries) - len(kept):
         log.info("approval policy changed since the state was saved: deciding %d event(s) again", forgotten)
     return kept
+
+
+def approved_times(ledger: Mapping[str, LedgerEntry]) -> Mapping[str, float]:
+    """EventId → Unix time its approval was accepted, for every approved entry: an immutable snapshot that
+    /metrics reads without the approver's lock."""
+    return MappingProxyType(
+        {key: entry.decided_at for key, entry in ledger.items() if entry.status == ApprovalResult.APPROVED}
+    )
 
 
 def new_entry(status: str, event: ScheduledEvent, revision: str, now: float, **more: Any) -> LedgerEntry:

@@ -7,23 +7,22 @@ and the time, returning a ``Verdict``: a candidate for approval, or a skip with 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import os
 import shutil
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import msgspec
-import re2
 
+from se_exporter.approval.rules import SCOPE_GROUP, Rule
 from se_exporter.config.files import read_text, show
 from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
-from se_exporter.imds.document import SCHEDULED, EventSourceName, EventTypeName, ScheduledEvent
-from se_exporter.imds.impact import Cause, Classification, Impact, classify
+from se_exporter.imds.document import SCHEDULED, ScheduledEvent
+from se_exporter.imds.impact import Classification, classify
 
 KIND = "approval config"
 Leader = Literal["first_resource", "any_listed"]
@@ -37,87 +36,9 @@ NOT_THIS_VM = "not_this_vm"
 NOT_LEADER = "not_leader"
 NO_RULE = "no_rule"
 
-_Name = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
-_Count = Annotated[int, msgspec.Meta(ge=0)]
+_VMName = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^\S+$", description="a VM name as Resources lists it")]
 _EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="an environment variable name")]
 _Seconds = Annotated[float, msgspec.Meta(gt=0, description="a number of seconds > 0")]
-MATCH_KEYS = (
-    "event_types",
-    "event_sources",
-    "impacts",
-    "causes",
-    "min_duration_seconds",
-    "max_duration_seconds",
-    "not_before_within_seconds",
-    "max_resources",
-    "description_pattern",
-)
-
-
-class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Matches an event when every key that is set matches (unset keys match anything)."""
-
-    name: _Name
-    event_types: Annotated[tuple[EventTypeName, ...], msgspec.Meta(min_length=1)] | None = None
-    event_sources: Annotated[tuple[EventSourceName, ...], msgspec.Meta(min_length=1)] | None = None
-    impacts: Annotated[tuple[Impact, ...], msgspec.Meta(min_length=1)] | None = None  # see imds.impact
-    causes: Annotated[tuple[Cause, ...], msgspec.Meta(min_length=1)] | None = None
-    min_duration_seconds: _Count | None = None
-    max_duration_seconds: _Count | None = None
-    not_before_within_seconds: _Count | None = None  # NotBefore - now <= this (an event without NotBefore: no)
-    max_resources: Annotated[int, msgspec.Meta(ge=1)] | None = None  # bounds the blast radius of one approval
-    description_pattern: _Name | None = None  # an RE2 search in Description (linear time, whatever it says)
-
-    def __post_init__(self) -> None:
-        if all(getattr(self, key) is None for key in MATCH_KEYS):
-            raise ValueError(
-                f"rule {show(self.name)} has no matching key and would match every event; "
-                f"use one of: {', '.join(MATCH_KEYS)}"
-            )
-        low, high = self.min_duration_seconds, self.max_duration_seconds
-        if low is not None and high is not None and low > high:
-            raise field_problem("min_duration_seconds", f"{low} is greater than max_duration_seconds {high}")
-        for key in ("event_types", "event_sources", "impacts", "causes"):
-            _distinct(key, getattr(self, key) or ())
-        if self.description_pattern is not None:
-            try:
-                compiled_pattern(self.description_pattern)
-            except re2.error as exc:  # "(a)\\1", "a{99999}", "((((...))))"
-                raise field_problem(
-                    "description_pattern", f"is not a valid RE2 regular expression: {_re2_problem(exc)}"
-                ) from None
-
-    def matches(self, event: ScheduledEvent, classification: Classification, now: float) -> bool:
-        duration = event.duration_seconds  # -1 (unknown) is below every bound, as bounds are >= 0
-        within = self.not_before_within_seconds
-        return all(
-            (
-                self.event_types is None or event.event_type in self.event_types,
-                self.event_sources is None or event.event_source in self.event_sources,
-                self.impacts is None or classification.impact in self.impacts,
-                self.causes is None or classification.cause in self.causes,
-                self.min_duration_seconds is None or 0 <= self.min_duration_seconds <= duration,
-                self.max_duration_seconds is None or 0 <= duration <= self.max_duration_seconds,
-                within is None or (event.not_before is not None and event.not_before.timestamp() - now <= within),
-                self.max_resources is None or len(event.resources) <= self.max_resources,
-                self.description_pattern is None
-                or compiled_pattern(self.description_pattern).search(event.description) is not None,
-            )
-        )
-
-
-def _re2_problem(error: Exception) -> str:
-    first = error.args[0] if error.args else error
-    return first.decode("utf-8", "replace") if isinstance(first, bytes) else str(first)
-
-
-@functools.lru_cache(maxsize=64)
-def compiled_pattern(pattern: str) -> Any:
-    """``description_pattern`` compiled by RE2: matching takes time linear in the Description, whatever the
-    pattern (Python's ``re`` held the GIL for seconds on ``.*x`` and a 100 KB Description)."""
-    options = re2.Options()
-    options.log_errors = False  # the error is ours to report, with the key's path
-    return re2.compile(pattern, options)
 
 
 class Hook(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -141,6 +62,10 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     dry_run: bool = False
     leader: Leader = "first_resource"
+    # The VMs that approve, with their rules of scope "group", the events of their availability set or placement
+    # group that do not list them: Azure's designated primary and secondary approvers, named, so that one policy
+    # file shared by a whole set (a DaemonSet's) does not make every VM of the set approve.
+    group_approvers: tuple[_VMName, ...] = ()
     rules: Annotated[tuple[Rule, ...], msgspec.Meta(min_length=1, description="a non-empty list of rules")]
     hook: Hook | None = None
 
@@ -149,6 +74,12 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             if any(other.name == rule.name for other in self.rules[:index]):
                 raise field_problem(
                     f"rules[{index}].name", f"{show(rule.name)} is used by an earlier rule; names must be unique"
+                )
+            if rule.scope == SCOPE_GROUP and not self.group_approvers:
+                raise field_problem(
+                    f"rules[{index}].scope",
+                    "group needs group_approvers, the VMs that approve for their group (Azure's primary and "
+                    "secondary), or every VM of the set would approve at once",
                 )
 
 
@@ -169,6 +100,7 @@ class Policy:
     leader: str = LEADER_FIRST_RESOURCE
     hook: Hook | None = None
     source: str = "<policy>"
+    group_approvers: tuple[str, ...] = ()
 
     @property
     def time_dependent(self) -> bool:
@@ -178,7 +110,7 @@ class Policy:
     @property
     def fingerprint(self) -> str:
         """Changes whenever what the policy decides or runs changes (not when only the file moves)."""
-        text = repr((self.rules, self.dry_run, self.leader, self.hook))
+        text = repr((self.rules, self.dry_run, self.leader, self.hook, self.group_approvers))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def decide(
@@ -192,21 +124,31 @@ class Policy:
             return Verdict(False, reason=VM_NAME_UNKNOWN, detail="this VM's name is unknown, so approving is unsafe")
         # Azure resource names are case-insensitive.
         listed = [name.casefold() for name in event.resources]
+        rules, scope = self.rules, ""
         if vm_name.casefold() not in listed:
-            return Verdict(False, reason=NOT_THIS_VM, detail=f"{vm_name} is not in Resources {_names(event)}")
-        if self.leader == LEADER_FIRST_RESOURCE and listed[0] != vm_name.casefold():
+            rules = self._group_rules(vm_name)
+            if not rules:
+                return Verdict(False, reason=NOT_THIS_VM, detail=f"{vm_name} is not in Resources {_names(event)}")
+            scope = f" for the group: {vm_name} is a group approver, not in Resources {_names(event)}"
+        elif self.leader == LEADER_FIRST_RESOURCE and listed[0] != vm_name.casefold():
             detail = f"the leader is the first of Resources ({event.resources[0]}), not {vm_name}"
             return Verdict(False, reason=NOT_LEADER, detail=detail)
-        classification = classification or classify(event, event.event_status)
-        for rule in self.rules:
+        classification = classification or classify(event)
+        for rule in rules:
             if rule.matches(event, classification, now):
-                return Verdict(True, rule=rule.name, detail=f"rule {rule.name} matched")
+                return Verdict(True, rule=rule.name, detail=f"rule {rule.name} matched{scope}")
         detail = (
             f"no rule matched {event.event_type} from {event.event_source or 'unknown source'} "
             f"(impact {classification.impact}, cause {classification.cause}), "
             f"DurationInSeconds {event.duration_seconds}, {len(event.resources)} resource(s)"
         )
-        return Verdict(False, reason=NO_RULE, detail=detail)
+        return Verdict(False, reason=NO_RULE, detail=detail + scope)
+
+    def _group_rules(self, vm_name: str) -> tuple[Rule, ...]:
+        """The rules this VM applies to an event that does not list it: none unless it is a group approver."""
+        if vm_name.casefold() not in (name.casefold() for name in self.group_approvers):
+            return ()
+        return tuple(rule for rule in self.rules if rule.scope == SCOPE_GROUP)
 
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
@@ -227,13 +169,14 @@ def parse_policy(data: object, source: str = "<policy>") -> Policy:
         raise ConfigError(
             f"{prefix}: hook.command[0]: {show(spec.hook.command[0])} is not an executable file (nor found on PATH)"
         )
-    return Policy(rules=spec.rules, dry_run=spec.dry_run, leader=spec.leader, hook=spec.hook, source=source)
-
-
-def _distinct(key: str, items: tuple[str, ...]) -> None:
-    for index, item in enumerate(items):
-        if item in items[:index]:
-            raise field_problem(f"{key}[{index}]", f"{show(item)} is listed twice")
+    return Policy(
+        rules=spec.rules,
+        dry_run=spec.dry_run,
+        leader=spec.leader,
+        hook=spec.hook,
+        source=source,
+        group_approvers=spec.group_approvers,
+    )
 
 
 def _names(event: ScheduledEvent, limit: int = 5) -> str:

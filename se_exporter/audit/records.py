@@ -122,7 +122,10 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
         attributes["scheduled_event.observed_until_not_before"] = transition.observed_until_not_before
     attributes["log.record.uid"] = uid = transition.uid
     coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
-    severity = WARN if coming and transition.impact in DISRUPTIVE_IMPACTS else INFO  # Reboot … Terminate
+    # A warning for a Reboot … Terminate of this VM (or of a VM not yet known by name); an event of another
+    # VM of its availability set or placement group, which Azure sends to every member, is information.
+    disruptive = transition.impact in DISRUPTIVE_IMPACTS and affects is not False
+    severity = WARN if coming and disruptive else INFO
     return AuditRecord(
         TRANSITION_EVENT,
         severity,

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from se_exporter.config import flags
+from se_exporter.imds import api_versions
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, IMPACTS
 from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
 from se_exporter.logs import FORMATS, LEVELS
@@ -205,6 +206,8 @@ def untrusted_imds_url(url: str) -> bool:
 def _api_version_flag(text: str) -> str:
     if not _API_VERSION.match(text):
         raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2020-07-01)")
+    if (why := api_versions.refusal(text)) is not None:
+        raise argparse.ArgumentTypeError(why)
     return text
 
 

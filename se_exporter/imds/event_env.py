@@ -46,7 +46,7 @@ def event_environment(
     platform = platform or current()
     env = {name: base[name] for name in (*platform.hook_base_env, *inherit) if name in base}
     env.setdefault("PATH", platform.default_path)
-    impact, cause = classification or classify(event, event.event_status)
+    impact, cause = classification or classify(event)
     fields = {
         "SE_EVENT_ID": event.event_id,
         "SE_EVENT_TYPE": event.event_type,
@@ -69,7 +69,7 @@ def event_environment(
 
 def event_json(event: ScheduledEvent, classification: Classification | None = None) -> bytes:
     """The whole event, uncut, with IMDS's field names and its impact and cause (the ``SE_EVENT_FILE``)."""
-    impact, cause = classification or classify(event, event.event_status)
+    impact, cause = classification or classify(event)
     return json.dumps(
         {
             "EventId": event.event_id,

@@ -43,6 +43,13 @@ class SpoolGauge(Protocol):
     def write_errors(self) -> int: ...
 
 
+class HasApprovals(Protocol):
+    """The approver, as far as /metrics is concerned."""
+
+    @property
+    def approved(self) -> Mapping[str, float]: ...
+
+
 class CountsErrors(Protocol):
     """The state file, as far as /metrics is concerned."""
 
@@ -61,6 +68,7 @@ class SnapshotCollector(Collector):
         version: str,
         spool: SpoolGauge | None = None,
         state: CountsErrors | None = None,
+        approvals: HasApprovals | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -71,6 +79,7 @@ class SnapshotCollector(Collector):
         self._version = version
         self._spool = spool
         self._state = state
+        self._approvals = approvals
         self._cached: _Cached | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -127,6 +136,22 @@ class SnapshotCollector(Collector):
         pending, info, not_before, duration = cached[3]
         until, started = _timed_families(cached[2], self._store, self._clock(), self._monotonic())
         yield from (pending, info, not_before, until, duration, started)
+        yield self._approved_family()
+
+    def _approved_family(self) -> GaugeMetricFamily:
+        """This exporter's accepted approvals of the listed events: an approved event still Scheduled is
+        Azure waiting (for NotBefore, or for the host's other tenants), not an event nobody approved."""
+        approved = GaugeMetricFamily(
+            PREFIX + "event_approved_timestamp_seconds",
+            "Unix time this exporter's approval of the event was accepted (listed events only).",
+            labels=PER_EVENT,
+        )
+        if self._approvals is not None:
+            events = self._store.events
+            for event_id, at in sorted(self._approvals.approved.items()):
+                if (state := events.get(event_id)) is not None:
+                    approved.add_metric([label(event_id), label(state.event.event_type)], at)
+        return approved
 
     def _health_families(self, status: PollStatus) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(PREFIX + "imds_up", "1 if the last IMDS poll succeeded.", value=int(status.up))

@@ -24,9 +24,9 @@ from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
+from se_exporter.poller.gaps import ViewGaps
 from se_exporter.poller.results import (
     ACTIONS_LOOK_SECONDS,
-    GAP_FLOOR_SECONDS,
     IDENTITY_RETRY_FIRST_SECONDS,
     IDENTITY_RETRY_MAX_SECONDS,
     UNREACHABLE,
@@ -80,10 +80,8 @@ class Poller:
         self._failing_reason: str | None = None
         self._told = False  # the log said once what to check when IMDS cannot be reached
         self._last_document = Document(incarnation=0)
-        self._gap_after = max(3 * interval, GAP_FLOOR_SECONDS)
-        self._last_good: tuple[float, float] | None = None  # wall and monotonic time of the last good poll
         # A store restored from the state file: the view had a gap since its last look (unknown: since ever).
-        self._blind_since: float | None = (store.last_look or 0.0) if store.events else None
+        self._gaps = ViewGaps(interval, (store.last_look or 0.0) if store.events else None)
 
     @property
     def identity(self) -> VMIdentity:
@@ -183,14 +181,22 @@ class Poller:
 
     def _on_document(self, document: Document, changed: bool) -> None:
         now, mono = self._clock(), self._monotonic()
-        blind_since = self._gap(now, mono)
-        transitions = self.store.reconcile(document, now, mono=mono, blind_since=blind_since) if changed else []
-        self._last_good = (now, mono)
+        look = self._gaps.look(now, mono)
+        store = self.store
+        transitions = (
+            store.reconcile(document, now, mono=mono, blind_since=look.blind_since, keep_missing=look.holding)
+            if changed
+            else []
+        )
         identity = self.identity
         settled: Sequence[ApprovalDecision] = ()
         decisions: Sequence[ApprovalDecision] = ()
         if self._approver is not None:  # the store's states, in document order: events with their impact and cause
-            settled, decisions = self._approver.on_poll(list(self.store.events.values()), identity.name)
+            states = list(store.events.values())
+            if look.holding:  # a held event is not listed: nothing to approve
+                listed = {event.event_id for event in document.events}
+                states = [state for state in states if state.event.event_id in listed]
+            settled, decisions = self._approver.on_poll(states, identity.name)
         outcomes = self._actions.on_poll(transitions, identity) if self._actions is not None else ()
         self._last_document = document
         if changed or transitions or decisions or settled or outcomes:  # else no sink has anything to do
@@ -204,17 +210,6 @@ class Poller:
         if self._failing_reason is not None:
             log.info("IMDS polls succeed again after %s errors", self._failing_reason)
             self._failing_reason = None
-
-    def _gap(self, now: float, mono: float) -> float | None:
-        """The wall time of the last good poll before a gap in the view that ends now, or None: no gap. The
-        larger of the two clocks' intervals counts: a paused VM's monotonic clock may not have moved."""
-        blind, self._blind_since = self._blind_since, None
-        if self._last_good is not None:
-            wall, last_mono = self._last_good
-            if (unseen := max(now - wall, mono - last_mono)) > self._gap_after:
-                log.info("no poll succeeded for %.0f s (a paused VM, a stopped exporter, IMDS down)", unseen)
-                blind = wall if blind is None else min(blind, wall)
-        return blind
 
     def _publish(self, result: PollResult) -> None:
         for sink in self._sinks:

@@ -17,6 +17,7 @@ from se_exporter.config import flags
 from se_exporter.config.files import socket_problem
 from se_exporter.platform import current
 from se_exporter.simulator.clock import SimClock
+from se_exporter.simulator.enablement import EnablementTimes
 from se_exporter.simulator.flags import add_arguments, build_faults, no_scenario_hint
 from se_exporter.simulator.model import SimulatedVM
 from se_exporter.simulator.scenario import Scenario, ScenarioError
@@ -53,7 +54,11 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         scenarios = _scenarios(args.scenarios)
         faults = build_faults(args, rng)
         world = SimWorld(
-            vm=SimulatedVM(name=args.vm_name), clock=SimClock(args.speed), rng=rng, idle_reset_after=args.idle_reset
+            vm=SimulatedVM(name=args.vm_name),
+            clock=SimClock(args.speed),
+            rng=rng,
+            enablement=EnablementTimes(args.disable_after or None, args.enable_delay, args.list_delay),
+            start_enabled=not args.start_disabled,
         )
         server = SimulatorServer(world, faults=faults, host=args.listen[0], port=args.listen[1])
     except (ScenarioError, ValueError) as exc:

@@ -13,6 +13,7 @@ from typing import Any
 from se_exporter.config import flags
 from se_exporter.config.flags import duration
 from se_exporter.simulator.clock import check_speed
+from se_exporter.simulator.enablement import ANSWER_DELAY_SECONDS, DISABLE_AFTER_SECONDS, EVENTS_DELAY_SECONDS
 from se_exporter.simulator.faults import MALFORMED, FaultPlan, FaultRule
 from se_exporter.simulator.scenario_file import builtin_names
 
@@ -96,12 +97,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--seed", type=int, default=None, help="random seed for EventIds and fault dice")
     add(
-        "--incarnation.idle-reset",
-        dest="idle_reset",
+        "--events.disable-after",
+        dest="disable_after",
         type=duration,
-        default=None,
+        default=DISABLE_AFTER_SECONDS,
         metavar="DURATION",
-        help="reset DocumentIncarnation after this much simulated time without requests (IMDS: 24h)",
+        help="simulated time without requests that disables Scheduled Events; the next request enables them "
+        "again and DocumentIncarnation starts over (Azure: 24h, the default; 0: never)",
+    )
+    add(
+        "--events.enable-delay",
+        dest="enable_delay",
+        type=duration,
+        default=ANSWER_DELAY_SECONDS,
+        metavar="DURATION",
+        help="how long the answers to an enabling request take, in simulated time (Azure: up to 2m, the default)",
+    )
+    add(
+        "--events.list-delay",
+        dest="list_delay",
+        type=duration,
+        default=EVENTS_DELAY_SECONDS,
+        metavar="DURATION",
+        help="how long after an enabling request events are listed, in simulated time (Azure: within 5m, the default)",
+    )
+    add(
+        "--events.start-disabled",
+        dest="start_disabled",
+        action="store_true",
+        help="start with Scheduled Events disabled, as on a VM that never asked: the first request enables them",
     )
     add(
         "--fault.first-response-delay",

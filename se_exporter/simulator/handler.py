@@ -106,6 +106,9 @@ class ImdsHandler(BaseHTTPRequestHandler):
 
     def _serve_imds(self, method: str, endpoint: str, api_version: str, body: bytes) -> None:
         labels = []
+        if endpoint == "scheduledevents" and (answer_at := self.sim.world.begin_request()) is not None:
+            labels.append("enabling")
+            self._wait_until(answer_at)
         first_delay = self.sim.faults.first_response_delay(endpoint)
         if first_delay > 0:
             labels.append(f"first_response_delay:{first_delay:g}s")
@@ -123,6 +126,13 @@ class ImdsHandler(BaseHTTPRequestHandler):
         self.sim.world.record_request(method, self.path, status, fault)
         data = b"" if payload is None else json.dumps(payload).encode()
         self._send(status, data, _JSON, drip=rule.delay_s if rule is not None and rule.kind == "drip" else 0.0)
+
+    def _wait_until(self, sim_time: float) -> None:
+        """Hold the answer until the simulated clock reaches ``sim_time`` (a manual clock: until a test moves it)."""
+        clock = self.sim.world.clock
+        while (left := sim_time - clock.now()) > 0:
+            if self.sim.stopping.wait(min(left / clock.speed, 0.05)):
+                return
 
     def _document(self, endpoint: str, api_version: str) -> dict[str, Any]:
         """What a GET of ``endpoint`` answers now (also the base of a malformed answer)."""

@@ -74,8 +74,16 @@ def render_scheduled_events(snapshot: Snapshot, api_version: str, clock: Clock) 
     """The scheduled-events document for one api-version (NotBefore on the real clock)."""
     return {
         "DocumentIncarnation": snapshot.incarnation,
-        "Events": [_render_event(e, api_version, clock) for e in snapshot.events],
+        "Events": [_render_event(e, api_version, clock) for e in snapshot.events if _listed_in(e, api_version)],
     }
+
+
+# Azure's version table: Preempt from 2017-11-01, Terminate from 2019-01-01; an older version lists neither.
+_TYPE_SINCE = {"Preempt": "2017-11-01", "Terminate": "2019-01-01"}
+
+
+def _listed_in(event: SimEvent, api_version: str) -> bool:
+    return api_version >= _TYPE_SINCE.get(event.plan.event_type, "")
 
 
 def _render_event(event: SimEvent, api_version: str, clock: Clock) -> dict[str, Any]:
@@ -86,13 +94,15 @@ def _render_event(event: SimEvent, api_version: str, clock: Clock) -> dict[str, 
         "EventStatus": event.status,
         "EventType": plan.event_type,
         "ResourceType": plan.resource_type,
-        "Resources": list(event.resources),
+        # Before 2017-08-01 an IaaS VM's resource name carried a leading underscore (Azure's version table).
+        "Resources": [f"_{name}" if api_version < "2017-08-01" else name for name in event.resources],
         "NotBefore": not_before,
     }
+    if api_version >= "2019-04-01":
+        doc["Description"] = plan.description
     if api_version >= "2019-08-01":
         doc["EventSource"] = plan.event_source
     if api_version >= "2020-07-01":
-        doc["Description"] = plan.description
         doc["DurationInSeconds"] = plan.duration
     return doc
 

@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 class Change:
     """One change of the document.
 
-    ``kind``: ``appeared``, ``started``, ``rescheduled``, ``removed`` or ``incarnation_reset``.
-    ``reason`` says why: ``scenario``, ``not_before`` (NotBefore passed), ``approval``,
-    ``cancelled``, ``completed``, ``manual``, ``idle``. ``not_before`` is the NotBefore string a
-    client sees (RFC 1123 on the real clock, ``""`` when none); ``not_before_sim`` the simulated
-    instant.
+    ``kind``: ``appeared``, ``started``, ``rescheduled``, ``removed``, ``incarnation_reset`` or ``listed``
+    (an enabling's events listed at last). ``reason`` says why: ``scenario``, ``not_before`` (NotBefore
+    passed), ``approval``, ``cancelled``, ``completed``, ``manual``, ``enabled`` (a request enabled the
+    service). ``not_before`` is the NotBefore string a client sees (RFC 1123 on the real clock, ``""``
+    when none); ``not_before_sim`` the simulated instant.
     """
 
     seq: int

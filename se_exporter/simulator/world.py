@@ -1,8 +1,9 @@
 """The simulated Scheduled Events service: the thread-safe facade tests, the server and the demo use.
 
 See :mod:`se_exporter.simulator.lifecycle` for the lifecycle rules and how DocumentIncarnation
-moves. With ``idle_reset_after`` the incarnation drops back to ``reset_incarnation_to`` when a
-request arrives after that long (simulated) without requests, as IMDS does after 24 h idle.
+moves. With ``enablement`` the service is enabled by a request and disabled by 24 h without one, as Azure
+documents it (:mod:`se_exporter.simulator.enablement`): an enabling request's answer waits, the events are
+listed later, and the incarnation drops back to ``reset_incarnation_to``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from se_exporter.simulator.clock import Clock, SimClock
+from se_exporter.simulator.enablement import Enablement, EnablementTimes, Enabling
 from se_exporter.simulator.lifecycle import Action, Lifecycle
 from se_exporter.simulator.model import SCHEDULED, STARTED, EventPlan, SimulatedVM, Snapshot, new_guid
 from se_exporter.simulator.scenario import Scenario
@@ -35,7 +37,8 @@ class SimWorld:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         initial_incarnation: int = 0,
-        idle_reset_after: float | None = None,
+        enablement: EnablementTimes | None = None,  # None: always enabled, answered at once
+        start_enabled: bool = True,  # False: a VM that never asked (the first request enables)
         reset_incarnation_to: int = 1,
     ) -> None:
         self._vm = vm or SimulatedVM()
@@ -44,9 +47,11 @@ class SimWorld:
         self._truth = GroundTruth()
         self._lock = threading.RLock()
         self._life = Lifecycle(self._vm.name, self._clock, self._truth, initial_incarnation, self._removed)
-        self._idle_reset_after = idle_reset_after
+        self._enablement = (
+            None if enablement is None else Enablement(enablement, enabled=start_enabled, now=self._clock.now())
+        )
+        self._hiding = False  # the last document hid the events of an enabling
         self._reset_to = reset_incarnation_to
-        self._last_request = self._clock.now()
         self._owner: dict[str, _Playback] = {}
         self._loop: list[Scenario] = []
         self._loop_index = 0
@@ -65,6 +70,11 @@ class SimWorld:
     def truth(self) -> GroundTruth:
         return self._truth
 
+    @property
+    def enabling(self) -> Enabling | None:
+        """The latest enabling of Scheduled Events by a request (None: none yet, or not modelled)."""
+        return None if self._enablement is None else self._enablement.current
+
     # ----- reading -----------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -73,15 +83,30 @@ class SimWorld:
             self._advance()
             return self._snapshot()
 
+    def begin_request(self) -> float | None:
+        """A client's request arrives: it enables a disabled service (the incarnation starts over). Returns the
+        simulated time before which it may not be answered, or None."""
+        with self._lock:
+            if self._enablement is None:
+                return None
+            self._advance()
+            now = self._clock.now()
+            if self._enablement.on_request(now) is not None and self._life.incarnation != self._reset_to:
+                self._life.reset_incarnation(self._reset_to, "enabled", now)
+            return self._enablement.answer_at(now)
+
     def serve_snapshot(self) -> Snapshot:
-        """Like :meth:`snapshot`, for a client request: also applies the idle incarnation reset."""
+        """Like :meth:`snapshot`, for a client request: no event while an enabling hides them."""
         with self._lock:
             self._advance()
             now = self._clock.now()
-            idle = self._idle_reset_after
-            if idle is not None and now - self._last_request >= idle and self._life.incarnation != self._reset_to:
-                self._life.reset_incarnation(self._reset_to, "idle", now)
-            self._last_request = now
+            if self._enablement is not None and self._enablement.hides_events(now):
+                self._hiding = True
+                return Snapshot(now, self._life.incarnation, ())
+            if self._hiding:  # the enabling's events are listed from now on: a new document
+                self._hiding = False
+                self._life.record("listed", "enabled", None, None, now)
+                self._life.new_batch()
             return self._snapshot()
 
     def _snapshot(self) -> Snapshot:
@@ -161,7 +186,7 @@ class SimWorld:
             return self._life.reschedule(event, now, now + notice, "manual") is not None
 
     def reset_incarnation(self, value: int | None = None) -> None:
-        """Set DocumentIncarnation to a low value (default ``reset_incarnation_to``), as after 24 h idle."""
+        """Set DocumentIncarnation to a low value (default ``reset_incarnation_to``), as IMDS may after 24 h idle."""
         with self._lock:
             self._advance()
             self._life.reset_incarnation(self._reset_to if value is None else value, "manual", self._clock.now())

@@ -109,20 +109,30 @@ class EventStore:
         return max(0.0, now - state.started_at)
 
     def reconcile(
-        self, document: Document, now: float, *, mono: float | None = None, blind_since: float | None = None
+        self,
+        document: Document,
+        now: float,
+        *,
+        mono: float | None = None,
+        blind_since: float | None = None,
+        keep_missing: bool = False,
     ) -> list[Transition]:
         """Adopt ``document`` as the current truth and return the transitions it implies. ``mono``: the
-        monotonic clock now (durations); ``blind_since``: the caller's view had a gap since then."""
+        monotonic clock now (durations); ``blind_since``: the caller's view had a gap since then;
+        ``keep_missing``: an event the document does not list is kept as it was, not removed (IMDS may not
+        list it yet: Scheduled Events enabled again after a day without requests, poller.gaps)."""
         transitions: list[Transition] = []
         updated: dict[str, EventState] = {}
         incarnation = document.incarnation
+        watching = self.last_look is not None and blind_since is None  # not a first look, not after a gap
         for event in document.events:
             previous = self._events.get(event.event_id)
             if previous is not None and previous.event == event:  # most events of a changed document
                 updated[event.event_id] = previous
                 continue
             if previous is None:  # a returning EventId starts its next life (see the class docstring)
-                state, emitted = _first_sighting(event, now, life=self.removed.pop(event.event_id, 0) + 1)
+                life = self.removed.pop(event.event_id, 0) + 1
+                state, emitted = _first_sighting(event, now, life=life, watching=watching)
             else:
                 state, emitted = _advance(previous, event, now)
             updated[event.event_id] = state
@@ -138,6 +148,9 @@ class EventStore:
             ]
         for event_id, state in self._events.items():
             if event_id in updated:
+                continue
+            if keep_missing:  # after the listed ones: the document's events stay first, in its order
+                updated[event_id] = state
                 continue
             self._forget(event_id, state.life)
             if (removal := self._removal(state, now, incarnation, mono, blind_since)) is not None:
@@ -201,9 +214,11 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
     return _classified(state), emitted
 
 
-def _first_sighting(event: ScheduledEvent, now: float, life: int = 1) -> tuple[EventState, Emitted]:
+def _first_sighting(
+    event: ScheduledEvent, now: float, life: int = 1, *, watching: bool = True
+) -> tuple[EventState, Emitted]:
     if event.event_status == STARTED:
-        state = EventState(event, now, STARTED, started_at=now, life=life)
+        state = EventState(event, now, STARTED, started_at=now, life=life, first_seen_watched=watching)
         emitted = [(TransitionKind.STARTED, "")]
     elif event.event_status == SCHEDULED:
         history = (event.not_before,) if event.not_before is not None else ()
@@ -215,7 +230,8 @@ def _first_sighting(event: ScheduledEvent, now: float, life: int = 1) -> tuple[E
 
 
 def _classified(state: EventState) -> EventState:
-    impact, cause = classify(state.event, state.first_seen_status)
+    appeared_started = state.first_seen_status == STARTED and state.first_seen_watched
+    impact, cause = classify(state.event, appeared_started=appeared_started)
     return msgspec.structs.replace(state, impact=impact, cause=cause)
 
 

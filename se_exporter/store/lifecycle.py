@@ -43,8 +43,12 @@ class EventState(msgspec.Struct, frozen=True, gc=False):
     started_at: UnixTime | None = None  # Unix time the exporter saw it Started
     not_before_history: tuple[datetime, ...] = ()  # every NotBefore seen while Scheduled
     life: Annotated[int, msgspec.Meta(ge=1)] = 1  # > 1 when the EventId came back after its removal
+    # Whether the exporter was watching when it first saw the event (False at the first look after a start
+    # without a state file, and after a gap in its view): an event found Started then may not have appeared
+    # Started, and is no hardware failure by its status (imds.impact).
+    first_seen_watched: bool = True
     # What the event will do and why (imds.impact): set whenever the event changes; a state file's
-    # values are recomputed on load, so an event first seen Started keeps the cause "failure".
+    # values are recomputed on load, so an event that appeared Started keeps the cause "failure".
     impact: Impact = Impact.UNKNOWN
     cause: Cause = Cause.UNKNOWN
 

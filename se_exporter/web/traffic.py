@@ -48,6 +48,8 @@ class TrafficGate:
         if reasons:
             return TrafficVerdict(False, "\n".join(reasons))
         who = f"{identity.name}" if identity.name else "this VM (its name is not known yet)"
+        if self._store.last_look is None:  # a first start: Azure may take up to 2 minutes to answer at all
+            return TrafficVerdict(True, f"{who} may take traffic: IMDS has not answered yet")
         return TrafficVerdict(True, f"{who} may take traffic: no {'/'.join(sorted(self._impacts))} event due")
 
     def _keeps_out(self, state: EventState, identity: VMIdentity, now: float) -> str | None:

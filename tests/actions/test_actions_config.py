@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from se_exporter.actions.config import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_SECONDS, load_actions, parse_actions
 from se_exporter.errors import ConfigError
 from se_exporter.store.lifecycle import TransitionKind
+from tests.support.readme import DOCS, code_blocks
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "actions"
 PREFIX = "actions config <actions>: "
@@ -19,7 +21,32 @@ def test_the_docs_example_loads_with_its_defaults() -> None:
     actions = load_actions(TESTDATA / "notify.yaml")
     (notify,) = actions.actions
     assert (notify.name, notify.timeout_seconds, actions.concurrency) == ("notify-team", 30.0, 4)
-    assert notify.transitions[-1] is TransitionKind.CANCELLED and notify.affects_this_vm is None
+    assert notify.transitions[-1] is TransitionKind.CANCELLED and notify.affects_this_vm is True
+
+
+def documented_actions() -> list[tuple[str, dict[str, object]]]:
+    """Every action docs/actions.md and docs/design.md show: the YAML files and the one-line configurations in
+    the scripts' headers."""
+    found = []
+    for path in (DOCS / "actions.md", DOCS / "design.md"):
+        text = path.read_text(encoding="utf-8")
+        for block in code_blocks(text, "yaml"):
+            if isinstance(data := yaml.safe_load(block), dict) and isinstance(data.get("actions"), list):
+                found += [(path.name, action) for action in data["actions"]]
+        for block in code_blocks(text, "sh"):
+            header = "".join(line.lstrip("#").strip() + " " for line in block.splitlines()[1:4] if line.startswith("#"))
+            if (start := header.find("actions: [")) >= 0:
+                config = header[start : header.index("}]", start) + 2]
+                found += [(path.name, action) for action in yaml.safe_load(config)["actions"]]
+    return found
+
+
+def test_every_documented_action_speaks_only_for_this_vm() -> None:
+    """Azure's docs: events of an availability set or a placement group go to every VM of it; check Resources.
+    The issue's case: the Slack example on WestNO_1 posted "WestNO_1: Reboot scheduled" for WestNO_0's Reboot."""
+    actions = documented_actions()
+    assert {name for _, action in actions for name in [action["name"]]} >= {"notify-team", "slack", "cordon"}
+    assert [(doc, action["name"]) for doc, action in actions if action.get("affects_this_vm") is not True] == []
 
 
 def test_every_key_loads() -> None:

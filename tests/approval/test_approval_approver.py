@@ -17,8 +17,9 @@ from se_exporter.approval.approver import Approver
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookResult, HookRunner, HookSubmitter
 from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS
-from se_exporter.approval.policy import Hook, Policy, Rule
+from se_exporter.approval.policy import Hook, Policy
 from se_exporter.approval.poster import PostRetry
+from se_exporter.approval.rules import Rule
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import (
@@ -585,8 +586,10 @@ def test_a_rule_on_impacts_and_causes_approves_exactly_the_matching_events(
 def test_an_event_first_seen_started_keeps_the_cause_failure_for_the_rules(
     make: Callable[..., Harness], imds: RecordingIMDS
 ) -> None:
-    """A platform event first seen Started is the hardware-failure path, whatever it does afterwards."""
+    """A platform Reboot that appeared Started while the exporter watched is the hardware-failure path,
+    whatever it does afterwards."""
     h = make(Policy(rules=(Rule("platform-only", causes=(Cause.PLATFORM,)),)))
+    h.poll([])  # watching: the event appears Started at a later look
     h.poll([event("F", event_source="Platform", event_status="Started", not_before=None)])
     h.poll([event("F", event_source="Platform")], times=3)  # back to Scheduled: an IMDS glitch
     assert imds.requests == [] and h.approver.to_state()["events"] == {}

@@ -30,7 +30,7 @@ from se_exporter.approval.poster import PostRetry
 from se_exporter.simulator import SELF, EventPlan, SimClock, SimulatorServer, SimWorld
 from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess
-from tests.support.exposition import value
+from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
 from tests.support.wait import wait_for
 
@@ -351,6 +351,70 @@ def test_post_has_the_documented_header_and_body_and_is_not_repeated_across_rest
         assert audit(restarted) == [], "an approved event is final: no new decision after a restart"
         previous = restarted
     assert previous.stop() == 0
+
+
+def test_an_approved_event_still_scheduled_says_so_on_metrics_across_a_restart_until_it_is_gone(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    """Azure's docs: an approved event "may not start immediately"; on shared hardware Azure may wait for
+    every VM on the host to approve. /metrics says this exporter approved it, and when."""
+    listed = [LED_EVENT]
+    fake_imds.respond = lambda seen: Answer(body=b"") if seen.method == "POST" else document(len(listed), *listed)
+    state = tmp_path / "state" / "se-exporter.json"
+    args = exporter_args(fake_imds.url, design_policy(tmp_path), state)
+    first = start_exporter(*args)
+    wait_for(lambda: fake_posts(fake_imds), 20, "the approval POST")
+    posted_at = time.time()
+    approved = "azure_scheduled_events_event_approved_timestamp_seconds"
+    wait_for(
+        lambda: value(first.metrics(), approved, event_id="E1", event_type="Reboot"), 10, "the approval on /metrics"
+    )
+    at = value(first.metrics(), approved, event_id="E1", event_type="Reboot")
+    assert at is not None and posted_at - 30 < at <= posted_at + 5
+    wait_for(lambda: saved_status(state, "E1") == "approved", 10, "the approval saved")
+    assert first.stop() == 0
+    restarted = start_exporter(*args)
+    restarted.wait_ready()
+    assert value(restarted.metrics(), approved, event_id="E1", event_type="Reboot") == at, "restored, not re-approved"
+    listed.clear()  # Azure started and finished it
+    wait_for(lambda: series(restarted.metrics(), approved) == [], 10, "the series gone with the event")
+    assert len(fake_posts(fake_imds)) == 1
+    assert restarted.stop() == 0
+
+
+GROUP_POLICY = """\
+leader: any_listed
+group_approvers: [WestNO_1]
+rules:
+  - name: the-sets-user-events
+    event_sources: [User]
+    scope: group
+"""
+
+
+@pytest.mark.parametrize(("vm", "posts"), [("WestNO_1", 1), ("WestNO_2", 0)], ids=["approver", "another-member"])
+def test_a_group_approver_approves_an_event_of_its_set_that_does_not_list_it(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, vm: str, posts: int
+) -> None:
+    """Azure's docs: a set's events reach every VM of it, and "a primary and secondary VM" should approve
+    user-initiated events. The issue's reproduction: a Reboot listing only WestNO_0, seen on WestNO_1."""
+    other = {**LED_EVENT, "Resources": ["WestNO_0"]}
+    fake_imds.respond = lambda seen: Answer(body=b"") if seen.method == "POST" else document(1, other)
+    policy = write_policy(tmp_path, GROUP_POLICY)
+    exporter = start_exporter(*exporter_args(fake_imds.url, policy, tmp_path / "state.json", f"--vm.name={vm}"))
+    wait_for(lambda: audit(exporter), 20, "the approval decision")
+    wait_more_polls(lambda: fake_polls(fake_imds), SOME_POLLS)
+    assert [json.loads(post.body) for post in fake_posts(fake_imds)] == [{"StartRequests": [{"EventId": "E1"}]}] * posts
+    (decision,) = audit(exporter)
+    if posts:
+        assert decision["scheduled_event.approval.result"] == "approved"
+        assert "for the group: WestNO_1 is a group approver, not in Resources [WestNO_0]" in str(
+            decision["scheduled_event.approval.reason"]
+        )
+    else:
+        assert decision["scheduled_event.approval.result"] == "skipped"
+        assert decision["scheduled_event.approval.reason"] == "not_this_vm: WestNO_2 is not in Resources [WestNO_0]"
+    assert exporter.stop() == 0
 
 
 def test_an_approval_is_logged_before_the_start_it_causes(

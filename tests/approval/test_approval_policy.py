@@ -19,11 +19,11 @@ from se_exporter.approval.policy import (
     NOT_THIS_VM,
     VM_NAME_UNKNOWN,
     Policy,
-    Rule,
     Verdict,
     load_policy,
     parse_policy,
 )
+from se_exporter.approval.rules import Rule
 from se_exporter.errors import ConfigError
 from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import T0, TESTDATA, VM, event
@@ -102,7 +102,9 @@ def test_all_keys_are_parsed() -> None:
         not_before_within_seconds=120,
         max_resources=1,
         description_pattern="(?i)host server",
+        scope="group",
     )
+    assert policy.group_approvers == ("WestNO_0", "WestNO_1")
     assert policy.hook is not None
     assert policy.hook.command == ("sh", "-c", "exit 0")
     assert policy.hook.timeout_seconds == 2.5
@@ -112,6 +114,46 @@ def test_all_keys_are_parsed() -> None:
 def test_defaults() -> None:
     policy = load_policy(TESTDATA / "valid" / "minimal.yaml")
     assert (policy.dry_run, policy.leader, policy.hook) == (False, "first_resource", None)
+
+
+GROUP = Policy(
+    rules=(
+        Rule("mine", event_sources=("Platform",)),
+        Rule("the-sets-user-events", event_sources=("User",), scope="group"),
+    ),
+    group_approvers=("WestNO_0", "westno_1"),
+)
+
+
+@pytest.mark.parametrize(
+    ("vm", "resources", "source", "reason", "rule"),
+    [
+        pytest.param("WestNO_1", ("WestNO_0",), "User", "", "the-sets-user-events", id="approver, not listed: group"),
+        pytest.param("WESTNO_1", ("WestNO_0",), "User", "", "the-sets-user-events", id="names are case-insensitive"),
+        pytest.param("WestNO_1", ("WestNO_0",), "Platform", NO_RULE, "", id="approver: only group rules for others"),
+        pytest.param("WestNO_2", ("WestNO_0",), "User", NOT_THIS_VM, "", id="not a group approver"),
+        pytest.param("WestNO_1", ("WestNO_0", "WestNO_1"), "User", NOT_LEADER, "", id="listed: the leader rule"),
+        pytest.param("WestNO_0", ("WestNO_0", "WestNO_1"), "Platform", "", "mine", id="listed leader: every rule"),
+    ],
+)
+def test_scope_group_approves_the_sets_events_on_the_named_approvers_only(
+    vm: str, resources: tuple[str, ...], source: str, reason: str, rule: str
+) -> None:
+    """Azure's docs: events of an availability set or a placement group reach every VM of it, and "a primary
+    and secondary VM" should approve user-initiated events in case the primary is unresponsive."""
+    verdict = GROUP.decide(event(resources=resources, event_source=source), vm, T0)
+    assert (verdict.candidate, verdict.reason, verdict.rule) == (not reason, reason, rule), verdict.detail
+    if rule == "the-sets-user-events":
+        assert verdict.detail == (
+            f"rule the-sets-user-events matched for the group: {vm} is a group approver, not in Resources [WestNO_0]"
+        )
+
+
+def test_a_rule_of_scope_self_never_approves_an_event_that_does_not_list_this_vm() -> None:
+    """The default: the issue's reproduction, leader any_listed on WestNO_1 and a Reboot of WestNO_0."""
+    policy = Policy(rules=(Rule("user", event_sources=("User",)),), leader=LEADER_ANY_LISTED)
+    verdict = policy.decide(event(resources=("WestNO_0",)), "WestNO_1", T0)
+    assert (verdict.candidate, verdict.reason) == (False, NOT_THIS_VM)
 
 
 def test_demo_policy_approves_live_migrations_user_events_and_short_freezes() -> None:
@@ -133,7 +175,7 @@ def test_the_documented_policies_are_valid(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr("se_exporter.approval.policy.shutil.which", lambda command: "/found")
     text = (DOCS / "approval.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(# /etc/se-exporter/approval.yaml\n.*?)```", text, flags=re.DOTALL)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for block in blocks:
         parse_policy(yaml.safe_load(block), "docs/approval.md")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -109,19 +110,46 @@ def test_lifecycles_match_ground_truth(world: SimWorld, imds: str, start_exporte
     assert value(text, "azure_scheduled_events_document_incarnation") == world.snapshot().incarnation
 
 
-def test_older_api_version_lacks_source_and_duration(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:
-    world.add_event(EventPlan("Reboot", event_source="User", duration=0))
-    exporter = start_exporter(f"--imds.url={imds}", "--imds.api-version=2017-11-01")
+def test_the_oldest_accepted_api_version_lacks_three_fields_and_says_so(
+    world: SimWorld, imds: str, start_exporter: StartExporter
+) -> None:
+    """Azure's version table: Description from 2019-04-01, EventSource from 2019-08-01, DurationInSeconds
+    from 2020-07-01. With 2019-01-01 they are shown as unknown, and the exporter says so at start-up."""
+    world.add_event(EventPlan("Reboot", event_source="User", duration=0, description="requested by a user"))
+    world.add_event(EventPlan("Terminate", notice=600))  # listed from 2019-01-01 on
+    exporter = start_exporter(f"--imds.url={imds}", "--imds.api-version=2019-01-01")
     exporter.wait_ready()
-    (info,) = series(exporter.metrics(), "azure_scheduled_events_event_info")
-    assert info["event_source"] == ""
-    event_id = info["event_id"]
-    assert (
-        value(
-            exporter.metrics(), "azure_scheduled_events_event_duration_seconds", event_id=event_id, event_type="Reboot"
-        )
-        == -1
+    infos = {info["event_type"]: info for info in series(exporter.metrics(), "azure_scheduled_events_event_info")}
+    assert set(infos) == {"Reboot", "Terminate"}
+    assert (infos["Reboot"]["event_source"], infos["Reboot"]["cause"]) == ("", "unknown")
+    event_id = infos["Reboot"]["event_id"]
+    duration = "azure_scheduled_events_event_duration_seconds"
+    assert value(exporter.metrics(), duration, event_id=event_id, event_type="Reboot") == -1
+    assert "api-version 2019-01-01 has no DurationInSeconds, EventSource, Description" in exporter.logs()
+    assert exporter.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "lost"),
+    [
+        ("2017-03-01", "no Terminate events (scale-set deletions); no Preempt events (Spot evictions); no resource "),
+        ("2017-11-01", "no Terminate events (scale-set deletions), lost without a word"),
+        ("2018-12-31", "no Terminate events (scale-set deletions), lost without a word"),
+    ],
+)
+def test_an_api_version_that_loses_events_is_refused_in_one_line(version: str, lost: str) -> None:
+    """The issue's case: with 2017-03-01 a Reboot listing "_myvm" was not this VM's, and no Terminate or
+    Preempt was ever listed; the exporter refuses such a version rather than watch nothing."""
+    result = subprocess.run(
+        [sys.executable, "-m", "se_exporter", f"--imds.api-version={version}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert f"argument --imds.api-version: api-version {version} is older than 2019-01-01: it has {lost}" in line
 
 
 def test_live_exposition_passes_promtool(world: SimWorld, imds: str, start_exporter: StartExporter) -> None:

@@ -131,6 +131,27 @@ def test_only_disruptive_events_warn(event_type: str, severity: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("vm_name", "severity"),
+    [
+        pytest.param("vm-a", "WARN", id="listed: this VM"),
+        pytest.param("", "WARN", id="this VM's name unknown"),
+        pytest.param("WestNO_1", "INFO", id="another VM of the set"),
+    ],
+)
+@pytest.mark.parametrize("event_type", ["Reboot", "Redeploy", "Preempt", "Terminate"])
+def test_another_vms_event_is_information_whatever_its_type(event_type: str, vm_name: str, severity: str) -> None:
+    """Azure's docs: events for an availability set or a placement group go to every VM in it; check
+    Resources. An event that lists only another VM is no warning about this one."""
+    event = ScheduledEvent("E1", event_type, "Scheduled", resources=("vm-a",), event_source="Platform")
+    (scheduled,) = transitions_of(Document(1, (event,)))
+    record = transition_record(scheduled, VMIdentity(name=vm_name))
+    assert record.severity == severity
+    if vm_name == "WestNO_1":
+        impact = record.attributes["scheduled_event.impact"]
+        assert record.body.endswith(f"does not affect this VM (impact {impact}, cause platform, source Platform)")
+
+
+@pytest.mark.parametrize(
     ("result", "severity"), [("approved", "INFO"), ("dry_run", "INFO"), ("failed", "ERROR"), ("hook_failed", "WARN")]
 )
 def test_approval_record(result: str, severity: str) -> None:
@@ -256,8 +277,9 @@ def stderr_line(level: str, fmt: str) -> str:
     stream = io.StringIO()
     handler = logs.configure(level, fmt, stream)
     try:
-        (failure,) = transitions_of(
-            Document(1, (ScheduledEvent("HW", "Reboot", "Started", resources=("vm-a",), event_source="Platform"),))
+        (failure,) = transitions_of(  # appeared Started while watching: the hardware-failure path
+            Document(1),
+            Document(2, (ScheduledEvent("HW", "Reboot", "Started", resources=("vm-a",), event_source="Platform"),)),
         )
         trail = AuditTrail()
         trail.on_poll(PollResult(Document(1), [failure], (), True, VMIdentity(name="vm-a"), T0))

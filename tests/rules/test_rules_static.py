@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -194,7 +195,8 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
     for now, document in enumerate(polls, start=1_000_000_000):
         counters.on_poll(PollResult(document, store.reconcile(document, now), (), True, VMIdentity(), now))
     counters.observe_response("GET", "200", 0.01)
-    text = render(store, counters, PollStatus(up=True, last_success=1e9), spool=Spool(None))
+    approvals = SimpleNamespace(approved={"S": 1e9})  # the Approver's snapshot: S approved, still Scheduled
+    text = render(store, counters, PollStatus(up=True, last_success=1e9), spool=Spool(None), approvals=approvals)
     exposed = {
         family.name + ("_total" if family.type == "counter" else ""): family.type
         for family in text_string_to_metric_families(text)

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from se_exporter.simulator import EventPlan, ManualClock, SimulatorServer, SimWorld
+from se_exporter.simulator import SELF, EventPlan, ManualClock, SimulatorServer, SimWorld
 from tests.simulator.conftest import API, EVENTS_PATH, approve, get_document
 
 RFC1123 = re.compile(
@@ -84,8 +84,8 @@ def test_scheduled_event_shape(world: SimWorld, client: httpx.Client) -> None:
         ("2017-03-01", {"Description", "EventSource", "DurationInSeconds"}),
         ("2017-11-01", {"Description", "EventSource", "DurationInSeconds"}),
         ("2019-01-01", {"Description", "EventSource", "DurationInSeconds"}),
-        ("2019-04-01", {"Description", "EventSource", "DurationInSeconds"}),
-        ("2019-08-01", {"Description", "DurationInSeconds"}),
+        ("2019-04-01", {"EventSource", "DurationInSeconds"}),
+        ("2019-08-01", {"DurationInSeconds"}),
         ("2020-07-01", set()),
         ("2023-01-01", set()),
     ],
@@ -105,6 +105,27 @@ def test_fields_by_api_version(world: SimWorld, client: httpx.Client, api_versio
         "DurationInSeconds",
     }
     assert set(event) == every - absent
+
+
+@pytest.mark.parametrize(
+    ("api_version", "types", "resources"),
+    [
+        ("2017-03-01", {"Freeze", "Reboot"}, ["_sim-vm-0"]),
+        ("2017-08-01", {"Freeze", "Reboot"}, ["sim-vm-0"]),
+        ("2017-11-01", {"Freeze", "Reboot", "Preempt"}, ["sim-vm-0"]),
+        ("2019-01-01", {"Freeze", "Reboot", "Preempt", "Terminate"}, ["sim-vm-0"]),
+    ],
+)
+def test_event_types_and_resource_names_by_api_version(
+    world: SimWorld, client: httpx.Client, api_version: str, types: set[str], resources: list[str]
+) -> None:
+    """Azure's version table: Preempt from 2017-11-01, Terminate from 2019-01-01, and before 2017-08-01 a
+    leading underscore on resource names."""
+    for event_type in ("Freeze", "Reboot", "Preempt", "Terminate"):
+        world.add_event(EventPlan(event_type, resources=(SELF,)))
+    events = get_document(client, api_version)["Events"]
+    assert {event["EventType"] for event in events} == types
+    assert {tuple(event["Resources"]) for event in events} == {tuple(resources)}
 
 
 def test_approval_starts_the_event_and_keeps_its_id(world: SimWorld, client: httpx.Client) -> None:

@@ -37,7 +37,13 @@ SEQUENCES: dict[str, tuple[str, str, list[str], list[Step]]] = {
         "Redeploy",
         "Platform",
         ["sim-vm-0"],
-        [(0, "Scheduled", 600), (600, "Started", None), (839, "Started", None), (840, None, None)],
+        [(0, "Scheduled", 172800), (172800, "Started", None), (173039, "Started", None), (173040, None, None)],
+    ),
+    "freeze-no-impact": (
+        "Freeze",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Scheduled", 900), (900, "Started", None), (919, "Started", None), (920, None, None)],
     ),
     "user-reboot": (
         "Reboot",

@@ -79,20 +79,6 @@ def test_snapshot_is_a_copy(world: SimWorld) -> None:
     assert statuses(world) == ["Scheduled"]
 
 
-def test_idle_reset_of_the_incarnation(clock: ManualClock) -> None:
-    world = SimWorld(clock=clock, idle_reset_after=86_400, reset_incarnation_to=1, initial_incarnation=40)
-    world.add_event(REBOOT)
-    assert world.serve_snapshot().incarnation == 41
-    clock.advance(86_399)
-    assert world.serve_snapshot().incarnation == 43  # started, then completed; not idle long enough
-    clock.advance(86_400)
-    assert world.serve_snapshot().incarnation == 1
-    reset = world.truth.changes()[-1]
-    assert (reset.kind, reset.reason, reset.incarnation) == ("incarnation_reset", "idle", 1)
-    world.add_event(REBOOT)
-    assert world.serve_snapshot().incarnation == 2
-
-
 def test_manual_incarnation_reset(world: SimWorld) -> None:
     world.add_event(REBOOT)
     world.reset_incarnation(0)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.metrics.collector import SnapshotCollector, SpoolGauge
+from se_exporter.metrics.collector import HasApprovals, SnapshotCollector, SpoolGauge
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollStatus
 from se_exporter.store import EventStore
@@ -48,6 +48,7 @@ def render(
     clock: Callable[[], float] = time.time,
     version: str = "test",
     spool: SpoolGauge | None = None,
+    approvals: HasApprovals | None = None,
 ) -> str:
     """/metrics as the exporter renders it from these parts (text format; without the process collectors)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -58,6 +59,7 @@ def render(
         clock=clock,
         version=version,
         spool=spool,
+        approvals=approvals,
     )
     registry.register(collector)
     return generate_latest(registry).decode("utf-8")

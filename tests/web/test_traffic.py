@@ -73,7 +73,7 @@ def gate_for(event: ScheduledEvent | None, *, now: float = T0, vm: str = "vm-a")
             T0,
             "vm-a",
             False,
-            "Reboot E1 (impact reboot, cause failure) is Started",
+            "Reboot E1 (impact reboot, cause platform) is Started",
         ),
         (
             "no NotBefore yet",
@@ -96,6 +96,28 @@ def test_the_gate(case: tuple[str, ScheduledEvent | None, float, str, bool, str]
     _, event, now, vm, takes_traffic, words = case
     verdict = gate_for(event, now=now, vm=vm).verdict()
     assert (verdict.takes_traffic, words in verdict.reason) == (takes_traffic, True), verdict.reason
+
+
+def test_before_the_first_answer_of_a_first_start_it_says_so() -> None:
+    """Azure: the first request may take up to 2 minutes to answer; meanwhile the VM stays in the pool."""
+    gate = TrafficGate(
+        EventStore(), lambda: VMIdentity(name="vm-a"), lead_seconds=LEAD, impacts=DISRUPTIVE_IMPACTS, clock=lambda: T0
+    )
+    assert (gate.verdict().takes_traffic, gate.verdict().reason) == (
+        True,
+        "vm-a may take traffic: IMDS has not answered yet",
+    )
+
+
+def test_a_freeze_of_no_impact_never_takes_the_vm_out_even_where_pauses_do() -> None:
+    """Azure: DurationInSeconds 0 means the event won't interrupt the VM or impact its availability."""
+    store = EventStore()
+    freeze = ScheduledEvent("F0", "Freeze", "Started", resources=("vm-a",), event_source="Platform", duration_seconds=0)
+    store.reconcile(Document(1, (freeze,)), T0)
+    gate = TrafficGate(
+        store, lambda: VMIdentity(name="vm-a"), lead_seconds=60, impacts=("pause", "live_migration"), clock=lambda: T0
+    )
+    assert (store.events["F0"].impact, gate.verdict().takes_traffic) == ("none", True)
 
 
 def test_chosen_impacts_and_lead() -> None:
@@ -154,10 +176,9 @@ def test_the_endpoint_follows_the_lifecycle_without_basic_auth(
         return exporter.get("/-/traffic")  # no credentials, as a load balancer's probe sends none
 
     assert exporter.get("/metrics").status_code == 401, "basic auth is on for the other paths"
-    assert (traffic().status_code, traffic().text) == (
-        200,
-        "vm-a may take traffic: no eviction/reboot/redeploy/termination event due\n",
-    )
+    due = "vm-a may take traffic: no eviction/reboot/redeploy/termination event due\n"
+    wait_for(lambda: traffic().text == due, 20, "the first answer taken")
+    assert traffic().status_code == 200
     answer[0] = document(2, reboot("Scheduled", rfc1123(3600)))
     wait_for(lambda: exporter.logs().count("scheduled_event.transition=scheduled") == 1, 20, "the reboot seen")
     assert traffic().status_code == 200, "an hour away: beyond the 10-minute lead"
