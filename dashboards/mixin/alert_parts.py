@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import DISRUPTIVE, IMMINENT, RUNBOOK_BASE, UNDISRUPTIVE, m
+from dashboards.mixin.config import DISRUPTIVE, PAGED_CAUSES, PAGED_IMPACTS, RUNBOOK_BASE, UNDISRUPTIVE, m
 
 INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
 EVENT_MATCH = "on (job, instance, event_id)"
@@ -15,8 +15,14 @@ STARTED = 'event_status="Started"'
 NOT_PAUSE = f'impact!~"{UNDISRUPTIVE}"'
 DISRUPTIVE_IMPACTS = f'impact=~"{DISRUPTIVE}"'
 REDEPLOY = 'event_type="Redeploy"'
-IMMINENT_IMPACTS = f'impact=~"{IMMINENT}"'
 NOT_USER = 'cause!="user"'
+# The events that page within the lead time, unless approved (alerts/runbook.md, "Paging policy").
+PAGED = f'impact=~"{PAGED_IMPACTS}", cause=~"{PAGED_CAUSES}"'
+# The events whose notice is a warning to chat: anything that is not a pause, an event of no impact, a Spot
+# eviction (30 s of notice: nothing a human can do) or an event the user caused.
+NOTICE = f'impact!~"{UNDISRUPTIVE}|eviction", {NOT_USER}'
+# The labels of one event, dropped where a rule speaks of the VM rather than of its events.
+EVENT_LABELS = f"event_id, event_type, {INFO_LABELS}"
 # How long after a disruptive event was last seen Started its VM may still be down (a reboot, a redeploy):
 # the inhibition source of the shipped Alertmanager configuration fires that long after the last sample.
 MAINTENANCE_WINDOW = "30m"
@@ -64,6 +70,11 @@ def alert(  # noqa: PLR0917 - reads like the rule it builds
 def approved(expr: str, *, by_us: bool) -> str:
     """``expr`` for the events this exporter approved (``by_us``), or for the others."""
     return f"{expr}\n{'and' if by_us else 'unless'} {EVENT_MATCH} {m('event_approved_timestamp_seconds')}"
+
+
+def joined(value: str, selectors: str) -> str:
+    """A per-event gauge's ``value`` expression with the labels of the events ``selectors`` picks."""
+    return f"{value}\n  * {EVENT_MATCH} group_left ({INFO_LABELS})\n    {info(selectors)}"
 
 
 def info(selectors: str) -> str:

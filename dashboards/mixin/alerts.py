@@ -1,4 +1,10 @@
-"""Alerting rules, each with a summary, a description naming the instance and a runbook link."""
+"""Event alerts, by the paging policy of alerts/runbook.md: a page only for what a human must act on soon.
+
+Each event has one alert for each situation. A platform Reboot or Redeploy of this VM: its notice is a
+warning (ImpactfulScheduled, or LongNoticeRedeploy for a Redeploy announced days ahead); within the lead time
+it pages once (NotBeforeImminent) unless this exporter approved it (ApprovedWaiting, info). Spot evictions,
+user-caused events, pauses and live migrations are info, which the shipped routes send nowhere.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,14 @@ from typing import Any
 
 from dashboards.mixin.alert_parts import (
     DISRUPTIVE_IMPACTS,
+    EVENT_LABELS,
     EVENT_MATCH,
-    IMMINENT_IMPACTS,
-    INFO_LABELS,
     MAINTENANCE_WINDOW,
     MEANING,
     NOT_PAUSE,
     NOT_USER,
+    NOTICE,
+    PAGED,
     REDEPLOY,
     SCHEDULED,
     STARTED,
@@ -20,45 +27,138 @@ from dashboards.mixin.alert_parts import (
     alert,
     approved,
     info,
+    joined,
     scheduled,
     when,
 )
-from dashboards.mixin.config import m
-from dashboards.mixin.recording import (
-    APPROVALS_FAILED,
-    EXPORTER_UP,
-    PERSISTENCE_ERRORS,
-    POLL_ERRORS_RATIO,
-    SPOOL_DROPPED,
+from dashboards.mixin.config import Settings, m
+from dashboards.mixin.health_alerts import health_alerts
+
+UNTIL = m("event_seconds_until_not_before")
+REDEPLOY_UNTIL = f'{UNTIL}{{event_type="Redeploy"}}'
+FAILURE = 'cause="failure"'
+UNKNOWN_VM = 'affects_this_vm="unknown"'
+# A Redeploy announced at least an hour ahead (its normal notice is about 10 minutes): degraded hardware.
+LONG_NOTICE = (
+    f"{EVENT_MATCH}\n"
+    f"  # Announced at least an hour ahead (normal Redeploy notice is about 10 minutes).\n"
+    f'  (max_over_time({UNTIL}{{event_type="Redeploy"}}[1d]) > 3600)'
 )
 
-# A disruptive event of this VM that the platform (or a failure) brings, still Scheduled, within 5 minutes.
-IMMINENT_EXPR = (
-    f"({m('event_seconds_until_not_before')} < 300)\n"
-    f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-    f"    {info(f'{SCHEDULED}, {NOT_USER}, {IMMINENT_IMPACTS}, {THIS_VM}')}"
-)
+
+def paged_within_lead(settings: Settings) -> str:
+    """Seconds until NotBefore of the events that page within the lead time, approved or not."""
+    return joined(f"({UNTIL} < {settings.page_lead_seconds})", f"{SCHEDULED}, {PAGED}, {THIS_VM}")
 
 
-def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
+def alerting_rules(settings: Settings) -> list[dict[str, Any]]:
+    return [*notice_alerts(settings), wave_alert(settings), *info_alerts(), *started_alerts(), *health_alerts(settings)]
+
+
+def wave_alert(settings: Settings) -> dict[str, Any]:
+    """Many VMs of a job with disruptive maintenance ahead: one message for the fleet, not one per VM (the
+    shipped Alertmanager configuration lets it stand for their ImpactfulScheduled warnings)."""
+    vms = f"max by (job, cluster, instance) ({info(f'{SCHEDULED}, {NOTICE}, {THIS_VM}')})"
+    return alert(
+        "AzureScheduledEventsMaintenanceWave",
+        f"count by (job, cluster) (\n  {vms}\n) >= {settings.wave_min_vms}",
+        "0m",
+        "warning",
+        "Azure maintenance is scheduled for many VMs of a job at once: a maintenance wave.",
+        "{{ $value }} VMs of job {{ $labels.job }}{{ if $labels.cluster }} in cluster {{ $labels.cluster }}"
+        "{{ end }} have Azure maintenance that reboots, moves or removes them scheduled. Check that the "
+        "workload tolerates them going one after another (spread, PodDisruptionBudgets, spare capacity); the "
+        "Fleet overview dashboard lists them with their NotBefore. Unapproved platform Reboots and Redeploys "
+        "still page, as one notification per wave.",
+    )
+
+
+def notice_alerts(settings: Settings) -> list[dict[str, Any]]:
+    """What a human may have to act on: the warning first, then, within the lead time, one page."""
+    lead = settings.lead_words
     return [
         alert(
             "AzureScheduledEventImpactfulScheduled",
-            scheduled(NOT_PAUSE),
+            f"(\n{scheduled(NOTICE)}\n)\nunless {LONG_NOTICE}",
             "0m",
-            "critical",
+            "warning",
             "Azure maintenance that reboots, moves or removes a VM is scheduled.",
             when(
                 "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
                 "{{ $labels.cause }}) is scheduled for {{ $labels.instance }};"
             )
-            + f" {MEANING} Drain the VM and approve the event, or let it start at NotBefore.",
+            + f" {MEANING} Drain the VM and approve the event, or let it start at NotBefore. Unless it is "
+            f"approved, a platform Reboot or Redeploy pages {lead} before NotBefore.",
+        ),
+        alert(
+            "AzureScheduledEventLongNoticeRedeploy",
+            f"{joined(REDEPLOY_UNTIL, f'{REDEPLOY}, {SCHEDULED}, {NOT_USER}, {THIS_VM}')}\nand {LONG_NOTICE}",
+            "0m",
+            "warning",
+            "Azure announced a Redeploy days ahead: the VM's host hardware is probably degraded.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} on {{ $labels.instance }} was announced well "
+            "ahead; NotBefore is in {{ $value | humanizeDuration }}. Redeploy the VM yourself at a convenient "
+            "time (drain, then approve the event or run az vm redeploy) instead of waiting for NotBefore.",
+        ),
+        alert(
+            "AzureScheduledEventNotBeforeImminent",
+            approved(paged_within_lead(settings), by_us=False),
+            "0m",
+            "critical",
+            f"Azure will reboot or redeploy a VM within {lead} and nobody has approved it.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause "
+            "{{ $labels.cause }}) on {{ $labels.instance }} can start in {{ $value | humanizeDuration }} "
+            "(NotBefore; negative means already due), is still Scheduled and this exporter has not approved it. "
+            f"{MEANING} Drain the VM now and approve the event, or accept the impact.",
+        ),
+        alert(
+            "AzureScheduledEventApprovedWaiting",
+            approved(paged_within_lead(settings), by_us=True),
+            "0m",
+            "info",
+            "Approved Azure maintenance is waiting for NotBefore or the host's other tenants.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}) on "
+            "{{ $labels.instance }} was approved by se-exporter and is still Scheduled; it can start in "
+            "{{ $value | humanizeDuration }} (NotBefore; negative means already due). Azure may start an "
+            "approved event later than asked: on shared hardware it waits for every VM on the host to approve, "
+            f"or for NotBefore. {MEANING} Nothing to approve; make sure the VM is drained.",
+        ),
+    ]
+
+
+def info_alerts() -> list[dict[str, Any]]:
+    """What nobody must act on: recorded, routed to no one by the shipped Alertmanager configuration."""
+    return [
+        alert(
+            "AzureScheduledEventSpotEvictionScheduled",
+            scheduled('impact="eviction"'),
+            "0m",
+            "info",
+            "Azure will evict a Spot VM within seconds.",
+            when(
+                "{{ $labels.event_type }} event {{ $labels.event_id }} (impact eviction, cause {{ $labels.cause }}) "
+                "will evict {{ $labels.instance }};"
+            )
+            + " The Spot VM is deallocated or deleted about 30 seconds after the notice: too soon for a human. "
+            "Let an action or a pre-approval hook drain it.",
+        ),
+        alert(
+            "AzureScheduledEventUserInitiatedScheduled",
+            scheduled(f'cause="user", {NOT_PAUSE}, impact!="eviction"'),
+            "0m",
+            "info",
+            "A user or an autoscaler asked for maintenance of a VM.",
+            when(
+                "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause user) is "
+                "scheduled for {{ $labels.instance }};"
+            )
+            + f" {MEANING} Someone chose it (a restart, a redeploy, a scale-in): nothing to do.",
         ),
         alert(
             "AzureScheduledEventPauseScheduled",
             scheduled('impact="pause"'),
             "0m",
-            "warning",
+            "info",
             "Azure will pause a VM for maintenance.",
             when(
                 "{{ $labels.event_type }} event {{ $labels.event_id }} (impact pause, cause {{ $labels.cause }}) "
@@ -80,34 +180,15 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             + " The VM pauses for seconds while its memory moves to another host; nothing is lost. Nothing to "
             "do for most workloads.",
         ),
-        alert(
-            "AzureScheduledEventNotBeforeImminent",
-            approved(IMMINENT_EXPR, by_us=False),
-            "0m",
-            "critical",
-            "Azure maintenance starts within 5 minutes and nobody has approved it.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}) on "
-            "{{ $labels.instance }} can start in {{ $value | humanizeDuration }} (NotBefore; negative means "
-            "already due), is still Scheduled and this exporter has not approved it. "
-            f"{MEANING} Drain the VM now and approve the event, or accept the impact.",
-        ),
-        alert(
-            "AzureScheduledEventApprovedWaiting",
-            approved(IMMINENT_EXPR, by_us=True),
-            "0m",
-            "warning",
-            "Approved Azure maintenance is waiting for NotBefore or the host's other tenants.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}) on "
-            "{{ $labels.instance }} was approved by se-exporter and is still Scheduled; it can start in "
-            "{{ $value | humanizeDuration }} (NotBefore; negative means already due). Azure may start an "
-            "approved event later than asked: on shared hardware it waits for every VM on the host to approve, "
-            f"or for NotBefore. {MEANING} Nothing to approve; make sure the VM is drained.",
-        ),
+    ]
+
+
+def started_alerts() -> list[dict[str, Any]]:
+    """Maintenance in progress: the inhibition source for node-down alerts, and what went wrong."""
+    return [
         alert(
             "AzureScheduledEventStarted",
-            f"{m('event_started_seconds')}\n"
-            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{STARTED}, {NOT_PAUSE}, {THIS_VM}')}",
+            joined(m("event_started_seconds"), f"{STARTED}, {NOT_PAUSE}, {THIS_VM}"),
             "0m",
             "info",
             "Azure maintenance is in progress on a VM.",
@@ -128,10 +209,20 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "configuration inhibits node-down alerts of the same node or instance while it fires.",
         ),
         alert(
+            "AzureScheduledEventHardwareFailure",
+            f"max_over_time({info(f'{STARTED}, {FAILURE}, {THIS_VM}')}[{MAINTENANCE_WINDOW}])",
+            "0m",
+            "warning",
+            "A VM's host failed: Azure is rebooting or redeploying it without the usual notice.",
+            "{{ $labels.event_type }} event {{ $labels.event_id }} (impact {{ $labels.impact }}, cause failure) "
+            "was Started on {{ $labels.instance }} within the last "
+            f"{MAINTENANCE_WINDOW}: Azure reports a hardware failure (the event appeared already Started, or its "
+            f"Description says so). {MEANING} The VM's node-down alerts are inhibited meanwhile: check that the "
+            "VM and its workload come back.",
+        ),
+        alert(
             "AzureScheduledEventStartedTooLong",
-            f"({m('event_started_seconds')} > 600)\n"
-            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{STARTED}, {THIS_VM}')}",
+            joined(f"({m('event_started_seconds')} > 600)", f"{STARTED}, {THIS_VM}"),
             "5m",
             "warning",
             "Azure maintenance has been in progress far longer than its documented window.",
@@ -139,109 +230,14 @@ def alerting_rules(job_selector: str) -> list[dict[str, Any]]:
             "for {{ $value | humanizeDuration }}; maintenance normally completes within about 10 minutes.",
         ),
         alert(
-            "AzureScheduledEventLongNoticeRedeploy",
-            f'{m("event_seconds_until_not_before")}{{event_type="Redeploy"}}\n'
-            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{REDEPLOY}, {SCHEDULED}, {THIS_VM}')}\n"
-            f"and {EVENT_MATCH}\n"
-            f"  # Announced at least an hour ahead (normal Redeploy notice is about 10 minutes).\n"
-            f'  (max_over_time({m("event_seconds_until_not_before")}{{event_type="Redeploy"}}[1d]) > 3600)',
-            "5m",
+            "AzureScheduledEventsVMIdentityUnknown",
+            f"max without ({EVENT_LABELS}) ({info(UNKNOWN_VM)})",
+            "10m",
             "warning",
-            "Azure announced a Redeploy days ahead: the VM's host hardware is probably degraded.",
-            "{{ $labels.event_type }} event {{ $labels.event_id }} on {{ $labels.instance }} was announced well "
-            "ahead; NotBefore is in {{ $value | humanizeDuration }}. Redeploy the VM yourself at a convenient "
-            "time (drain, then approve the event or run az vm redeploy) instead of waiting for NotBefore.",
-        ),
-        alert(
-            "AzureScheduledEventsIMDSDown",
-            f"{m('imds_up')} == 0",
-            "5m",
-            "warning",
-            "se-exporter cannot poll the Azure Instance Metadata Service.",
-            "IMDS Scheduled Events polls from {{ $labels.instance }} have been failing for more than 5 minutes "
-            "(imds_up = {{ $value }}): maintenance events for this VM are not being seen.",
-        ),
-        alert(
-            "AzureScheduledEventsIMDSPollErrors",
-            f"{POLL_ERRORS_RATIO} > 0.1",
-            "15m",
-            "warning",
-            "Many se-exporter polls of the Azure Instance Metadata Service fail.",
-            "{{ $value | humanizePercentage }} of the IMDS Scheduled Events polls from {{ $labels.instance }} "
-            "failed over the last 5 minutes, for 15 minutes; events may be seen late.",
-        ),
-        alert(
-            "AzureScheduledEventsExporterDown",
-            f"{EXPORTER_UP} == 0\n"
-            f"# A VM being rebooted or redeployed takes its exporter down: expected for 30 minutes.\n"
-            f"unless on (job, instance)\n"
-            f"  max_over_time({info(f'{DISRUPTIVE_IMPACTS}, {THIS_VM}')}[30m])",
-            "5m",
-            "warning",
-            "Prometheus cannot scrape se-exporter.",
-            "se-exporter on {{ $labels.instance }} (job {{ $labels.job }}) has been unreachable for Prometheus "
-            "for more than 5 minutes (up = {{ $value }}) and the VM had no impactful maintenance event in the "
-            "last 30 minutes.",
-        ),
-        alert(
-            "AzureScheduledEventsExporterAbsent",
-            f"absent({EXPORTER_UP})",
-            "15m",
-            "warning",
-            "No se-exporter target is being scraped.",
-            f"Prometheus has had no scrape target matching {{{job_selector}}} for 15 minutes: no Azure "
-            "scheduled events are being monitored. Check service discovery and the exporter deployment.",
-        ),
-        alert(
-            "AzureScheduledEventsExporterStale",
-            f"time() - {m('last_successful_poll_timestamp_seconds')} > 300",
-            "2m",
-            "warning",
-            "se-exporter has not polled IMDS successfully for a long time.",
-            "The last successful IMDS poll on {{ $labels.instance }} was {{ $value | humanizeDuration }} ago: "
-            "its metrics are stale and new events are not being seen.",
-        ),
-        alert(
-            "AzureScheduledEventsApprovalFailed",
-            f"{APPROVALS_FAILED} > 0",
-            "0m",
-            "warning",
-            "se-exporter failed to approve an Azure maintenance event.",
-            "{{ $value | humanize }} approval(s) of {{ $labels.event_type }} events on {{ $labels.instance }} "
-            "ended with result {{ $labels.result }} in the last 15 minutes: the event was not approved and "
-            "will start at its NotBefore.",
-        ),
-        alert(
-            "AzureScheduledEventsPersistenceFailing",
-            f"{PERSISTENCE_ERRORS} > 0",
-            "0m",
-            "warning",
-            "se-exporter cannot write its state file or its log spool.",
-            "{{ $value | humanize }} write(s) of the {{ $labels.file }} file failed on {{ $labels.instance }} in "
-            "the last 15 minutes (a full or read-only disk?). While the state file cannot be saved, approvals "
-            "wait; log records are kept in memory and written once the disk works again, but a restart "
-            "meanwhile loses them.",
-        ),
-        alert(
-            "AzureScheduledEventsStateWritesSlow",
-            f"histogram_quantile(0.9, rate({m('state_write_seconds_bucket')}[10m])) > 2",
-            "15m",
-            "warning",
-            "se-exporter's disk is slow: its durable writes take seconds.",
-            "90% of the writes of the {{ $labels.file }} file on {{ $labels.instance }} took up to "
-            "{{ $value | humanizeDuration }} (fsync included) over the last 10 minutes: the disk is at its IOPS "
-            "or throughput cap. What the exporter shows is not held up, but approvals, action runs and log "
-            "records wait for their writes.",
-        ),
-        alert(
-            "AzureScheduledEventsLogSpoolDropping",
-            f"{SPOOL_DROPPED} > 0",
-            "0m",
-            "warning",
-            "se-exporter is dropping transition log records.",
-            "{{ $value | humanize }} transition log records were dropped from the OTLP spool on "
-            "{{ $labels.instance }} in the last 15 minutes: the OTLP receiver is unreachable or too slow and "
-            "the maintenance audit trail has gaps.",
+            "se-exporter does not know which VM it runs on: it alerts for its neighbours' events.",
+            "se-exporter on {{ $labels.instance }} lists events but could not learn its VM's name from IMDS "
+            "compute metadata, so every event counts as this VM's: each VM of the availability set or scale set "
+            "alerts for the others' maintenance. Set --vm.name, or check that the exporter can reach "
+            "/metadata/instance/compute.",
         ),
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, PAUSE_IMPACTS, Impact
 from se_exporter.metrics.names import PREFIX
 
@@ -17,8 +19,34 @@ PAUSES = "|".join(PAUSE_IMPACTS)
 # What neither pages nor warns of itself as "impactful": the pauses and a Freeze of DurationInSeconds 0 (Azure:
 # "won't interrupt the VM or impact its availability").
 UNDISRUPTIVE = "|".join((*PAUSE_IMPACTS, Impact.NONE))
-# A Spot eviction's 30 s notice is always "imminent": the impactful-scheduled alert already pages for it.
-IMMINENT = "|".join(impact for impact in DISRUPTIVE_IMPACTS if impact != Impact.EVICTION)
+# What may page (alerts/runbook.md, "Paging policy"): the VM restarts or moves, for a reason nobody chose.
+PAGED_IMPACTS = "|".join((Impact.REBOOT, Impact.REDEPLOY))
+PAGED_CAUSES = "platform|failure"
+
+# The target labels that name a group of machines, not one (docs/deploy.md tells users to add them): kept by
+# every job-level aggregation so that routes, inhibitions and dashboard filters can use them. Per-machine
+# rules aggregate "without" their own labels and keep every target label.
+GROUP_LABELS = ("cluster", "region", "resource_group", "vmss")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The mixin's settings: generate.py's flags."""
+
+    job_selector: str = DEFAULT_JOB_SELECTOR
+    # Paging policy (alerts/runbook.md): how long before NotBefore an unapproved platform Reboot or Redeploy
+    # of this VM pages. Azure gives a Reboot about 15 minutes of notice, a Redeploy about 10.
+    page_lead_seconds: int = 900
+    # A maintenance wave: at least this many VMs of one job (and cluster) with disruptive maintenance Scheduled.
+    wave_min_vms: int = 5
+    # kube-state-metrics' daemonset label of the exporter's DaemonSets (the chart's and the kustomization's).
+    daemonset_regex: str = ".*se-exporter.*"
+
+    @property
+    def lead_words(self) -> str:
+        minutes, seconds = divmod(self.page_lead_seconds, 60)
+        return f"{minutes} minutes" if not seconds else f"{self.page_lead_seconds} seconds"
+
 
 FLEET_UID = "se-exporter-fleet"
 VM_UID = "se-exporter-vm"

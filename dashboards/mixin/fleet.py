@@ -64,7 +64,8 @@ def now_row(lay: Layout, job_selector: str) -> None:
     )
     lay.add(
         soonest_not_before(
-            "Time until the earliest NotBefore of any listed event (negative: passed, event not yet Started). "
+            "Time until the earliest NotBefore of the events that reboot, move or remove a VM they may affect "
+            "(pauses, live migrations and other VMs' events are left out; negative: passed, not yet Started). "
             "Red below 5 minutes.",
         ),
         4,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboards.mixin.config import JOB, SEL, m
-from dashboards.mixin.grafana import Layout, override, panel, stat, target, thresholds, timeseries, vm_link
+from dashboards.mixin.grafana import Layout, override, panel, right_axis, stat, target, thresholds, timeseries, vm_link
 from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import actions_by_result, approvals_by_result, poll_errors_by_reason
 from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, PERSISTENCE_ERRORS
@@ -146,21 +146,34 @@ def health_row(lay: Layout, job_selector: str) -> None:
     lay.add(
         timeseries(
             "Transition-log spool",
-            "OTLP transition-log spool: records waiting to be sent (depth), records dropped per second "
-            "(lost: the audit trail has gaps), and the exporters whose state file or spool failed to be "
-            "written in the last 15 minutes (a full or read-only disk: approvals wait meanwhile).",
+            "OTLP transition-log spool: records waiting to be sent (depth, left axis) and records dropped per "
+            "second (right axis; lost: the audit trail has gaps).",
             [
                 target(f"sum by (instance) ({m('log_spool_depth')}{{{SEL}}})", "{{instance}} depth"),
                 target(
                     f"sum by (instance) (rate({m('log_spool_dropped_total')}{{{SEL}}}[$__rate_interval]))",
                     "{{instance}} dropped/s",
                 ),
+            ],
+            "short",
+            overrides=[right_axis("B", "ops")],
+        ),
+        8,
+        8,
+    )
+    lay.add(
+        timeseries(
+            "Failed durable writes",
+            "Exporters whose state file or log spool failed to be written in the last 15 minutes (a full or "
+            "read-only disk: approvals wait meanwhile), and how many writes failed.",
+            [
                 target(  # only the exporters with failed writes: the recorded 15-minute increase, above 0
                     f"sum by (instance, file) ({PERSISTENCE_ERRORS}{{{SEL}}}) > 0",
                     "{{instance}} {{file}} failed writes (15 min)",
                 ),
             ],
             "short",
+            decimals=0,
         ),
         8,
         8,

@@ -50,6 +50,16 @@ def variables(instance_all_default: bool) -> list[dict[str, Any]]:
             f'label_values({m("exporter_build_info")}{{job=~"$job"}}, instance)',
             all_current if instance_all_default else {},
         ),
+        {
+            # Any label users add to their targets (cluster, region, resource_group, vmss, node): Grafana adds
+            # it to every query. The job-level recording rules keep the group labels, so fleet panels filter too.
+            "name": "filter",
+            "label": "Filter",
+            "type": "adhoc",
+            "datasource": DS,
+            "filters": [],
+            "hide": 0,
+        },
     ]
 
 

@@ -156,7 +156,9 @@ def timeseries(
     min_zero: bool = True,
     decimals: int | None = None,
     line_interpolation: str = "linear",
+    overrides: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """``unit`` is the left axis'; a query of another unit goes on the right axis (``right_axis``)."""
     custom: dict[str, Any] = {
         "drawStyle": "bars" if bars else "line",
         "fillOpacity": 60 if bars else 10,
@@ -193,7 +195,16 @@ def timeseries(
             },
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
+        overrides=overrides,
     )
+
+
+def right_axis(ref_id: str, unit: str) -> dict[str, Any]:
+    """The series of query ``ref_id`` on the right axis, in ``unit``: one unit per axis."""
+    return {
+        "matcher": {"id": "byFrameRefID", "options": ref_id},
+        "properties": [{"id": "unit", "value": unit}, {"id": "custom.axisPlacement", "value": "right"}],
+    }
 
 
 def bargauge(title: str, description: str, targets: list[dict[str, Any]], unit: str) -> dict[str, Any]:

@@ -14,14 +14,19 @@ STATUS_MAPPINGS = [
         },
     }
 ]
-# One series per event and instance, valued by status, for state timelines.
-EVENT_STATE_EXPR = (
-    f"max by (instance, event_type, event_id) (\n"
-    f'    {m("event_info")}{{{SEL}, event_status="Scheduled"}}\n'
-    f'  or {m("event_info")}{{{SEL}, event_status="Started"}} * 2\n'
-    f'  or {m("event_info")}{{{SEL}, event_status!~"Scheduled|Started"}} * 3\n'
-    f")"
-)
+
+
+def event_state_expr(selector: str = SEL) -> str:
+    """One series per event and instance, valued by status, for state timelines."""
+    return (
+        f"max by (instance, event_type, event_id) (\n"
+        f'    {m("event_info")}{{{selector}, event_status="Scheduled"}}\n'
+        f'  or {m("event_info")}{{{selector}, event_status="Started"}} * 2\n'
+        f'  or {m("event_info")}{{{selector}, event_status!~"Scheduled|Started"}} * 3\n'
+        f")"
+    )
+
+
 # One series per event, valued by impact (se_exporter.imds.impact), for a timeline coloured by what it does.
 IMPACT_COLOURS = (
     ("none", "super-light-green"),

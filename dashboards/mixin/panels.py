@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import JOB, SEL, m
+from dashboards.mixin.config import JOB, SEL, UNDISRUPTIVE, m
 from dashboards.mixin.grafana import GREEN, panel, stat, target, thresholds, timeseries
-from dashboards.mixin.mappings import EVENT_STATE_EXPR, IMPACT_MAPPINGS, IMPACT_STATE_EXPR, STATUS_MAPPINGS
+from dashboards.mixin.mappings import IMPACT_MAPPINGS, IMPACT_STATE_EXPR, STATUS_MAPPINGS, event_state_expr
 from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 
-def event_timeline(description: str) -> dict[str, Any]:
+def event_timeline(description: str, selector: str = SEL) -> dict[str, Any]:
     """Each event per VM over time, coloured by its status."""
     return _state_timeline(
-        "Event timeline", description, EVENT_STATE_EXPR, "{{instance}} {{event_type}} {{event_id}}", STATUS_MAPPINGS
+        "Event timeline",
+        description,
+        event_state_expr(selector),
+        "{{instance}} {{event_type}} {{event_id}}",
+        STATUS_MAPPINGS,
     )
 
 
@@ -54,7 +58,10 @@ def soonest_not_before(description: str) -> dict[str, Any]:
     return stat(
         "Soonest NotBefore",
         description,
-        f"min({m('event_seconds_until_not_before')}{{{SEL}}})",
+        # Disruptive events only, of the VMs they may affect: a live migration's NotBefore is not "when".
+        f"min(\n  {m('event_seconds_until_not_before')}{{{SEL}}}\n"
+        f"  and on (job, instance, event_id)\n"
+        f'  {m("event_info")}{{{SEL}, impact!~"{UNDISRUPTIVE}", affects_this_vm!="false"}}\n)',
         "s",
         steps=thresholds((None, "red"), (300, "orange"), (900, "green")),
         no_value="none scheduled",

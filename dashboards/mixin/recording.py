@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.config import m
+from dashboards.mixin.config import GROUP_LABELS, Settings, m
 from se_exporter.metrics.names import PREFIX
 
 # level:metric:operations, as the Prometheus naming conventions have it.
@@ -12,9 +12,10 @@ EXPORTER_UP = f"instance:{PREFIX}exporter_up:max"
 POLL_ERRORS_RATE = f"instance:{PREFIX}poll_errors:rate5m"
 POLL_ERRORS_RATIO = f"instance:{PREFIX}poll_errors:ratio_rate5m"
 APPROVALS_FAILED = f"instance_event_type:{PREFIX}approvals_failed:increase15m"
+ACTIONS_FAILED = f"instance_action:{PREFIX}actions_failed:increase15m"
 SPOOL_DROPPED = f"instance:{PREFIX}log_spool_dropped:increase15m"
 PERSISTENCE_ERRORS = f"instance:{PREFIX}persistence_errors:increase15m"
-# These three count failures: recorded only where there were some (> 0), as their alerts ask. Every VM
+# These four count failures: recorded only where there were some (> 0), as their alerts ask. Every VM
 # has zero series of them; recorded too, at 10,000 VMs they made the fleet's "Transition-log spool" panel
 # take 4 s over 6 h (BENCHMARKS.md, "Fleet scale"). The alerts and panels read them with "> 0" anyway.
 # Fleet panels read these job-level aggregates instead of every VM's raw series: at 2,000 VMs the raw
@@ -25,49 +26,36 @@ JOB_VMS_PENDING = f"job:{PREFIX}vms_with_pending_events:count"
 JOB_POLL_AGE = f"job:{PREFIX}last_successful_poll_age_seconds:max"
 
 
-def robust_increase(metric: str, selector: str, by: str) -> str:
-    """increase() over 15m that also counts a counter series born after its first increment.
-
-    A labelled counter that the exporter creates on first use appears with value 1; increase()
-    would report 0 for it. Series that already existed 15 minutes ago use increase(); younger
-    series count their whole value, but only on exporters that were already scraped 15 minutes
-    ago (a newly discovered target's old counts are not news).
-    """
+def increase_with_births(metric: str, selector: str, keep: str, window: str) -> str:
+    """increase() over ``window`` in which a series' birth counts its value. A labelled counter's series
+    appears with its first count (a failed approval, a transition): increase() alone would miss it, above
+    all on a new VM whose exporter has just started. The price: a Prometheus that discovers a long-running
+    exporter counts its past counts once. ``keep``: the aggregation's clause, e.g. ``without (reason)``."""
     sel = f"{metric}{{{selector}}}" if selector else metric
-    births = (
-        f"    (\n"
-        f"      ({sel} unless {sel} offset 15m)\n"
-        f"      and on (job, instance) {m('exporter_build_info')} offset 15m\n"
-        f"    )"
+    return (
+        f"sum {keep} (\n    (increase({sel}[{window}]) and {sel} offset {window})\n  or\n"
+        f"    ({sel} unless {sel} offset {window})\n)"
     )
-    return _increase_or_births(sel, by, "15m", births)
 
 
-def increase_with_births(metric: str, selector: str, by: str, window: str) -> str:
-    """increase() over ``window`` in which a series' birth counts its value: for a counter with a series
-    from its first count (transitions), every count of a process. Unlike ``robust_increase``, a birth
-    counts also on an exporter that has just started (transitions come with the reboots that restart
-    it); the price: a Prometheus that discovers a long-running exporter counts its past transitions once.
-    """
-    sel = f"{metric}{{{selector}}}" if selector else metric
-    return _increase_or_births(sel, by, window, f"    ({sel} unless {sel} offset {window})")
+def job_level(*labels: str) -> str:
+    """The clause of a job-level aggregation: the job, the group labels users add, and ``labels``."""
+    return f"by ({', '.join(('job', *GROUP_LABELS, *labels))})"
 
 
-def _increase_or_births(sel: str, by: str, window: str, births: str) -> str:
-    """increase() of the series that existed ``window`` ago, or else what ``births`` counts."""
-    return f"sum by ({by}) (\n    (increase({sel}[{window}]) and {sel} offset {window})\n  or\n{births}\n)"
-
-
-def recording_rules(job_selector: str) -> list[dict[str, Any]]:
+def recording_rules(settings: Settings) -> list[dict[str, Any]]:
+    """Per-instance rules aggregate "without" what they sum over, so every target label (node, cluster,
+    resource_group, vmss, ...) reaches the alerts; job-level ones keep the group labels."""
+    failures = 'result=~"failed|hook_failed|expired"'
     return [
         {
             # The only place a job selector is needed: Prometheus' synthetic up series.
             "record": EXPORTER_UP,
-            "expr": f"max by (job, instance) (up{{{job_selector}}})",
+            "expr": f"max without () (up{{{settings.job_selector}}})",
         },
         {
             "record": POLL_ERRORS_RATE,
-            "expr": f"sum by (job, instance) (rate({m('poll_errors_total')}[5m]))",
+            "expr": f"sum without (reason) (rate({m('poll_errors_total')}[5m]))",
         },
         {
             "record": POLL_ERRORS_RATIO,
@@ -76,40 +64,45 @@ def recording_rules(job_selector: str) -> list[dict[str, Any]]:
                 f"/\n"
                 f"(\n"
                 f"    {POLL_ERRORS_RATE}\n"
-                f"  + sum by (job, instance) "
+                f"  + sum without (method, code) "
                 f'(rate({m("imds_requests_total")}{{method="GET", code=~"2.."}}[5m]))\n'
                 f")"
             ),
         },
         {
             "record": APPROVALS_FAILED,
-            "expr": robust_increase(
-                m("approvals_total"), 'result=~"failed|hook_failed|expired"', "job, instance, event_type, result"
-            )
+            "expr": increase_with_births(m("approvals_total"), failures, "without ()", "15m") + " > 0",
+        },
+        {
+            "record": ACTIONS_FAILED,
+            "expr": increase_with_births(m("actions_total"), 'result=~"failed|timed_out"', "without ()", "15m")
             + " > 0",
         },
         {
             "record": SPOOL_DROPPED,
-            "expr": robust_increase(m("log_spool_dropped_total"), "", "job, instance") + " > 0",
-        },
-        {
-            "record": JOB_TRANSITIONS,
-            "expr": increase_with_births(m("transitions_total"), "", "job, event_type, transition", "5m"),
-        },
-        {
-            "record": JOB_POLL_ERRORS,
-            "expr": f"sum by (job, reason) (rate({m('poll_errors_total')}[5m]))",
-        },
-        {
-            "record": JOB_VMS_PENDING,
-            "expr": f"count by (job, event_type, event_status) ({m('pending')} > 0)",
-        },
-        {
-            "record": JOB_POLL_AGE,
-            "expr": f"max by (job) (time() - {m('last_successful_poll_timestamp_seconds')})",
+            "expr": increase_with_births(m("log_spool_dropped_total"), "", "without ()", "15m") + " > 0",
         },
         {
             "record": PERSISTENCE_ERRORS,
-            "expr": robust_increase(m("persistence_errors_total"), "", "job, instance, file") + " > 0",
+            "expr": increase_with_births(m("persistence_errors_total"), "", "without ()", "15m") + " > 0",
+        },
+        {
+            "record": JOB_TRANSITIONS,
+            "expr": increase_with_births(m("transitions_total"), "", job_level("event_type", "transition"), "5m"),
+        },
+        {
+            "record": JOB_POLL_ERRORS,
+            "expr": f"sum {job_level('reason')} (rate({m('poll_errors_total')}[5m]))",
+        },
+        {
+            # VMs with an event for themselves: every VM of a set lists the set's events.
+            "record": JOB_VMS_PENDING,
+            "expr": f"count {job_level('event_type', 'event_status')} (\n"
+            f"  max by (job, {', '.join(GROUP_LABELS)}, instance, event_type, event_status) "
+            f'({m("event_info")}{{affects_this_vm!="false"}})\n)',
+        },
+        {
+            "record": JOB_POLL_AGE,
+            "expr": f"max {job_level()} (time() - {m('last_successful_poll_timestamp_seconds')})",
         },
     ]

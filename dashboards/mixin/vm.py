@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from dashboards.mixin.config import SEL, VM_UID, m
+from dashboards.mixin.events_table import events_table
 from dashboards.mixin.frame import dashboard
 from dashboards.mixin.grafana import Layout, stat, target, thresholds, timeseries
 from dashboards.mixin.mappings import up_expr
@@ -65,7 +66,8 @@ def now_row(lay: Layout, job_selector: str) -> None:
     )
     lay.add(
         soonest_not_before(
-            "Time until the earliest NotBefore of the listed events (negative: passed, not yet Started).",
+            "Time until the earliest NotBefore of this VM's events that reboot, move or remove it (pauses, live "
+            "migrations and other VMs' events are left out; negative: passed, not yet Started).",
         ),
         4,
         4,
@@ -124,6 +126,17 @@ def now_row(lay: Layout, job_selector: str) -> None:
 
 def events_row(lay: Layout) -> None:
     lay.row("Events")
+    lay.add(
+        events_table(
+            "Events now",
+            "Every event this VM lists right now, with 'Affects this VM' (false: a neighbour's event of the same "
+            "availability set or scale set). 'NotBefore' is the earliest start as a date and time, 'NotBefore "
+            "in' the time left (empty once Started); 'Approved at' is when this exporter's approval was accepted.",
+            SEL,
+        ),
+        24,
+        6,
+    )
     lay.add(
         event_timeline(
             "State of each event over time: yellow Scheduled, red Started; a gap means not listed (not yet "
@@ -200,7 +213,7 @@ def events_row(lay: Layout) -> None:
             [
                 target(
                     increase_with_births(
-                        m("transitions_total"), SEL, "instance, event_type, transition", "$__rate_interval"
+                        m("transitions_total"), SEL, "by (instance, event_type, transition)", "$__rate_interval"
                     ),
                     "{{instance}} {{event_type}} {{transition}}",
                 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dashboards.mixin.config import SEL, m
-from dashboards.mixin.grafana import GREEN, Layout, bargauge, target, timeseries
+from dashboards.mixin.grafana import Layout, bargauge, right_axis, target, timeseries
 from dashboards.mixin.panels import (
     approvals_by_result,
     poll_errors_by_reason,
@@ -148,33 +148,8 @@ def imds_row(lay: Layout) -> None:
                 ),
             ],
             "none",
-        )
-        | {
-            "fieldConfig": {
-                "defaults": {
-                    "unit": "none",
-                    "min": 0,
-                    "color": {"mode": "palette-classic"},
-                    "thresholds": GREEN,
-                    "custom": {
-                        "drawStyle": "line",
-                        "fillOpacity": 10,
-                        "lineWidth": 1,
-                        "showPoints": "never",
-                        "spanNulls": False,
-                    },
-                },
-                "overrides": [
-                    {
-                        "matcher": {"id": "byFrameRefID", "options": "B"},
-                        "properties": [
-                            {"id": "unit", "value": "s"},
-                            {"id": "custom.axisPlacement", "value": "right"},
-                        ],
-                    }
-                ],
-            }
-        },
+            overrides=[right_axis("B", "s")],
+        ),
         12,
         8,
     )

@@ -4,71 +4,20 @@ in Azure maintenance. Only the receivers' URLs are changed (to a local webhook) 
 
 from __future__ import annotations
 
-import copy
-import shutil
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-import yaml
-
 from tests.e2e.processes import Alertmanager, WebhookReceiver
-from tests.support.tools import require
 from tests.support.wait import wait_for
 
-from .promql import REPO_ROOT
+from .recipes import firing
 
-ALERTS = REPO_ROOT / "alerts"
 MAINTENANCE = "AzureScheduledEventMaintenanceWindow"
 DESCRIPTION = (
-    "Reboot event R1 (impact reboot, cause platform) is scheduled for 10.0.0.5:10160; NotBefore is in 9m 0s. "
-    "The VM will restart: memory is lost, disks are kept."
+    "Reboot event R1 (impact reboot, cause platform) on 10.0.0.5:10160 can start in 9m 0s (NotBefore; negative "
+    "means already due), is still Scheduled and this exporter has not approved it. The VM will restart: memory "
+    "is lost, disks are kept. Drain the VM now and approve the event, or accept the impact."
 )
-
-
-def local(shipped: dict[str, Any], webhook: str) -> dict[str, Any]:
-    """The shipped configuration with every receiver's URL on ``webhook`` and timers of a second."""
-    config = copy.deepcopy(shipped)
-    routes = [config["route"], *config["route"]["routes"]]
-    for route in routes:
-        route.update({"group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"})
-    for receiver in config["receivers"]:
-        for slack in receiver.get("slack_configs", []):
-            slack["api_url"] = f"{webhook}/{receiver['name']}/slack"
-        for pager in receiver.get("pagerduty_configs", []):
-            pager["url"] = f"{webhook}/{receiver['name']}/pagerduty"
-        for hook in receiver.get("webhook_configs", []):
-            hook["url"] = f"{webhook}/{receiver['name']}/webhook"
-    return config
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[tuple[Alertmanager, WebhookReceiver]]:
-    binary = require("prometheus-alertmanager", "alertmanager")
-    webhook = WebhookReceiver().start()
-    shipped = yaml.safe_load((ALERTS / "alertmanager.yml").read_text(encoding="utf-8"))
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(yaml.safe_dump(local(shipped, webhook.url), sort_keys=False))
-    shutil.copy(ALERTS / "se-exporter.tmpl", tmp_path / "se-exporter.tmpl")  # templates: relative to the config
-    manager = Alertmanager(binary, config, tmp_path)
-    try:
-        manager.wait_ready()
-        yield manager, webhook
-    finally:
-        manager.close()
-        webhook.stop()
-
-
-def firing(labels: dict[str, str], description: str = "") -> dict[str, Any]:
-    now = datetime.now(UTC)
-    return {
-        "labels": labels,
-        "annotations": {"summary": "s", "description": description or f"{labels['alertname']} for the test"},
-        "startsAt": now.isoformat(),
-        "endsAt": (now + timedelta(hours=1)).isoformat(),
-    }
 
 
 def _labelled(labels: dict[str, str]) -> Callable[[str, dict[str, Any]], bool]:
@@ -99,49 +48,69 @@ def test_node_down_alerts_of_a_node_in_maintenance_are_inhibited_and_the_others_
         firing(event_labels(MAINTENANCE, "info", node="aks-1", instance="10.0.0.4:10160", event_status="Started")),
         firing(event_labels(MAINTENANCE, "info", instance="vm-a", event_status="Started")),  # a VM: no node label
     ]
-    # Severity info: routed to the webhook receiver, whose JSON carries every label (Slack's text does not).
+    # Severity warning: routed to chat (Slack), like most node-down alerts of kube-prometheus and node_exporter.
     inhibited = [
-        {"alertname": "KubeNodeNotReady", "severity": "info", "node": "aks-1", "job": "kube-state-metrics"},
-        {"alertname": "InstanceDown", "severity": "info", "instance": "vm-a", "job": "node"},
+        {"alertname": "KubeNodeNotReady", "severity": "warning", "node": "aks-1", "job": "kube-state-metrics"},
+        {"alertname": "InstanceDown", "severity": "warning", "instance": "vm-a", "job": "node"},
         {
             "alertname": "AzureScheduledEventsExporterDown",
-            "severity": "info",
+            "severity": "warning",
             "job": "se-exporter",
             "instance": "10.0.0.4:10160",
         },
     ]
     delivered = [
-        {"alertname": "KubeNodeNotReady", "severity": "info", "node": "aks-2", "job": "kube-state-metrics"},
-        {"alertname": "InstanceDown", "severity": "info", "instance": "vm-b", "job": "node"},
-        {"alertname": "KubeletDown", "severity": "info", "job": "kubelet"},  # no node label: not "equal"
+        {"alertname": "KubeNodeNotReady", "severity": "warning", "node": "aks-2", "job": "kube-state-metrics"},
+        {"alertname": "InstanceDown", "severity": "warning", "instance": "vm-b", "job": "node"},
+        {"alertname": "KubeletDown", "severity": "warning", "job": "kubelet"},  # no node label: not "equal"
     ]
-    response = manager.http.post(
-        "/api/v2/alerts", json=[*sources, *(firing(labels) for labels in inhibited + delivered)]
-    )
+    targets = [
+        firing(labels, f"{labels['alertname']} of {labels.get('node', labels.get('instance', 'all'))}")
+        for labels in inhibited + delivered
+    ]
+    response = manager.http.post("/api/v2/alerts", json=[*sources, *targets])
     assert response.status_code == 200, response.text
 
-    for labels in delivered:
-        webhook.wait_alert(_labelled(labels), 20, f"{labels} delivered")
-    states = {tuple(sorted(a["labels"].items())): a["status"] for a in manager.alerts()}
+    def processed() -> dict[tuple[tuple[str, str], ...], dict[str, Any]]:
+        """Each alert's status once the notification pipeline has seen every one ("unprocessed" before)."""
+        states = {tuple(sorted(a["labels"].items())): a["status"] for a in manager.alerts()}
+        done = len(states) == len(sources) + len(inhibited) + len(delivered)
+        return states if done and all(s["state"] != "unprocessed" for s in states.values()) else {}
+
+    states = wait_for(processed, 20, "every alert through the notification pipeline")
     for labels in inhibited:
         status = states[tuple(sorted(labels.items()))]
         assert status["state"] == "suppressed" and status["inhibitedBy"], (labels, status)
     for labels in delivered:
-        assert states[tuple(sorted(labels.items()))]["inhibitedBy"] == [], labels
-    sent = [alert["labels"] for _path, alert in webhook.alerts()]
-    assert not [labels for labels in inhibited if labels in sent], "an inhibited alert reached a receiver"
-    assert not [labels for labels in sent if labels["alertname"] == MAINTENANCE], "the source is notified to nobody"
+        status = states[tuple(sorted(labels.items()))]
+        assert status["state"] == "active" and status["inhibitedBy"] == [], (labels, status)
+
+    def slack_text() -> str:
+        texts = [a["text"] for d in webhook.deliveries if d.path == "/chat/slack" for a in d.payload["attachments"]]
+        joined = "\n".join(texts)
+        return joined if all(f"of {name}" in joined for name in ("aks-2", "vm-b", "all")) else ""
+
+    text = wait_for(slack_text, 20, "the node-down alerts that are not inhibited, in chat")
+    assert not [name for name in ("aks-1", "vm-a", "10.0.0.4") if f"of {name}" in text], (
+        "an inhibited alert reached chat"
+    )
+    assert not [d for d in webhook.deliveries if MAINTENANCE in str(d.payload)], "the source is notified to nobody"
 
 
 def test_the_messages_say_which_vm_what_it_does_why_and_when(
     alertmanager: tuple[Alertmanager, WebhookReceiver],
 ) -> None:
     manager, webhook = alertmanager
-    page = event_labels("AzureScheduledEventImpactfulScheduled", "critical")
+    page = event_labels("AzureScheduledEventNotBeforeImminent", "critical")
     chat = event_labels(
-        "AzureScheduledEventPauseScheduled", "warning", event_id="F1", event_type="Freeze", impact="pause", node="aks-3"
+        "AzureScheduledEventImpactfulScheduled",
+        "warning",
+        event_id="F1",
+        event_type="Redeploy",
+        impact="redeploy",
+        node="aks-3",
     )
-    response = manager.http.post("/api/v2/alerts", json=[firing(page, DESCRIPTION), firing(chat, "Freeze F1 soon.")])
+    response = manager.http.post("/api/v2/alerts", json=[firing(page, DESCRIPTION), firing(chat, "Redeploy F1 soon.")])
     assert response.status_code == 200, response.text
 
     def body(path: str) -> dict[str, Any]:
@@ -149,13 +118,13 @@ def test_the_messages_say_which_vm_what_it_does_why_and_when(
         return found[0]
 
     pager = body("/pager/pagerduty")
-    assert pager["payload"]["summary"] == "[FIRING:1] AzureScheduledEventImpactfulScheduled on 10.0.0.5:10160"
+    assert pager["payload"]["summary"] == "[FIRING:1] AzureScheduledEventNotBeforeImminent on 10.0.0.5:10160"
     events = pager["payload"]["custom_details"]["events"]
     assert events.startswith("10.0.0.5:10160: Reboot R1, impact reboot, cause platform.\n" + DESCRIPTION)
     slack = body("/chat/slack")["attachments"][0]
-    assert slack["title"] == "[FIRING:1] AzureScheduledEventPauseScheduled on 10.0.0.5:10160"
+    assert slack["title"] == "[FIRING:1] AzureScheduledEventImpactfulScheduled on 10.0.0.5:10160"
     assert slack["text"].startswith(
-        "10.0.0.5:10160 (node aks-3): Freeze F1, impact pause, cause platform.\nFreeze F1 soon."
+        "10.0.0.5:10160 (node aks-3): Redeploy F1, impact redeploy, cause platform.\nRedeploy F1 soon."
     )
 
 
@@ -167,7 +136,7 @@ def test_slack_messages_escape_what_imds_supplies_and_show_every_event(
     hostile = "<!channel> <https://example.invalid/x|Approve now> & more"
     alerts = [
         event_labels(
-            "AzureScheduledEventPauseScheduled",
+            "AzureScheduledEventImpactfulScheduled",
             "warning",
             instance="10.0.0.7:10160",
             event_id=hostile,
@@ -175,7 +144,7 @@ def test_slack_messages_escape_what_imds_supplies_and_show_every_event(
             impact="pause",
         ),
         event_labels(
-            "AzureScheduledEventPauseScheduled",
+            "AzureScheduledEventImpactfulScheduled",
             "warning",
             instance="10.0.0.7:10160",
             event_id="F2",

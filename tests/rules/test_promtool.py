@@ -38,7 +38,8 @@ def test_alertmanager_config_is_valid() -> None:
     [
         (["severity=critical", "alertname=AzureScheduledEventNotBeforeImminent"], "pager"),
         (["severity=warning", "alertname=AzureScheduledEventsIMDSDown"], "chat"),
-        (["severity=info", "alertname=AzureScheduledEventStarted"], "ticket"),
+        (["severity=info", "alertname=AzureScheduledEventStarted"], "null"),  # info: routed to nobody by default
+        (["severity=info", "alertname=AzureScheduledEventSpotEvictionScheduled"], "null"),
         (["alertname=SomethingWithoutSeverity"], "chat"),
         (["severity=info", "alertname=AzureScheduledEventMaintenanceWindow"], "null"),  # an inhibition source only
     ],

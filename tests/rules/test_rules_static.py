@@ -51,8 +51,18 @@ RECORDING_RULES = [r for r in RULES if "record" in r]
 ALERT_NAMES = [r["alert"] for r in ALERT_RULES]
 
 
-# kube-state-metrics' series the optional AKS group (alerts/aks.rules.yml) joins with ours by node.
-KUBE_STATE_METRICS = {"kube_node_spec_unschedulable"}
+# kube-state-metrics' series of the optional AKS group (alerts/aks.rules.yml): a node's cordon, joined with
+# ours by node, and the exporter DaemonSet's desired and ready pods.
+KUBE_STATE_METRICS = {
+    "kube_node_spec_unschedulable",
+    "kube_daemonset_status_desired_number_scheduled",
+    "kube_daemonset_status_number_ready",
+}
+# Alerts about many machines at once: they name the job (or the DaemonSet), not an instance.
+FLEET_ALERTS = {
+    "AzureScheduledEventsMaintenanceWave": "$labels.job",
+    "AzureScheduledEventsExporterMissingOnNodes": "$labels.daemonset",
+}
 
 
 def allowed_names() -> set[str]:
@@ -94,7 +104,9 @@ def test_alert_conventions(rule: dict[str, Any]) -> None:
     assert set(annotations) >= {"summary", "description", "runbook_url"}
     assert annotations["summary"] and "{{" not in annotations["summary"], "summary: short and static"
     description = annotations["description"]
-    if "absent(" not in rule["expr"]:
+    if name in FLEET_ALERTS:
+        assert FLEET_ALERTS[name] in description, "description names the fleet it speaks of"
+    elif "absent(" not in rule["expr"]:
         assert "$labels.instance" in description, "description names the instance"
     if re.match(r"AzureScheduledEvent[A-Z]", name):  # event-level alerts (exporter-level: ...Events...)
         assert "$labels.event_type" in description and "$labels.event_id" in description
@@ -242,7 +254,9 @@ NODE_DOWN_ALERTS = {
 
 def test_alertmanager_example_matches_the_rules() -> None:
     config = yaml.safe_load((ALERTS / "alertmanager.yml").read_text(encoding="utf-8"))
-    assert config["route"]["group_by"] == ["alertname", "instance"]
+    # A wave is one notification: never grouped by instance (issue 40: 200 VMs made 200 pages).
+    assert config["route"]["group_by"] == ["alertname", "job", "impact", "cluster"]
+    assert not [route for route in config["route"]["routes"] if "group_by" in route], "every route groups alike"
     severities = {
         m.split("=", 1)[1].strip('"'): route["receiver"]
         for route in config["route"]["routes"]
@@ -260,6 +274,11 @@ def test_alertmanager_example_matches_the_rules() -> None:
             if key == "alertname":
                 for name in value.split("|"):
                     assert name in {*ALERT_NAMES, *NODE_DOWN_ALERTS}, f"inhibit rule names unknown alert {name}"
+        if rule["source_matchers"] == ['alertname="AzureScheduledEventsMaintenanceWave"']:
+            # The wave says once what its VMs' warnings would say each: the same job and cluster.
+            assert rule["equal"] == ["job", "cluster"]
+            assert rule["target_matchers"] == ['alertname="AzureScheduledEventImpactfulScheduled"']
+            continue
         assert {"instance", "node"} & set(rule["equal"]), "a rule silences only what concerns the same machine"
         if rule["equal"] == ["node"]:  # a source without the label would silence every target without it
             assert 'node=~".+"' in rule["source_matchers"]
