@@ -30,11 +30,21 @@ TABLE_BEGIN, TABLE_END = "<!-- values table: generated from values.schema.json -
 # Azure Monitor alert severities: 0 critical, 1 error, 2 warning, 3 informational, 4 verbose.
 SEVERITY = {"critical": 0, "warning": 2, "info": 3}
 ARM_API_VERSION = "2023-03-01"
-# No action group given: no actions (the alerts still show in Azure Monitor).
-ACTIONS = (
-    "[if(empty(parameters('actionGroupResourceId')), json('[]'), "
-    "createArray(createObject('actionGroupId', parameters('actionGroupResourceId'))))]"
-)
+# One action group per severity (Azure Monitor has no inhibition or routing tree: the paging policy of
+# alerts/runbook.md is made here). An empty parameter: no actions (the alert still shows in Azure Monitor).
+ACTION_GROUP_PARAMETERS = {
+    "critical": ("criticalActionGroupResourceId", "the pager: NotBeforeImminent"),
+    "warning": ("warningActionGroupResourceId", "chat: notices and the exporter's health"),
+    "info": ("infoActionGroupResourceId", "info alerts; empty (the default): nobody, as alerts/alertmanager.yml"),
+}
+# Only an inhibition source in Alertmanager: never notified, whatever the parameters.
+SILENT_ALERTS = frozenset({"AzureScheduledEventMaintenanceWindow"})
+
+
+def actions(severity: str) -> str:
+    """The ARM expression of a rule's actions: the severity's action group, or none when it is empty."""
+    parameter = f"parameters('{ACTION_GROUP_PARAMETERS[severity][0]}')"
+    return f"[if(empty({parameter}), json('[]'), createArray(createObject('actionGroupId', {parameter})))]"
 
 
 def copies(rules_text: str, aks_text: str, dashboards: Mapping[str, str], version: str) -> dict[str, str]:
@@ -86,7 +96,10 @@ def arm_template(rules: dict[str, Any], aks: dict[str, Any]) -> str:
             "azureMonitorWorkspaceResourceId": {"type": "string", "metadata": {"description": "the workspace"}},
             "location": {"type": "string", "defaultValue": "[resourceGroup().location]"},
             "clusterName": {"type": "string", "defaultValue": "", "metadata": {"description": "limit to a cluster"}},
-            "actionGroupResourceId": {"type": "string", "defaultValue": "", "metadata": {"description": "notify"}},
+            **{
+                name: {"type": "string", "defaultValue": "", "metadata": {"description": what}}
+                for name, what in ACTION_GROUP_PARAMETERS.values()
+            },
             "aksRules": {"type": "bool", "defaultValue": False, "metadata": {"description": "the AKS group"}},
         },
         "resources": resources,
@@ -122,7 +135,7 @@ def _rule(rule: dict[str, Any]) -> dict[str, Any]:
             out["for"] = duration
         out["severity"] = SEVERITY[rule["labels"]["severity"]]
         out["resolveConfiguration"] = {"autoResolved": True, "timeToResolve": "PT10M"}
-        out["actions"] = ACTIONS
+        out["actions"] = [] if rule["alert"] in SILENT_ALERTS else actions(rule["labels"]["severity"])
     if labels := rule.get("labels"):
         out["labels"] = {key: _literal(str(value)) for key, value in labels.items()}
     if annotations := rule.get("annotations"):

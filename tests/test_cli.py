@@ -221,6 +221,9 @@ def test_help_is_the_exporters_and_names_every_other_command() -> None:
     assert result.stdout.startswith("usage: se-exporter [run] ")
     for flag in ("--web.listen-address", "--poll.interval", "--state.file", "--approval.config", "--log.format"):
         assert flag in result.stdout
+    # Issue 40: --help did not list --version, which worked.
+    assert "\n  --version             show program's version number and exit\n" in result.stdout
+    assert se_exporter("run", "--version").stdout == se_exporter("--version").stdout
     for command in ("simulate", "demo", "check"):
         assert f"\n  {command} " in result.stdout.split("other commands:")[1]
 

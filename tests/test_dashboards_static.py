@@ -235,3 +235,33 @@ def test_every_impact_has_its_colour_in_the_timeline() -> None:
     from se_exporter.imds.impact import IMPACTS
 
     assert sorted(impact for impact, _ in IMPACT_COLOURS) == sorted(IMPACTS)
+
+
+def _axis_of(panel: dict[str, Any]) -> dict[str, str]:
+    """refId -> the axis its series are drawn on ("right" when an override puts that query there)."""
+    right = {
+        override["matcher"]["options"]
+        for override in panel.get("fieldConfig", {}).get("overrides", [])
+        if override["matcher"]["id"] == "byFrameRefID"
+        and {"id": "custom.axisPlacement", "value": "right"} in override["properties"]
+    }
+    return {t["refId"]: "right" if t["refId"] in right else "left" for t in panel.get("targets", [])}
+
+
+def test_one_kind_of_value_per_axis() -> None:
+    """Issue 40: a queue depth, a rate and a count shared an axis. A rate (per second) and a level never do."""
+    for file, dashboard in dq.load_dashboards().items():
+        for panel in dq.iter_panels(dashboard):
+            if panel.get("type") != "timeseries":
+                continue
+            axes: dict[str, set[bool]] = {}
+            for target in panel["targets"]:
+                is_rate = bool(re.search(r"\brate\(|:rate\w*\b", target["expr"]))
+                axes.setdefault(_axis_of(panel)[target["refId"]], set()).add(is_rate)
+            assert all(len(kinds) == 1 for kinds in axes.values()), f"{file} / {panel['title']}: {axes}"
+
+
+def test_both_dashboards_have_an_ad_hoc_filter_for_the_labels_users_add() -> None:
+    for file, dashboard in dq.load_dashboards().items():
+        adhoc = [v for v in dashboard["templating"]["list"] if v["type"] == "adhoc"]
+        assert [v["datasource"] for v in adhoc] == [{"type": "prometheus", "uid": "${datasource}"}], file

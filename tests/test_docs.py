@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 import unicodedata
 from pathlib import Path
 
@@ -124,3 +125,13 @@ def test_every_flag_the_docs_use_exists() -> None:
                 for start in _invocations(words):
                     used = {w.split("=")[0] for w in words[start + 1 :] if w.startswith("--")}
                     assert used <= known, f"{page.name}: {sorted(used - known)} in {line!r}"
+
+
+def test_the_python_version_is_stated_where_installing_is_described() -> None:
+    """Issue 40: Python >= 3.11 was required but said nowhere an installer reads (older distributions)."""
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
+    assert requires == ">=3.11"
+    for page in (README, DOCS / "deploy.md", DOCS / "windows.md"):
+        assert "Python 3.11 or later" in page.read_text(encoding="utf-8"), page
+    deploy = (DOCS / "deploy.md").read_text(encoding="utf-8")
+    assert "container image" in deploy.split("## systemd")[1].split("\n## ")[0], "the way for older distributions"

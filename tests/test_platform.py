@@ -303,3 +303,29 @@ def test_the_state_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> Non
     assert held.value.holder == str(os.getpid())
     first.release()
     StateLock.acquire(tmp_path / "state.json").release()
+
+
+@pytest.mark.parametrize(
+    ("base_prefix", "refused"),
+    [
+        (r"C:\Users\alice\AppData\Local\Programs\Python\Python312", True),  # python.org's "Install Now"
+        (r"c:\users\alice\AppData\Local\Microsoft\WindowsApps\PythonSoftwareFoundation.Python.3.12", True),
+        (r"C:\Program Files\WindowsApps\PythonSoftwareFoundation.Python.3.12_3.12.2032.0_x64__qbz5n2kfra8p0", True),
+        (r"\\?\C:\Users\build\scoop\apps\python\current", True),
+        ("C:/Users/alice/miniconda3", True),
+        (r"C:\Program Files\Python312", False),  # "Install Python for all users"
+        (r"D:\Python\3.12", False),
+        (r"C:\ProgramData\Python312", False),
+    ],
+)
+def test_windows_refuses_a_python_the_service_account_cannot_read(base_prefix: str, refused: bool) -> None:
+    problem = WindowsPlatform().service_interpreter_problem(base_prefix)
+    if refused:
+        assert problem is not None and problem.startswith(f"Python at {base_prefix} is installed for one user")
+        assert "LocalService" in problem and "--scope machine" in problem
+    else:
+        assert problem is None
+
+
+def test_posix_has_no_service_interpreter_problem() -> None:
+    assert PosixPlatform().service_interpreter_problem("/home/alice/.pyenv/versions/3.12.1") is None

@@ -59,6 +59,8 @@ def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> argparse.Argument
             epilog=_OTHERS if run else None,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        if run:  # `se-exporter --help` is run's help: it lists --version too
+            sub.add_argument("--version", action="version", version=f"{PROG} {__version__}")
         if name in commands:
             _add_arguments(name, sub)
     return parser

@@ -4,12 +4,14 @@ Each file is read exactly as the exporter reads it at start (``operator_files.lo
 schema, the same hook and certificate checks), without binding a port or calling IMDS. Every problem of
 every file is one line on stderr naming the file and the key path, and the exit code is 2; otherwise
 ``ok`` on stdout and exit 0. Flags take their ``SE_EXPORTER_*`` environment twins like the exporter's,
-so ``se-exporter check`` in a container checks what the exporter there would load.
+so ``se-exporter check`` in a container checks what the exporter there would load. On Windows it also checks
+that the service's account can run this Python (an interpreter installed for one user cannot be).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from se_exporter.errors import ConfigError
@@ -30,10 +32,15 @@ def run(args: argparse.Namespace) -> int:
     """0 and ``ok`` when every given file is valid; raises ``ConfigError`` (one line per problem) otherwise."""
     from se_exporter.config.options import ExporterConfig
     from se_exporter.operator_files import load_operator_files
+    from se_exporter.platform import current
 
     files = {dest: getattr(args, dest) for dest, _ in FILE_FLAGS.values()}
-    if not any(files.values()):
+    interpreter = current().service_interpreter_problem(sys.base_prefix)
+    if interpreter:
+        raise ConfigError(interpreter)
+    if not any(files.values()) and sys.platform != "win32":
         raise ConfigError(f"nothing to check: give {', '.join(FILE_FLAGS)} (or their SE_EXPORTER_* variables)")
-    load_operator_files(ExporterConfig(**files))
+    if any(files.values()):
+        load_operator_files(ExporterConfig(**files))
     print("ok")
     return 0

@@ -105,6 +105,10 @@ class PosixPlatform:
     def default_state_file(self, environ: Mapping[str, str]) -> Path | None:
         return None  # the Docker image, the unit and the DaemonSet each name theirs
 
+    def service_interpreter_problem(self, base_prefix: str) -> str | None:
+        """None: systemd runs the unit as the user it names, who installed it or can read it."""
+        return None
+
     def limit_memory_arenas(self) -> None:
         """glibc gives each thread that allocates an arena of its own: with a dozen threads (web workers,
         log shipper, approval poster) their fragmentation was a fifth of the peak memory under large

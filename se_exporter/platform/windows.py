@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -121,6 +122,20 @@ class WindowsPlatform:
             return None
         return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
 
+    def service_interpreter_problem(self, base_prefix: str) -> str | None:
+        """The service runs as NT AUTHORITY\\LocalService, which cannot read another user's profile: a Python
+        installed for one user (python.org's default "Install Now", the Microsoft Store build, anything under
+        C:\\Users) makes the service fail to start, with nothing in our log."""
+        folded = base_prefix.replace("/", "\\").casefold()
+        if not (_PER_USER.search(folded) or "\\windowsapps\\" in folded):
+            return None
+        return (
+            f"Python at {base_prefix} is installed for one user: the service's account (NT AUTHORITY\\LocalService) "
+            "cannot read it, so the service would not start. Install Python for all users (python.org installer: "
+            "Customize installation, 'Install Python for all users'; or winget install Python.Python.3.12 --scope "
+            "machine) and create the virtual environment again from it"
+        )
+
     def limit_memory_arenas(self) -> None:
         """Nothing: the Windows heap has no per-thread arenas to limit."""
 
@@ -131,6 +146,10 @@ class WindowsPlatform:
         except OSError:
             return False
         return True
+
+
+# A drive's Users folder: every profile (C:\\Users\\<name>\\AppData\\Local\\Programs\\Python, pyenv-win, conda).
+_PER_USER = re.compile(r"^(?:\\\\\?\\)?[a-z]:\\users\\")
 
 
 def _lock_first_byte(fd: int) -> None:

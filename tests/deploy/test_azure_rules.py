@@ -60,6 +60,23 @@ def test_every_rule_of_alerts_is_a_rule_of_the_template_with_the_same_expression
                 assert ISO8601.match(azure["resolveConfiguration"]["timeToResolve"])
 
 
+def test_each_severity_has_its_action_group_and_the_inhibition_source_none() -> None:
+    """Issue 40: one action group for every rule paged for MaintenanceWindow and info alerts too."""
+    alerts = {
+        azure["alert"]: azure
+        for resource in TEMPLATE["resources"]
+        for azure in resource["properties"]["rules"]
+        if "alert" in azure
+    }
+    by_severity = {0: "critical", 2: "warning", 3: "info"}
+    for name, azure in alerts.items():
+        if name == "AzureScheduledEventMaintenanceWindow":
+            assert azure["actions"] == [], "an inhibition source in Alertmanager: never notified"
+            continue
+        (parameter,) = set(re.findall(r"parameters\('(\w+)'\)", azure["actions"]))
+        assert parameter == f"{by_severity[azure['severity']]}ActionGroupResourceId", name
+
+
 def test_parameters_say_where_and_whom_to_tell() -> None:
     parameters = TEMPLATE["parameters"]
     assert "defaultValue" not in parameters["azureMonitorWorkspaceResourceId"]  # required
@@ -68,8 +85,9 @@ def test_parameters_say_where_and_whom_to_tell() -> None:
         "defaultValue": False,
         "metadata": parameters["aksRules"]["metadata"],
     }
-    for name in ("clusterName", "actionGroupResourceId"):
+    for name in ("clusterName", "criticalActionGroupResourceId", "warningActionGroupResourceId"):
         assert parameters[name]["defaultValue"] == ""
+    assert parameters["infoActionGroupResourceId"]["defaultValue"] == "", "info: nobody by default"
     used = set(re.findall(r"parameters\('(\w+)'\)", json.dumps(TEMPLATE["resources"])))
     assert used == set(parameters)
 

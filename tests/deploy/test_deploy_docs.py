@@ -9,8 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from se_exporter import __version__
+from tests.deploy.helm import Helm
 from tests.deploy.support import REPO
-from tests.support.readme import DOCS, code_blocks
+from tests.support.readme import DOCS, code_blocks, marked
 from tests.support.tools import require
 
 DEPLOY = DOCS / "deploy.md"
@@ -47,3 +49,24 @@ def test_paths_mentioned_exist() -> None:
         top = path.split("/")[0]
         assert (REPO / top).exists(), top
         assert (REPO / path).exists(), f"docs/deploy.md names {path}, which does not exist"
+
+
+def test_the_helm_docs_push_the_image_the_install_then_pulls(helm: Helm) -> None:
+    """Issue 40: docs/helm.md installed an image from a registry where nothing is published, and said
+    nowhere how to build and push one. The image pushed by its build block is the one its install renders."""
+    page = DOCS / "helm.md"
+    build, install = marked(page, "helm-image"), marked(page, "helm-install")
+    version_line = build.splitlines()[0].split("#")[0].strip()
+    assert version_line.startswith("VERSION=$(")
+    version = subprocess.run(
+        ["bash", "-c", f"{version_line}; echo $VERSION"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert version == __version__
+    build = build.replace("$VERSION", version)
+    (pushed,) = re.findall(r"^docker push (\S+)$", build, flags=re.M)
+    assert f"docker build --build-arg VERSION={version} -t {pushed} ." in build
+    sets = tuple(re.findall(r"--set (\S+)", install))
+    assert sets == (f"image.repository={pushed.rsplit(':', 1)[0]}",)
+    rendered = helm.template(sets=sets)
+    images = [c["image"] for c in rendered.one("DaemonSet")["spec"]["template"]["spec"]["containers"]]
+    assert images == [pushed]

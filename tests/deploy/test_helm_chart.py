@@ -14,6 +14,7 @@ import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
 from pydantic import BaseModel
 
+from se_exporter import __version__
 from tests.deploy.helm import CHART, CI_VALUES, NAMESPACE, Helm, Rendered
 from tests.deploy.support import DASHBOARDS_DIR, REPO, load_yaml
 from tests.support.tools import require
@@ -139,6 +140,21 @@ def test_actions_without_a_file_is_refused_with_what_to_give(helm: Helm) -> None
     assert "actions.config is empty: give the actions file" in result.stderr, result.stderr
 
 
+def test_windows_without_a_named_image_is_refused(helm: Helm) -> None:
+    """Issue 40: windows.enabled rendered a DaemonSet of an image nothing publishes and no file builds."""
+    result = helm.run("template", "se-exporter", str(CHART), "--set", "windows.enabled=true", check=False)
+    assert result.returncode != 0
+    assert (
+        "windows.enabled is true but windows.image.repository is empty: se-exporter publishes no Windows image; "
+        "build one and name it (docs/helm.md, Windows node pools)"
+    ) in result.stderr, result.stderr
+    named = helm.template(sets=("windows.enabled=true", "windows.image.repository=myacr.azurecr.io/se-windows"))
+    version = __version__
+    (daemonset,) = [d for d in named.all("DaemonSet") if d["metadata"]["name"].endswith("-windows")]
+    images = [c["image"] for c in daemonset["spec"]["template"]["spec"]["containers"]]
+    assert images == [f"myacr.azurecr.io/se-windows:{version}-windows-ltsc2022"]
+
+
 def test_approval_without_a_policy_is_refused_with_what_to_give(helm: Helm) -> None:
     result = helm.run("template", "se-exporter", str(CHART), "--set", "approval.enabled=true", check=False)
     assert result.returncode != 0
@@ -172,3 +188,14 @@ def test_dashboards_are_exactly_those_of_dashboards(helm: Helm) -> None:
         found[name] = json.loads(text)
     expected = {p.name: json.loads(p.read_text(encoding="utf-8")) for p in DASHBOARDS_DIR.glob("*.json")}
     assert found == expected and len(found) == 2
+
+
+def test_the_notes_warn_while_the_image_is_the_unpublished_default(helm: Helm) -> None:
+    def notes(*sets: str) -> str:
+        args = [arg for item in sets for arg in ("--set", item)]
+        out = helm.run("install", "se-exporter", str(CHART), "--dry-run=client", "-n", "monitoring", *args).stdout
+        return out[out.index("NOTES:") :]
+
+    warning = "WARNING: no se-exporter image is published at ghcr.io/se-exporter/azure-scheduled-events-exporter"
+    assert notes().startswith(f"NOTES:\n{warning}")
+    assert "WARNING" not in notes("image.repository=myregistry.azurecr.io/azure-scheduled-events-exporter")

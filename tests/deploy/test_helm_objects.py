@@ -72,7 +72,8 @@ def test_no_api_token_no_root_no_capabilities_read_only(helm: Helm) -> None:
 
 @pytest.mark.parametrize(("tls", "scheme"), [(False, "HTTP"), (True, "HTTPS")])
 def test_probes_on_healthy_and_ready(helm: Helm, tls: bool, scheme: str) -> None:
-    sets = ("webConfig.tls=true", "webConfig.existingSecret=web", "windows.enabled=true") if tls else ()
+    windows = ("windows.enabled=true", "windows.image.repository=registry.example.com/se-exporter-windows")
+    sets = ("webConfig.tls=true", "webConfig.existingSecret=web", *windows) if tls else ()
     for daemonset in helm.template(sets=sets).all("DaemonSet"):
         exporter = container(daemonset)
         for probe, path in (("livenessProbe", "/-/healthy"), ("readinessProbe", "/-/ready")):

@@ -9,6 +9,7 @@ fails here.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -199,3 +200,23 @@ def test_the_table_pages_only_platform_and_failure_reboots_and_redeploys_of_this
     paged = {row.case for row in POLICY if C in (*row.notice.values(), *row.lead.values(), *row.started.values())}
     assert paged == {"platform-reboot", "platform-redeploy", "failure-redeploy", "unknown-vm-reboot"}
     assert all(C not in row.notice.values() for row in POLICY), "a page before the lead time"
+
+
+def test_the_runbooks_paging_policy_names_each_alerts_severity() -> None:
+    """Every alert of the shipped rules (the AKS group's too) is a row of the runbook's paging policy, with
+    the severity the rule gives it."""
+    rules = [
+        rule
+        for name in ("se-exporter.rules.yml", "aks.rules.yml")
+        for group in yaml.safe_load((REPO_ROOT / "alerts" / name).read_text(encoding="utf-8"))["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+    runbook = (REPO_ROOT / "alerts" / "runbook.md").read_text(encoding="utf-8")
+    policy = runbook[runbook.index("## Paging policy") : runbook.index("## Common procedures")]
+    stated = {
+        anchor: severity
+        for first, severity in re.findall(r"^\| (.+?) \| (critical|warning|info) \|", policy, flags=re.M)
+        for anchor in re.findall(r"\(#(\w+)\)", first)
+    }
+    assert stated == {rule["alert"].lower(): rule["labels"]["severity"] for rule in rules}

@@ -249,3 +249,37 @@ def test_a_hook_whose_child_outlives_the_timeout_is_stopped_on_time_and_blocks_n
     began = time.monotonic()
     assert exporter.interrupt() == 0
     assert time.monotonic() - began < 15, "the stop waited on the hook"
+
+
+def test_check_refuses_a_python_installed_for_one_user(windows: WindowsPython) -> None:
+    """docs/windows.md runs `se-exporter check` after the install: a per-user Python (python.org's default)
+    would make the LocalService service fail to start with nothing in our log. The same interpreter, seen
+    from a profile's AppData (as python.org installs it for one user), is refused; from elsewhere, ok."""
+    users = windows.prefix / "drive_c" / "users"
+    user = next(p.name for p in users.iterdir() if p.name != "Public")
+    per_user = users / user / "AppData" / "Local" / "Programs" / "Python" / "Python313"
+    per_user.parent.mkdir(parents=True, exist_ok=True)
+    per_user.unlink(missing_ok=True)
+    per_user.symlink_to(windows.home, target_is_directory=True)
+    try:
+        exe = rf"C:\users\{user}\AppData\Local\Programs\Python\Python313\python.exe"
+        refused = subprocess.run(
+            [windows.wine, exe, "-m", "se_exporter", "check"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=windows.env(),
+            timeout=120,
+            check=False,
+        )
+    finally:
+        per_user.unlink()
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        rf"se-exporter: error: Python at C:\users\{user}\AppData\Local\Programs\Python\Python313 is installed for "
+        r"one user: the service's account (NT AUTHORITY\LocalService) cannot read it, so the service would not "
+        "start. Install Python for all users (python.org installer: Customize installation, 'Install Python for "
+        "all users'; or winget install Python.Python.3.12 --scope machine) and create the virtual environment "
+        "again from it"
+    )
+    assert windows.run("-m", "se_exporter", "check") == (0, "ok\r\n")  # Windows line ends

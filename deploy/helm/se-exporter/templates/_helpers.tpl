@@ -48,7 +48,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "se-exporter.windowsImage" -}}
-{{- printf "%s:%s" .Values.windows.image.repository (default (printf "%s-windows-ltsc2022" .Chart.AppVersion) .Values.windows.image.tag) -}}
+{{- $repository := required "windows.enabled is true but windows.image.repository is empty: se-exporter publishes no Windows image; build one and name it (docs/helm.md, Windows node pools)" .Values.windows.image.repository -}}
+{{- printf "%s:%s" $repository (default (printf "%s-windows-ltsc2022" .Chart.AppVersion) .Values.windows.image.tag) -}}
 {{- end -}}
 
 {{- define "se-exporter.approvalConfigMap" -}}
