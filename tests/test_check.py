@@ -86,6 +86,7 @@ def test_the_shipped_good_web_configs_are_ok_and_read_from_the_environment_twin(
     assert "error" not in result.stderr  # the exporter's own notes (an option accepted and ignored) may show
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="on Windows the service's interpreter is always checked")
 def test_nothing_to_check_says_what_to_give() -> None:
     result = check()
     assert result.returncode == 2
@@ -93,6 +94,12 @@ def test_nothing_to_check_says_what_to_give() -> None:
         "se-exporter: error: nothing to check: give --approval.config, --actions.config, --web.config.file "
         "(or their SE_EXPORTER_* variables)\n"
     )
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="Windows only: docs/windows.md's install runs a bare check")
+def test_on_windows_a_bare_check_checks_the_interpreter_the_service_runs() -> None:
+    result = check()
+    assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr  # the suite's Python: all users
 
 
 def test_the_actions_file_is_checked_like_the_others(tmp_path: Path) -> None:
