@@ -1,10 +1,11 @@
 """Idle CPU while the OTLP collector is dead and 1,000 audit records wait in the spool, over 10 minutes.
 
 The case that matters most for OTel: a collector is down exactly when the exporter must not start
-costing more. Four processes poll one idle simulator at 1 s, side by side in the same window: the
-reference loop, the exporter with OTel off, the exporter shipping to a live OTLP/HTTP receiver, and
-the exporter whose OTLP endpoint is a closed loopback port, started with 1,000 transition records
-already in its spool (``--state.file``: the spool file next to it, written by the real ``Spool``).
+costing more. Seven processes poll one idle simulator at 1 s, side by side in the same window: the urllib
+loop, the exporter with OTel off, the exporter shipping to a live OTLP/HTTP receiver, the exporter whose
+OTLP endpoint is a closed loopback port, started with 1,000 transition records already in its spool
+(``--state.file``: the spool file next to it, written by the real ``Spool``), and beside each exporter the
+design's stack used plainly (reference_stack.py) configured alike (it keeps nothing to send).
 
 CPU is read every ``window / SLICES`` seconds (the kernel's process CPU clock, to the nanosecond:
 ``cpu_seconds``), so a cost that grows with the outage (retries that do not back off, work redone per
@@ -26,6 +27,7 @@ from benchmarks.common import (
     Proc,
     ReferenceProc,
     Report,
+    StackScriptProc,
     cpu_seconds,
     free_port,
     metric_value,
@@ -40,7 +42,22 @@ NAME = "outage"
 WAITING = 1000
 SLICES = 5
 DEAD = "exporter, OTel on, dead collector, 1,000 waiting"
-KINDS = ("reference loop", "exporter, OTel off", "exporter, OTel on, live collector", DEAD)
+SCRIPT_DEAD = "script, OTel on, dead collector"
+KINDS = (
+    "reference loop",
+    "script, OTel off",
+    "exporter, OTel off",
+    "script, OTel on, live collector",
+    "exporter, OTel on, live collector",
+    SCRIPT_DEAD,
+    DEAD,
+)
+# Each exporter and the script (reference_stack.py, the design's stack used plainly) configured alike.
+PAIRS = {
+    "exporter, OTel off": "script, OTel off",
+    "exporter, OTel on, live collector": "script, OTel on, live collector",
+    DEAD: SCRIPT_DEAD,
+}
 
 
 def fill_spool(state_file: Path, count: int) -> None:
@@ -82,6 +99,8 @@ def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
     processes: dict[str, Proc] = {
         "reference loop": ReferenceProc(url, name="reference"),
         "exporter, OTel off": ExporterProc(url, name="exporter-off"),
+        "script, OTel off": StackScriptProc(url, name="script-off"),
+        SCRIPT_DEAD: StackScriptProc(url, otel_env=dead_endpoint(), name="script-dead-collector"),
         DEAD: ExporterProc(
             url, otel_env=dead_endpoint(), extra_args=[f"--state.file={state_file}"], name="exporter-dead-collector"
         ),
@@ -89,6 +108,9 @@ def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
     if receiver is not None:
         processes["exporter, OTel on, live collector"] = ExporterProc(
             url, otel_env=otel_env(receiver), name="exporter-live-collector"
+        )
+        processes["script, OTel on, live collector"] = StackScriptProc(
+            url, otel_env=otel_env(receiver), name="script-live-collector"
         )
     wait_all_started(processes.values())
     return processes
@@ -142,11 +164,14 @@ def run(mode: Mode, duration: float | None = None) -> Report:
             continue
         figures = measured[kind]
         ratio = figures["cpu_s"] / reference if reference > 0 else float("nan")
+        script = measured.get(PAIRS.get(kind, ""), {}).get("cpu_s", 0.0)
+        versus = f"{figures['cpu_s'] / script:.2f}" if script > 0 else ""
         per_slice = " / ".join(f"{1000 * s:.0f}" for s in figures["slices_s"])
         rows.append(
             [
                 kind,
                 round(100 * figures["cpu_s"] / wall, 3),
+                versus,
                 round(ratio, 2),
                 per_slice,
                 round(figures["peak_rss_kib"] / 1024, 1),
@@ -155,7 +180,7 @@ def run(mode: Mode, duration: float | None = None) -> Report:
     report.table(
         f"Idle CPU with the collector dead and {WAITING} records waiting ({wall:.0f} s window, "
         f"{SLICES} slices of {wall / SLICES:.0f} s)",
-        ["process", "CPU % of one core", "CPU x reference", "CPU ms per slice", "peak RSS MiB"],
+        ["process", "CPU % of one core", "CPU x script", "CPU x urllib loop", "CPU ms per slice", "peak RSS MiB"],
         rows,
     )
     report.note(f"records still waiting at the end (dead collector): {measured[DEAD]['spool_depth_at_end']}")

@@ -325,12 +325,39 @@ class ReferenceProc(Proc):
         return time.monotonic() - self.spawned_mono
 
 
+class StackScriptProc(Proc):
+    """The design's stack used plainly (benchmarks/reference_stack.py): httpx, prometheus_client's
+    start_http_server, the OpenTelemetry SDK's batch processors and OTLP/HTTP exporters."""
+
+    def __init__(self, imds_url: str, *, otel_env: dict[str, str] | None = None, name: str = "script") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [sys.executable, str(REPO / "benchmarks" / "reference_stack.py"), imds_url, f"--port={self.port}"]
+        super().__init__(argv, env=clean_env(otel_env, otel=otel_env is not None), name=name)
+
+    def wait_first_document(self, timeout: float = 30.0) -> float:
+        """Block until the script printed its first document; return seconds since spawn."""
+        wait_until(
+            lambda: self.alive() and any(line.startswith("first document") for line in self.output),
+            timeout,
+            f"{self.name} first document",
+            interval=0.005,
+        )
+        return time.monotonic() - self.spawned_mono
+
+    def metrics(self, headers: dict[str, str] | None = None) -> str:
+        code, body = http_get(self.url + "/metrics", headers)
+        if code != 200:
+            raise RuntimeError(f"/metrics answered {code}")
+        return body.decode()
+
+
 def wait_all_started(processes: Iterable[Proc]) -> None:
     """Block until every exporter is ready and every reference loop printed its first document."""
     for proc in processes:
         if isinstance(proc, ExporterProc):
             proc.wait_ready()
-        elif isinstance(proc, ReferenceProc):
+        elif isinstance(proc, (ReferenceProc, StackScriptProc)):
             proc.wait_first_document()
 
 
