@@ -35,6 +35,7 @@ from benchmarks.common import (
     Proc,
     ReferenceProc,
     Report,
+    ScrapedProc,
     StackScriptProc,
     add_events,
     cpu_seconds,
@@ -89,11 +90,11 @@ def _burst(sim: Any, processes: dict[Key, Proc]) -> None:
     """150 events at once; back when every exporter and script lists all of them."""
     add_events(sim.world, BURST_EVENTS)
     for (_kind, load), proc in processes.items():
-        if load == BURST and isinstance(proc, ExporterProc | StackScriptProc):
+        if load == BURST and isinstance(proc, ScrapedProc):
             wait_until(functools.partial(_lists_burst, proc), 60, f"{proc.name} lists the burst")
 
 
-def _lists_burst(proc: ExporterProc | StackScriptProc) -> bool:
+def _lists_burst(proc: ScrapedProc) -> bool:
     wanted = "azure_scheduled_events_event_info{" if isinstance(proc, ExporterProc) else "scheduled_event_info{"
     return proc.metrics().count(wanted) >= BURST_EVENTS
 
@@ -106,7 +107,7 @@ def _window(processes: dict[Key, Proc], window: float, scrape_interval: float) -
     while (elapsed := time.monotonic() - began) < window:
         if scrape_interval > 0 and time.monotonic() >= next_scrape:
             for proc in processes.values():
-                if isinstance(proc, ExporterProc | StackScriptProc):
+                if isinstance(proc, ScrapedProc):
                     proc.metrics()
             next_scrape += scrape_interval
         time.sleep(min(0.2, max(0.0, window - elapsed)))

@@ -240,6 +240,16 @@ class Proc:
             self.output.append(line)
             self.stamped.append((arrived, line))
 
+    def wait_for_line(self, starts: Callable[[str], bool], what: str, timeout: float = 30.0) -> float:
+        """Block until the process printed a line ``starts`` accepts; return seconds since spawn."""
+        wait_until(
+            lambda: self.alive() and any(starts(line) for line in self.output),
+            timeout,
+            f"{self.name} {what}",
+            interval=0.005,
+        )
+        return time.monotonic() - self.spawned_mono
+
     def alive(self) -> bool:
         if self.proc.poll() is not None:
             tail = "\n".join(self.output[-30:])
@@ -266,7 +276,19 @@ class Proc:
         self._reader.join(timeout=2)
 
 
-class ExporterProc(Proc):
+class ScrapedProc(Proc):
+    """A process serving /metrics at ``self.url``, scraped as Prometheus would."""
+
+    url: str
+
+    def metrics(self, headers: dict[str, str] | None = None) -> str:
+        code, body = http_get(self.url + "/metrics", headers)
+        if code != 200:
+            raise RuntimeError(f"/metrics answered {code}")
+        return body.decode()
+
+
+class ExporterProc(ScrapedProc):
     """``python -m se_exporter run`` on a free loopback port."""
 
     def __init__(
@@ -300,12 +322,6 @@ class ExporterProc(Proc):
         wait_until(self.ready, timeout, f"{self.name} ready", interval=0.005)
         return time.monotonic() - self.spawned_mono
 
-    def metrics(self, headers: dict[str, str] | None = None) -> str:
-        code, body = http_get(self.url + "/metrics", headers)
-        if code != 200:
-            raise RuntimeError(f"/metrics answered {code}")
-        return body.decode()
-
 
 class ReferenceProc(Proc):
     """The plain polling loop of Microsoft's docs (benchmarks/reference_loop.py)."""
@@ -316,16 +332,10 @@ class ReferenceProc(Proc):
 
     def wait_first_document(self, timeout: float = 30.0) -> float:
         """Block until the loop printed its first document; return seconds since spawn."""
-        wait_until(
-            lambda: self.alive() and any("DocumentIncarnation" in line for line in self.output),
-            timeout,
-            f"{self.name} first document",
-            interval=0.005,
-        )
-        return time.monotonic() - self.spawned_mono
+        return self.wait_for_line(lambda line: "DocumentIncarnation" in line, "first document", timeout)
 
 
-class StackScriptProc(Proc):
+class StackScriptProc(ScrapedProc):
     """The design's stack used plainly (benchmarks/reference_stack.py): httpx, prometheus_client's
     start_http_server, the OpenTelemetry SDK's batch processors and OTLP/HTTP exporters."""
 
@@ -337,19 +347,7 @@ class StackScriptProc(Proc):
 
     def wait_first_document(self, timeout: float = 30.0) -> float:
         """Block until the script printed its first document; return seconds since spawn."""
-        wait_until(
-            lambda: self.alive() and any(line.startswith("first document") for line in self.output),
-            timeout,
-            f"{self.name} first document",
-            interval=0.005,
-        )
-        return time.monotonic() - self.spawned_mono
-
-    def metrics(self, headers: dict[str, str] | None = None) -> str:
-        code, body = http_get(self.url + "/metrics", headers)
-        if code != 200:
-            raise RuntimeError(f"/metrics answered {code}")
-        return body.decode()
+        return self.wait_for_line(lambda line: line.startswith("first document"), "first document", timeout)
 
 
 def wait_all_started(processes: Iterable[Proc]) -> None:
