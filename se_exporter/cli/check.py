@@ -35,10 +35,11 @@ def run(args: argparse.Namespace) -> int:
     from se_exporter.platform import current
 
     files = {dest: getattr(args, dest) for dest, _ in FILE_FLAGS.values()}
-    interpreter = current().service_interpreter_problem(sys.base_prefix)
+    platform = current()
+    interpreter = platform.service_interpreter_problem(sys.base_prefix)
     if interpreter:
         raise ConfigError(interpreter)
-    if not any(files.values()) and sys.platform != "win32":
+    if not any(files.values()) and platform.service_account is None:  # else the interpreter was something to check
         raise ConfigError(f"nothing to check: give {', '.join(FILE_FLAGS)} (or their SE_EXPORTER_* variables)")
     if any(files.values()):
         load_operator_files(ExporterConfig(**files))

@@ -50,6 +50,7 @@ class ProcessTree(Protocol):
 class Platform(Protocol):
     name: str
     stop_signals: tuple[int, ...]  # what asks the exporter to stop
+    service_account: str | None  # the account the shipped service runs as, when it is not the installer's
     hook_base_env: tuple[str, ...]  # environment variables a hook inherits (besides inherit_env)
     default_path: str  # the hook's PATH when the exporter has none
 
@@ -70,5 +71,5 @@ class Platform(Protocol):
     def limit_memory_arenas(self) -> None: ...
 
     def service_interpreter_problem(self, base_prefix: str) -> str | None:
-        """Why the platform's service account could not run the Python at ``base_prefix``, or None."""
+        """Why ``service_account`` could not run the Python at ``base_prefix``, or None."""
         ...

@@ -59,6 +59,7 @@ class PosixPlatform:
     name: str = "posix"
     # SIGHUP too: a closed terminal or a supervisor's hang-up is a clean stop, not a death without a save.
     stop_signals: tuple[int, ...] = (signal.SIGTERM.value, SIGINT, SIGHUP)
+    service_account: str | None = None  # systemd runs the unit as a user it names, who can read it
     hook_base_env: tuple[str, ...] = (
         "PATH",
         "HOME",
@@ -106,7 +107,7 @@ class PosixPlatform:
         return None  # the Docker image, the unit and the DaemonSet each name theirs
 
     def service_interpreter_problem(self, base_prefix: str) -> str | None:
-        """None: systemd runs the unit as the user it names, who installed it or can read it."""
+        """None: no service account of ours to read it (``service_account``)."""
         return None
 
     def limit_memory_arenas(self) -> None:

@@ -63,6 +63,7 @@ class JobTree:
 class WindowsPlatform:
     name: str = "nt"
     stop_signals: tuple[int, ...] = (SIGINT, SIGBREAK)  # CTRL+C (a WinSW service stop, a console), CTRL+BREAK
+    service_account: str | None = r"NT AUTHORITY\LocalService"  # deploy/windows/se-exporter-service.xml
     hook_base_env: tuple[str, ...] = (
         "PATH",
         "PATHEXT",
@@ -123,14 +124,14 @@ class WindowsPlatform:
         return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
 
     def service_interpreter_problem(self, base_prefix: str) -> str | None:
-        """The service runs as NT AUTHORITY\\LocalService, which cannot read another user's profile: a Python
+        """The service runs as ``service_account``, which cannot read another user's profile: a Python
         installed for one user (python.org's default "Install Now", the Microsoft Store build, anything under
         C:\\Users) makes the service fail to start, with nothing in our log."""
         folded = base_prefix.replace("/", "\\").casefold()
         if not (_PER_USER.search(folded) or "\\windowsapps\\" in folded):
             return None
         return (
-            f"Python at {base_prefix} is installed for one user: the service's account (NT AUTHORITY\\LocalService) "
+            f"Python at {base_prefix} is installed for one user: the service's account ({self.service_account}) "
             "cannot read it, so the service would not start. Install Python for all users (python.org installer: "
             "Customize installation, 'Install Python for all users'; or winget install Python.Python.3.12 --scope "
             "machine) and create the virtual environment again from it"

@@ -109,3 +109,10 @@ def test_the_windows_hook_example_is_a_valid_policy(monkeypatch: pytest.MonkeyPa
     parsed = parse_policy(yaml.safe_load(policy), "docs/windows.md")
     assert parsed.hook is not None and parsed.hook.command[0] == "powershell.exe"
     assert parsed.hook.command[-1].endswith("drain-me.ps1")
+
+
+def test_the_platform_knows_the_account_the_service_runs_as() -> None:
+    """`se-exporter check` names it when it refuses a per-user Python (se_exporter/platform/windows.py)."""
+    from se_exporter.platform import WindowsPlatform
+
+    assert WindowsPlatform.service_account == child("serviceaccount/username")
