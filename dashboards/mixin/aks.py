@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards.mixin.alert_parts import DISRUPTIVE_IMPACTS, EVENT_MATCH, INFO_LABELS, MEANING, SCHEDULED, alert, info
+from dashboards.mixin.alert_parts import DISRUPTIVE_IMPACTS, MEANING, SCHEDULED, alert, joined
 from dashboards.mixin.config import Settings, m
 
 NEAR_SECONDS = 600  # "near": within the 10 minutes before NotBefore that Azure gives a Reboot at the least
@@ -41,9 +41,7 @@ def aks_rules(settings: Settings) -> list[dict[str, Any]]:
         ),
         alert(
             "AzureScheduledEventNodeNotCordoned",
-            f"({until} < {NEAR_SECONDS})\n"
-            f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-            f"    {info(f'{SCHEDULED}, {DISRUPTIVE_IMPACTS}, {LISTS_THIS_NODE}')}\n"
+            f"{joined(f'({until} < {NEAR_SECONDS})', f'{SCHEDULED}, {DISRUPTIVE_IMPACTS}, {LISTS_THIS_NODE}')}\n"
             f"and on (node) ({UNCORDONED})",
             "2m",
             "warning",

@@ -83,14 +83,12 @@ def info(selectors: str) -> str:
 
 def scheduled(selectors: str) -> str:
     """Seconds until NotBefore of the Scheduled events ``selectors`` picks, with the event's labels."""
-    events = info(f"{SCHEDULED}, {selectors}, {THIS_VM}")
+    picked = f"{SCHEDULED}, {selectors}, {THIS_VM}"
     return (
-        f"{m('event_seconds_until_not_before')}\n"
-        f"  * {EVENT_MATCH} group_left ({INFO_LABELS})\n"
-        f"    {events}\n"
+        f"{joined(m('event_seconds_until_not_before'), picked)}\n"
         f"or {EVENT_MATCH}\n"
         f"  # Should never happen (Scheduled events carry a NotBefore), but never miss the event.\n"
-        f'  label_replace({events}, "not_before", "unknown", "", "")'
+        f'  label_replace({info(picked)}, "not_before", "unknown", "", "")'
     )
 
 

@@ -12,12 +12,10 @@ from se_exporter.metrics.names import PREFIX
 DEFAULT_JOB_SELECTOR = 'job=~".*se-exporter.*"'
 RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md"
 
-# Impacts (se_exporter.imds.impact) after which the VM is not the same running machine: these page; and the
-# pauses of seconds, worth a warning (pause) or a note (live_migration), never a page. As label regexes.
+# Impacts (se_exporter.imds.impact) after which the VM is not the same running machine, as a label regex.
 DISRUPTIVE = "|".join(DISRUPTIVE_IMPACTS)
-PAUSES = "|".join(PAUSE_IMPACTS)
-# What neither pages nor warns of itself as "impactful": the pauses and a Freeze of DurationInSeconds 0 (Azure:
-# "won't interrupt the VM or impact its availability").
+# What is never "impactful": the pauses of seconds and a Freeze of DurationInSeconds 0 (Azure: "won't
+# interrupt the VM or impact its availability").
 UNDISRUPTIVE = "|".join((*PAUSE_IMPACTS, Impact.NONE))
 # What may page (alerts/runbook.md, "Paging policy"): the VM restarts or moves, for a reason nobody chose.
 PAGED_IMPACTS = "|".join((Impact.REBOOT, Impact.REDEPLOY))
