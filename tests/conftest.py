@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS
+from tests.support.markers import needs_debian
 from tests.support.packaging import Distributions, build_distributions
 
 pytest_plugins = ["tests.otlp.fixtures"]  # the real OTLP receivers (HTTP and gRPC)
@@ -123,8 +124,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith("tests/shipped/"):
             item.add_marker(pytest.mark.shipped)
-        for marker, prefixes in (("debian", NEEDS_DEBIAN), ("posix", NEEDS_POSIX)):
-            if item.nodeid.startswith(prefixes):
-                item.add_marker(getattr(pytest.mark, marker))
-                if (marker == "posix" and os.name == "nt") or (marker == "debian" and sys.platform != "linux"):
-                    item.add_marker(pytest.mark.skip(reason=WHY[marker]))
+        if needs_debian(item, NEEDS_DEBIAN):
+            item.add_marker(pytest.mark.debian)
+            if sys.platform != "linux":
+                item.add_marker(pytest.mark.skip(reason=WHY["debian"]))
+        if item.nodeid.startswith(NEEDS_POSIX):
+            item.add_marker(pytest.mark.posix)
+            if os.name == "nt":
+                item.add_marker(pytest.mark.skip(reason=WHY["posix"]))
