@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.markers import asks_for_debian_tools, with_module_helpers
+from tests.support.markers import asks_for_debian_tools, with_helpers
 from tests.testdata.markers import samples
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:cl
     ],
 )
 def test_a_test_that_asks_for_a_debian_tool_is_found(function: object, needs: bool) -> None:
-    assert asks_for_debian_tools(with_module_helpers(function)) is needs  # type: ignore[arg-type]
+    assert asks_for_debian_tools(with_helpers(function)) is needs  # type: ignore[arg-type]
 
 
 def test_the_windows_selection_leaves_out_the_rule_tests_that_failed_under_wine() -> None:

