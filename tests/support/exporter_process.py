@@ -11,9 +11,15 @@ from pathlib import Path
 
 import httpx
 
+from se_exporter.state.persistence import SAVE_WAIT_SECONDS
 from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# A clean stop saves the state, and on a disk other work floods (the image build beside the suite in CI) it
+# may wait as long as the exporter allows: 2 x SAVE_WAIT_SECONDS (state/persistence.py). One stop in CI once
+# took over the 20 s allowed before, its cause unseen; a stop that takes too long now shows where each
+# thread waits (``_stacks``). A test that needs a quick stop passes its own bound.
+STOP_SECONDS = 2 * SAVE_WAIT_SECONDS + 15
 
 
 def free_port() -> int:
@@ -28,6 +34,7 @@ class ExporterProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+        full_env["PYTHONFAULTHANDLER"] = "1"  # a SIGABRT writes every thread's stack to the log (see ``stop``)
         full_env.update(env or {})
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -53,13 +60,28 @@ class ExporterProcess:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_SECONDS) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit {timeout:g} s after {signal.Signals(sig).name}: {self._stacks()}") from None
         finally:
             self._log.close()
+
+    def _stacks(self) -> str:
+        """Where each thread of a process that does not stop waits: its stacks, as faulthandler writes them."""
+        if os.name == "nt":  # no SIGABRT to send to another process
+            self.proc.kill()
+            return "the process was killed"
+        self.proc.send_signal(signal.SIGABRT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.flush()
+        return "where its threads were:\n" + self.logs()[-6000:]
 
     def _alive(self) -> bool:
         if self.proc.poll() is not None:
