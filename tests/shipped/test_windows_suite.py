@@ -32,28 +32,49 @@ NOT_UNDER_WINE = (
 )
 
 
+# Faults of Wine itself, not of the code under test: CreateProcess failing with ERROR_INTERNAL_ERROR when
+# the machine is loaded (seen once in CI, on a test that starts the exporter). A test that failed with one
+# only is run once more, on its own; any other failure stands.
+WINE_FAULTS = re.compile(r"\[WinError 1359\] Internal error")
+PYTEST = ("-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-p", "no:cloudcoil", "--strict-markers", "-q")
+
+
 @pytest.mark.timeout(1500)
 def test_the_windows_capable_unit_tests_pass_on_windows_cpython() -> None:
     python = windows_python()
-    code, output = python.run(
-        "-m",
-        "pytest",
-        "-o",
-        "addopts=",  # no xdist workers under Wine: one interpreter, as the Windows job has per test
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:cloudcoil",
-        "--strict-markers",
-        "-q",
-        "--tb=short",
-        "-rfE",
-        "-m",
-        "not debian and not posix and not shipped",
-        *NOT_UNDER_WINE,
-        timeout=1400,
+    code, output = python.run(  # addopts=: no xdist workers under Wine: one interpreter, as the Windows job
+        *PYTEST, "--tb=short", "-rfE", "-m", "not debian and not posix and not shipped", *NOT_UNDER_WINE, timeout=1400
     )
     summary = output.strip().splitlines()[-1] if output.strip() else ""
+    if code != 0 and (again := wine_faults_only(output)):
+        code, rerun = python.run(*PYTEST, "--tb=short", "-rfE", *again, timeout=600)
+        summary += f"; Wine's own fault, run again: {rerun.strip().splitlines()[-1] if rerun.strip() else ''}"
+        output += "\n--- run again (Wine's fault) ---\n" + rerun
     (CACHE / "windows-suite.txt").write_text(summary + "\n")  # the closing note's counts
     assert code == 0 and re.search(r"\d+ passed", summary), output[-6000:]
-    assert " failed" not in summary and " error" not in summary, output[-6000:]
+    assert " failed" not in summary.split(";")[-1] and " error" not in summary.split(";")[-1], output[-6000:]
+
+
+def wine_faults_only(output: str) -> list[str]:
+    """The node ids that failed, when each failed with one of Wine's own faults; else none."""
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+) - (.*)$", output, re.MULTILINE)
+    if not failed or any(not WINE_FAULTS.search(reason) for _, reason in failed):
+        return []
+    return [node for node, _ in failed]
+
+
+@pytest.mark.parametrize(
+    ("output", "again"),
+    [
+        ("FAILED tests/a.py::t[x] - OSError: [WinError 1359] Internal error\n1 failed", ["tests/a.py::t[x]"]),
+        (
+            "FAILED tests/a.py::t - OSError: [WinError 1359] Internal error\n"
+            "FAILED tests/b.py::u - AssertionError: 3 != 2\n2 failed",
+            [],  # a failure of ours stands: nothing is run again
+        ),
+        ("ERROR tests/a.py::t - OSError: [WinError 5] Access is denied\n1 error", []),
+        ("2 passed", []),
+    ],
+)
+def test_only_a_failure_that_is_wines_own_fault_is_run_again(output: str, again: list[str]) -> None:
+    assert wine_faults_only(output) == again
