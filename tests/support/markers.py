@@ -64,17 +64,21 @@ def with_helpers(function: Callable[..., Any]) -> list[Callable[..., Any]]:
     return found
 
 
-def test_and_fixture_functions(item: pytest.Item) -> list[Callable[..., Any]]:
-    """The test's function and every fixture it uses, each with the suite's helpers it calls."""
-    functions: list[Callable[..., Any]] = []
-    if isinstance(item, pytest.Function):
-        functions.extend(with_helpers(item.function))
-        # _fixtureinfo: pytest has no public way to the fixture functions of an item; plugins read it too
-        for definitions in item._fixtureinfo.name2fixturedefs.values():
-            for definition in definitions:
-                functions.extend(with_helpers(definition.func))
-    return functions
+@functools.cache
+def _asks(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` or a helper it reaches asks for a Debian tool: once per function, since most
+    fixtures and every parametrized test's function are shared by many items."""
+    return asks_for_debian_tools(with_helpers(function))
 
 
 def needs_debian(item: pytest.Item, listed: tuple[str, ...]) -> bool:
-    return item.nodeid.startswith(listed) or asks_for_debian_tools(test_and_fixture_functions(item))
+    """Listed, or the test's function or a fixture it uses asks for a Debian tool."""
+    if item.nodeid.startswith(listed):
+        return True
+    if not isinstance(item, pytest.Function):
+        return False
+    # _fixtureinfo: pytest has no public way to the fixture functions of an item; plugins read it too
+    fixtures = (
+        definition.func for definitions in item._fixtureinfo.name2fixturedefs.values() for definition in definitions
+    )
+    return _asks(item.function) or any(map(_asks, fixtures))
