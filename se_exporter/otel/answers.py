@@ -3,17 +3,21 @@ sorts answers (``common/outcome.py``): taken (perhaps with a partial success), r
 refused for good.
 
 The official exporters answer SUCCESS or FAILURE and keep the rest to themselves: the records a collector
-rejected in a 200 (a partial success) are ignored, and a refusal for good looks like an outage. So the
-answers are watched where the exporters let us: OTLP/HTTP takes a ``requests.Session`` (its public
-``session`` parameter), whose response hook sees every answer; OTLP/gRPC makes its own channel, so
-``grpc_exporter_class`` gives its exporter class the one change of wrapping that channel in a client
-interceptor (``grpc.intercept_channel``) each time it makes one. What an exporter we know nothing of
-(console, a vendor's) answers is only SUCCESS or FAILURE: a FAILURE is then an outage.
+rejected in a 200 (a partial success) are ignored, a refusal for good looks like an outage, and OTLP/HTTP
+counts any status below 400 as success (a 3xx, with redirects off, delivered nothing). So the answers are
+watched where the exporters let us, and what was watched decides: OTLP/HTTP sends with our
+``requests.Session`` (its public ``session`` parameter; ``otel/collector_http.py``), which reports every
+answer and every request that got none; OTLP/gRPC makes its own channel, so ``grpc_exporter_class`` gives
+its exporter class the one change of wrapping that channel in a client interceptor
+(``grpc.intercept_channel``) each time it makes one. What an exporter we know nothing of (console, a
+vendor's) answers is only SUCCESS or FAILURE: a FAILURE is then an outage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +31,8 @@ from se_exporter.common.outcome import RETRYABLE_HTTP_STATUSES, Outcome
 RETRYABLE_GRPC_CODES = frozenset(
     {"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"}
 )
-NO_ANSWER = "no answer from the collector (it refused the connection, or did not answer in time)"
+MAX_ANSWER_BYTES = 64 << 10  # an OTLP answer is a partial success or a Status: bytes, not megabytes
+NO_ANSWER = "the exporter failed before the collector answered"
 
 
 class Answers:
@@ -43,25 +48,32 @@ class Answers:
         self._local.last = None
 
     def outcome(self, succeeded: bool) -> Outcome:
-        """The export's outcome, its result (``succeeded``) told apart by the last answer it got."""
+        """The export's outcome: the last answer it got, whatever the exporter made of it (``succeeded``
+        decides only when it sent nothing)."""
         last: Outcome | None = getattr(self._local, "last", None)
-        if last is not None and last.accepted == succeeded:
+        if last is not None:
             return last
         return Outcome(True) if succeeded else Outcome.refused(NO_ANSWER, retryable=True)
 
-    def http_hook(self, response: Any, *_args: Any, **_kwargs: Any) -> Any:
-        """A ``requests`` response hook: every answer of the OTLP/HTTP exporter passes here."""
+    def http_answer(self, response: Any) -> None:
+        """Every answer of the OTLP/HTTP exporter, its body already read within its bound."""
         status = response.status_code
         if 200 <= status < 300:
             self._local.last = self._taken(response.content)
-            return response
+            return
         words = f"the collector answered {status} {response.reason or ''}".rstrip()
-        if message := _message(response.headers.get("Content-Type", ""), response.content):
+        if 300 <= status < 400:  # OTLP exporters send with redirects off: the records went nowhere
+            where = response.headers.get("Location", "")
+            words += f", a redirect to {_short(where)!r}" if where else ", a redirect"
+            words += " (OTLP exporters do not follow redirects: set the endpoint it names)"
+        elif message := _message(response.headers.get("Content-Type", ""), response.content):
             words += f": {message}"
         retry_after = _seconds(response.headers.get("Retry-After"))
-        refused = Outcome.refused(words, retryable=status in RETRYABLE_HTTP_STATUSES, retry_after=retry_after)
-        self._local.last = refused
-        return response
+        self._local.last = Outcome.refused(words, retryable=status in RETRYABLE_HTTP_STATUSES, retry_after=retry_after)
+
+    def http_error(self, error: BaseException) -> None:
+        """A request of the OTLP/HTTP exporter that got no answer, and why."""
+        self._local.last = Outcome.refused(f"no answer from the collector: {_why(error)}", retryable=True)
 
     def grpc_interceptor(self) -> Any:
         """A unary client interceptor that sees every gRPC ``Export`` call and its answer."""
@@ -121,6 +133,32 @@ def _partial(response: Any) -> tuple[int, str]:
     return int(rejected), str(partial.error_message)
 
 
+def _why(error: BaseException) -> str:
+    """Why a request got no answer, in words: the innermost cause that says it."""
+    causes: list[BaseException] = []
+    seen: BaseException | None = error
+    while seen is not None and seen not in causes and len(causes) < 10:
+        causes.append(seen)
+        nested = [arg for arg in getattr(seen, "args", ()) if isinstance(arg, BaseException)]
+        seen = seen.__cause__ or seen.__context__ or (nested[0] if nested else None)
+        if seen is None and hasattr(causes[-1], "reason") and isinstance(causes[-1].reason, BaseException):
+            seen = causes[-1].reason  # urllib3's MaxRetryError and NewConnectionError keep it there
+    for cause in causes:
+        if isinstance(cause, ConnectionRefusedError):
+            return "it refused the connection"
+        if isinstance(cause, socket.gaierror):
+            return "its host name does not resolve"
+    for cause in causes:
+        if isinstance(cause, TimeoutError | ssl.SSLError):
+            return _short(str(cause) or type(cause).__name__)
+    return _short(str(error) or type(error).__name__)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def _message(content_type: str, payload: bytes) -> str:
     """What an error answer says: a ``google.rpc.Status`` (as the specification has collectors answer), or
     text; shortened and on one line."""
@@ -132,8 +170,7 @@ def _message(content_type: str, payload: bytes) -> str:
             text = status.message
     elif content_type.startswith(("text/", "application/json")):
         text = payload[:300].decode("utf-8", "replace")
-    text = " ".join(text.split())
-    return text if len(text) <= 200 else text[:199] + "…"
+    return _short(text)
 
 
 def _seconds(value: str | None) -> float | None:

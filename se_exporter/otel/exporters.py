@@ -11,10 +11,12 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from se_exporter.errors import ConfigError
-from se_exporter.otel.answers import Answers, grpc_exporter_class
+from se_exporter.otel.answers import MAX_ANSWER_BYTES, Answers, grpc_exporter_class
 from se_exporter.otel.config import ENTRY_POINT_GROUPS, SignalConfig
 
 GRPC_HINT = "pip install 'azure-scheduled-events-exporter[grpc]'"
+# A collector's gRPC answer, decompressed, at most this (gRPC's own default is 4 MiB): as OTLP/HTTP's bound.
+_GRPC_ANSWER_BOUND = (("grpc.max_receive_message_length", MAX_ANSWER_BYTES),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +42,15 @@ def _one(signal: str, name: str, timeout: float | None) -> Built:
         hint = f" ({GRPC_HINT})" if name == "otlp_proto_grpc" else ""
         raise ConfigError(f"the {signal} exporter {name!r} cannot be loaded: {error}{hint}") from None
     if name == "otlp_proto_http":
+        from se_exporter.otel.collector_http import CollectorSession
+
         answers = Answers(_response(signal))
-        session = _session()
-        session.hooks["response"].append(answers.http_hook)
+        session = CollectorSession(answers.http_answer, answers.http_error)
         return Built(name, exporter_class(timeout=timeout, session=session), answers)
     if name == "otlp_proto_grpc":
         answers = Answers(_response(signal))
-        return Built(name, grpc_exporter_class(exporter_class, answers)(timeout=timeout), answers)
+        watched = grpc_exporter_class(exporter_class, answers)
+        return Built(name, watched(timeout=timeout, channel_options=_GRPC_ANSWER_BOUND), answers)
     return Built(name, exporter_class(), None)  # the console's, a vendor's: as the SDK would build it
 
 
@@ -59,19 +63,3 @@ def _response(signal: str) -> type[Any]:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
     return ExportTraceServiceResponse
-
-
-def _session() -> Any:
-    """A ``requests.Session`` whose own CA wins: requests lets ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``
-    replace it (psf/requests#3829), so the CA of ``OTEL_EXPORTER_OTLP_CERTIFICATE``, which the exporter puts
-    on its session, was ignored wherever those are set. Proxies from the environment still apply."""
-    import requests
-
-    class Session(requests.Session):
-        def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            settings: dict[str, Any] = super().merge_environment_settings(*args, **kwargs)
-            if isinstance(self.verify, str):
-                settings["verify"] = self.verify
-            return settings
-
-    return Session()

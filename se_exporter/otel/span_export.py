@@ -55,7 +55,7 @@ class ReportedSpans(SpanExporter):
             self._settled(now, outcome, len(spans))
         else:
             self._failing(now, outcome, len(spans))
-        return SpanExportResult.SUCCESS if succeeded else SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if outcome.accepted else SpanExportResult.FAILURE
 
     def stop_pausing(self) -> None:
         """At shutdown: a paused export is tried at once, and no later one waits."""
