@@ -6,9 +6,9 @@ for ever, since every read succeeds.
 httpcore's network backend (its documented extension point, ``httpcore.NetworkBackend``) is where every
 connect, TLS handshake, read and write happens, so each is given at most the time left until the deadline
 of the request on this thread (``within``), and one that would start past it fails at once as a timeout.
-httpx's own transport is kept for the rest (its request and answer models, its pool and its exception
-tree); httpx offers no parameter for the backend yet (encode/httpx#3749), so ``deadline_transport`` hands
-its pool one.
+httpx offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`` is an
+``httpx.BaseTransport`` (httpx's documented way to bring a transport) that owns an ``httpcore.ConnectionPool``
+on that backend; httpx keeps the rest (its request and answer models, its exception tree).
 """
 
 from __future__ import annotations
@@ -109,18 +109,84 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._backend.sleep(seconds)
 
 
-def deadline_transport(limits: httpx.Limits, *, tls: ssl.SSLContext | None = None) -> httpx.HTTPTransport:
-    """httpx's transport (no proxy, no retries), its pool's every socket call within the deadline. ``tls``:
-    the context of https requests (IMDS is plain HTTP: none, so no CA bundle is loaded for nothing)."""
-    transport = httpx.HTTPTransport(verify=False, trust_env=False, limits=limits, retries=0)  # its pool is replaced
-    transport._pool = httpcore.ConnectionPool(
-        ssl_context=tls,
-        max_connections=limits.max_connections,
-        max_keepalive_connections=limits.max_keepalive_connections,
-        keepalive_expiry=limits.keepalive_expiry,
-        network_backend=DeadlineBackend(),
-    )
-    return transport
+# httpcore's errors as httpx's (what httpx's own transport raises for them), most specific first.
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        for theirs, ours in _HTTPX_ERRORS:
+            if isinstance(error, theirs):
+                raise ours(str(error)) from error  # the cause stays: root_cause() reads it
+        raise
+
+
+class _Body(httpx.SyncByteStream):
+    """An answer's body as httpcore reads it, its errors as httpx's."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            with _as_httpx_errors():
+                close()
+
+
+class DeadlineTransport(httpx.BaseTransport):
+    """No proxy, no retries, every socket call of its pool within the deadline. ``tls``: the context of
+    https requests (IMDS is plain HTTP: none, so no CA bundle is loaded for nothing)."""
+
+    def __init__(self, limits: httpx.Limits, *, tls: ssl.SSLContext | None = None) -> None:
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=tls,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=DeadlineBackend(),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        sent = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,  # httpx's request stream iterates bytes
+            extensions=request.extensions,  # the timeouts httpx put there
+        )
+        with _as_httpx_errors():
+            answer = self._pool.handle_request(sent)
+        assert isinstance(answer.stream, Iterable)  # a sync pool's body
+        return httpx.Response(
+            status_code=answer.status, headers=answer.headers, stream=_Body(answer.stream), extensions=answer.extensions
+        )
+
+    def close(self) -> None:
+        self._pool.close()
 
 
 def root_cause(error: BaseException) -> BaseException:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import httpx
 
 from se_exporter import __version__
-from se_exporter.common.deadline import deadline_transport, root_cause, within
+from se_exporter.common.deadline import DeadlineTransport, root_cause, within
 from se_exporter.common.tracing import client_kind, mark_error
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout
 from se_exporter.imds.body import read_body
@@ -76,8 +76,8 @@ class IMDSClient:
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._plain_http = httpx.URL(settings.base_url).scheme == "http"
         keep_one = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=30.0)
-        self._gets = _client(settings, transport or deadline_transport(keep_one))
-        self._posts = _client(settings, transport or deadline_transport(httpx.Limits(max_keepalive_connections=0)))
+        self._gets = _client(settings, transport or DeadlineTransport(keep_one))
+        self._posts = _client(settings, transport or DeadlineTransport(httpx.Limits(max_keepalive_connections=0)))
         self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
     def close(self) -> None:

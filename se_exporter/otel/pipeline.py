@@ -27,7 +27,6 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
-from opentelemetry.context import Context
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -46,6 +45,8 @@ from se_exporter.otel.span_export import ReportedSpans
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
 
 SCOPE = "se_exporter"
+# "No trace", said so that the SDK hears it: an empty Context is falsy, and the SDK then takes the current one.
+_NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
 _SEVERITY = {"INFO": SeverityNumber.INFO, WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 
 
@@ -140,7 +141,7 @@ def _log_record(record: AuditRecord) -> LogRecord:
     return LogRecord(
         timestamp=record.timestamp_ns,
         observed_timestamp=record.timestamp_ns,  # the exporter observed it then, not when it was sent
-        context=Context(),  # not part of any trace: the shipper thread's context means nothing here
+        context=_NO_TRACE,  # not part of any trace, whatever is current on the thread that sends it
         severity_text=record.severity,
         severity_number=_SEVERITY.get(record.severity, SeverityNumber.INFO),
         body=record.body,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from se_exporter.common.deadline import deadline_transport, root_cause, within
+from se_exporter.common.deadline import DeadlineTransport, root_cause, within
 from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import HEALTHY_PATH, add_exporter_flags
 
@@ -78,7 +78,7 @@ def probe(where: Target) -> str | None:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
-    transport = deadline_transport(httpx.Limits(max_connections=1), tls=context)
+    transport = DeadlineTransport(httpx.Limits(max_connections=1), tls=context)
     try:
         with (
             httpx.Client(transport=transport, trust_env=False, timeout=TIMEOUT_SECONDS) as client,
