@@ -17,7 +17,11 @@ from dataclasses import dataclass
 
 # Per the OTLP specification; every other 4xx and 5xx must not be retried.
 RETRYABLE_HTTP_STATUSES = frozenset({429, 502, 503, 504})
-RETRY_AFTER_CAP_SECONDS = 300.0  # a collector asking for more is asked again after this
+# A collector asking for a longer wait (Retry-After, RetryInfo) is asked again after this, and the warning
+# says so: what the spool holds is maintenance happening now, worth little in an hour, and a gateway's
+# blanket "Retry-After: 3600" (a rate limit shared with other clients, a maintenance page) should not stop
+# delivery for an hour when the collector behind it may be back in minutes. Each attempt is one request.
+RETRY_AFTER_CAP_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class Outcome:
     @classmethod
     def refused(cls, problem: str, *, retryable: bool, retry_after: float | None = None) -> Outcome:
         after = None if retry_after is None else min(max(0.0, retry_after), RETRY_AFTER_CAP_SECONDS)
+        if retry_after is not None and retry_after > RETRY_AFTER_CAP_SECONDS:
+            problem += f"; it asked to wait {retry_after:.0f} s: asked again after {RETRY_AFTER_CAP_SECONDS:.0f} s"
         return cls(False, retryable=retryable, retry_after=after, problem=problem)
 
 

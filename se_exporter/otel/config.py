@@ -15,8 +15,9 @@ environment: endpoints and their per-signal variants, headers, compression, cert
   exporters read it as seconds (open-telemetry/opentelemetry-python#4044), so ``10000`` would wait almost
   three hours: it is read here and handed to them in seconds.
 
-Pure: no OpenTelemetry import, no I/O but the installed distributions' entry points, read only when an
-exporter is asked for.
+Pure but for two looks outside: no OpenTelemetry import; the installed distributions' entry points, read
+only when an exporter is asked for, and the certificate and key files the variables name, read (at most
+1 MiB each) so that a missing one is a start-up error naming the variable.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
+from se_exporter.config.files import read_text
 from se_exporter.errors import ConfigError
 from se_exporter.imds.identity import VMIdentity
 
@@ -40,6 +42,12 @@ DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch 
 # SDK's (2,048 and 512) bound spans by count alone, and 2,048 lifecycle spans of the largest events IMDS may
 # list, held while a collector is away, took the DaemonSet's pod past its 96 MiB (BENCHMARKS.md).
 SPAN_QUEUE, SPAN_BATCH = 512, 128
+# A span attribute value at most this many characters where neither OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT nor
+# OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT is set, a span event's where the first is not: the SDK keeps them whole,
+# and a 3.5 MB Description on every lifecycle span, 512 of them queued while a collector is away, took the
+# exporter to 118 MiB. The transition's log record, bounded by the spool's bytes, keeps the whole text.
+SPAN_ATTRIBUTE_LENGTH = 4096
+_ATTRIBUTE_LENGTHS = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 _SPAN_QUEUE_AND_BATCH = ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
 _COMPRESSIONS = {"otlp_proto_http": ("none", "gzip", "deflate"), "otlp_proto_grpc": ("none", "gzip")}
 # Counts and times the SDK parses with int() and falls back on its default, with a warning, when it cannot.
@@ -73,6 +81,9 @@ class OTelConfig:
     log_batch_size: int = DEFAULT_LOG_BATCH
     span_queue: int | None = SPAN_QUEUE  # None: the SDK reads OTEL_BSP_MAX_QUEUE_SIZE
     span_batch: int | None = SPAN_BATCH  # None: the SDK reads OTEL_BSP_MAX_EXPORT_BATCH_SIZE
+    # Value lengths of span attributes and of span events' (the general limit); None: the SDK reads the user's.
+    attribute_length: int | None = SPAN_ATTRIBUTE_LENGTH
+    span_attribute_length: int | None = SPAN_ATTRIBUTE_LENGTH
 
     @property
     def enabled(self) -> bool:
@@ -100,6 +111,8 @@ def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
         int(batch) if batch is not None else DEFAULT_LOG_BATCH,
         span_queue=None if queue is not None else max(SPAN_QUEUE, int(span_batch or 0)),
         span_batch=None if span_batch is not None else min(SPAN_BATCH, int(queue or SPAN_QUEUE)),
+        attribute_length=None if _first(environ, _ATTRIBUTE_LENGTHS[:1]) else SPAN_ATTRIBUTE_LENGTH,
+        span_attribute_length=None if _first(environ, _ATTRIBUTE_LENGTHS) else SPAN_ATTRIBUTE_LENGTH,
     )
 
 
@@ -143,6 +156,9 @@ def _signal(environ: Mapping[str, str], signal: str) -> SignalConfig:
     for exporter in OTLP_EXPORTERS.intersection(exporters):
         _one_of(environ, var("COMPRESSION"), _COMPRESSIONS[exporter])
     _headers(environ, var("HEADERS"))
+    if OTLP_EXPORTERS.intersection(exporters):
+        for name in ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY"):
+            _pem_file(environ, var(name))
     timeout = _positive(environ, var("TIMEOUT"), "a positive number of milliseconds")
     return SignalConfig(exporters, None if timeout is None else timeout / 1000)
 
@@ -197,6 +213,18 @@ def _one_of(environ: Mapping[str, str], names: tuple[str, ...], choices: tuple[s
     found = _first(environ, names)
     if found is not None and found[1].strip().lower() not in choices:
         raise ConfigError(f"{found[0]}={found[1]!r} is not supported (use one of: {', '.join(choices)})")
+
+
+def _pem_file(environ: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """A CA, client certificate or key file the exporter will read at every connection: missing, it was
+    taken for a collector refusing the connection (HTTP) or a traceback (gRPC), with the exporter running."""
+    found = _first(environ, names)
+    if found is None:
+        return
+    name, raw = found
+    text = read_text(f"{name}={raw!r}", raw.strip())
+    if "-----BEGIN " not in text:
+        raise ConfigError(f"{name}={raw!r}: the file holds no PEM block (-----BEGIN ...)")
 
 
 def _headers(environ: Mapping[str, str], names: tuple[str, ...]) -> None:

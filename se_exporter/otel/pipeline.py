@@ -30,7 +30,7 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -101,9 +101,13 @@ def build_telemetry(
 
 
 def _tracer_provider(resource: Resource, span_exporters: Sequence[ReportedSpans], config: OTelConfig) -> TracerProvider:
-    # No sampler or limits given: the SDK reads OTEL_TRACES_SAMPLER(_ARG) and OTEL_SPAN_* itself, and the
-    # processor OTEL_BSP_* (its queue and batch: ours where the user set none, config.py says why).
-    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    # No sampler given: the SDK reads OTEL_TRACES_SAMPLER(_ARG) itself, and OTEL_SPAN_* for every limit left
+    # None; the processor OTEL_BSP_* (its queue and batch, and the value length: ours where the user set
+    # none, config.py says why).
+    limits = SpanLimits(  # None: the SDK reads OTEL_(SPAN_)ATTRIBUTE_VALUE_LENGTH_LIMIT itself
+        max_attribute_length=config.attribute_length, max_span_attribute_length=config.span_attribute_length
+    )
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False, span_limits=limits)
     for exporter in span_exporters:
         processor = BatchSpanProcessor(
             exporter, max_queue_size=config.span_queue, max_export_batch_size=config.span_batch

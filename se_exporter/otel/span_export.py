@@ -62,6 +62,7 @@ class ReportedSpans(SpanExporter):
         self._stopping.set()
 
     def shutdown(self) -> None:
+        self._stopping.set()  # however the processor is shut down, no export waits out a pause after it
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

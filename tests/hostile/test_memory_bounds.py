@@ -20,7 +20,7 @@ from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOUR
 from se_exporter.state.persistence import MAX_STATE_BYTES
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
-from tests.support.fake_imds import Answer, FakeIMDS
+from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
 StartExporter = Callable[..., ExporterProcess]
@@ -126,3 +126,29 @@ def test_a_document_beyond_the_bounds_is_refused_and_said(fake_imds: FakeIMDS, s
     assert value(exporter.metrics(), "azure_scheduled_events_imds_up") == 0
     said = f"the document lists more than {MAX_EVENTS} events; se-exporter holds at most {MAX_EVENTS}"
     assert said in exporter.logs()
+
+
+def test_huge_descriptions_on_every_span_stay_under_96_mib_while_the_collector_is_away(
+    fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    """A new event with a 3.5 MB Description at every poll, the collector down: each lifecycle span carried
+    the whole Description (as attribute and on every span event) and the SDK's queue kept up to 512 of them,
+    a peak of 112-118 MiB (issue 45, point 6). Span attribute values are now cut where the user set no limit;
+    the transition records keep the whole text (the spool is bounded by bytes)."""
+    description = "Planned maintenance. " + "x" * (3_500_000 - 21)
+    documents = [document(n + 1, scheduled_event(f"huge-{n}", Description=description)) for n in range(30)]
+    served = [0]
+
+    def respond(seen: object) -> Answer:
+        served[0] += 1
+        return documents[min(served[0] // 2, len(documents) - 1)]  # a new event every other poll
+
+    fake_imds.respond = respond
+    dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", env=dead_collector)
+    wait_for(lambda: served[0] >= 2 * len(documents), 90, "every document served")
+    wait_for(lambda: "huge-29" in exporter.metrics(), 30, "the last event listed")
+    peak = peak_kib(exporter)
+    assert exporter.stop() == 0
+    assert peak < LIMIT_KIB, f"peak {peak / 1024:.1f} MiB"
+    print(f"peak RSS with 30 lifecycles of 3.5 MB Descriptions: {peak / 1024:.1f} MiB")

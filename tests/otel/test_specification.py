@@ -97,6 +97,20 @@ def test_retry_after_is_honoured(otlp_receiver: OTLPReceiver, pipeline: Telemetr
     assert time.monotonic() - refused_at >= 2.8, "tried again before the collector said it would be ready"
 
 
+def test_a_retry_after_beyond_five_minutes_is_waited_five_minutes_and_said(
+    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Retry-After: 3600`` was waited 300 s while the docs said "never sooner than it asks": both now say
+    the same (``common/outcome.py`` says why)."""
+    otlp_receiver.set_failure(Failure(retry_after=3600.0, remaining=1))
+    spool = pipeline.spool
+    assert spool is not None
+    spool.append(records(1))
+    wait_for(lambda: "OTLP log export failing" in caplog.text, 20, "the outage said")
+    assert "it asked to wait 3600 s: asked again after 300 s" in caplog.text
+    assert spool.depth == 1
+
+
 def test_spans_refused_for_good_are_dropped_not_sent_again(
     otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
 ) -> None:
