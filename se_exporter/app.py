@@ -150,7 +150,14 @@ class Exporter:
             gate.verdict,
         )
         try:
-            self.web = WebServer(app, config.listen_host, config.listen_port, web_config=web_config)
+            self.web = WebServer(
+                app,
+                config.listen_host,
+                config.listen_port,
+                web_config=web_config,
+                render_paths=frozenset({config.telemetry_path}),
+                snapshot=lambda: self.poller.status,
+            )
         except OSError as error:
             self.persistence.close()
             problem = socket_problem(error)

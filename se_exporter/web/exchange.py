@@ -7,8 +7,8 @@ slow or dripping client holds a coroutine, never a worker. Only then:
 - basic auth: credentials checked valid before answer at once; others need bcrypt (tens of
   milliseconds) on one thread with at most ``MAX_AUTH_WAITING`` waiting: a flood of wrong passwords is
   answered 429 and never delays a scrape whose credentials are known;
-- the WSGI application runs on one render thread; identical requests that arrive while one is being
-  rendered share its answer, so memory holds one rendering of /metrics however many scrape at once;
+- /metrics is rendered on one thread, shared by the requests that would get the same answer, bounded in
+  number (``web/renders.py``); the probes and the landing page are answered at once, never behind it;
 - the answer is written within ``WRITE_TIMEOUT_SECONDS``; HEAD gets GET's headers without the body;
   other methods 405.
 """
@@ -32,11 +32,12 @@ import h11
 from se_exporter.config.options import TRAFFIC_PATH
 from se_exporter.web.auth import BasicAuthenticator
 from se_exporter.web.config import WebConfig
+from se_exporter.web.renders import Renders
 from se_exporter.web.wire import (
     IDLE_TIMEOUT_SECONDS,
     MAX_HEAD_BYTES,
     Answer,
-    Headers,
+    call_app,
     plain,
     read_request,
     write_answer,
@@ -49,7 +50,7 @@ MAX_AUTH_WAITING = 4
 class Exchange:
     """What the server does with a request: shared by every connection (its threads and bounds too)."""
 
-    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str) -> None:
+    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str, renders: Renders) -> None:
         self._app = app
         self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
         self._excluded = config.auth_excluded_paths | {TRAFFIC_PATH}  # a load balancer's probe sends no password
@@ -64,13 +65,12 @@ class Exchange:
             "wsgi.run_once": False,
             "SCRIPT_NAME": "",
         }
-        self._render = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-render")
+        self._renders = renders
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
         self._auth_waiting = 0
-        self._rendering: dict[tuple[str, ...], asyncio.Future[Answer]] = {}
 
     def close(self) -> None:
-        self._render.shutdown(wait=False, cancel_futures=True)
+        self._renders.close()
         self._bcrypt.shutdown(wait=False, cancel_futures=True)
 
     async def serve(
@@ -94,14 +94,14 @@ class Exchange:
             if request is None:
                 return
             idle(False)
-            answer = await self._answer(request, client)
+            answer = await self._answer(request, client, lambda: reader.at_eof() or writer.transport.is_closing())
             await write_answer(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
             if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
                 return
             http.start_next_cycle()
             deadline = time.monotonic() + IDLE_TIMEOUT_SECONDS
 
-    async def _answer(self, request: h11.Request, client: str) -> Answer:
+    async def _answer(self, request: h11.Request, client: str, gone: Callable[[], bool]) -> Answer:
         if request.method not in (b"GET", b"HEAD"):
             return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
         environ = self._environ(request, client)
@@ -109,17 +109,9 @@ class Exchange:
             refused = await self._authenticate(self._auth, environ)
             if refused is not None:
                 return refused
-        key = tuple(
-            str(environ.get(name, "")) for name in ("PATH_INFO", "QUERY_STRING", "HTTP_ACCEPT", "HTTP_ACCEPT_ENCODING")
-        )
-        shared = self._rendering.get(key)
-        if shared is None:  # nobody renders this yet: render it, and let whoever asks meanwhile share it
-            loop = asyncio.get_running_loop()
-            shared = self._rendering[key] = asyncio.ensure_future(
-                loop.run_in_executor(self._render, _call, self._app, environ)
-            )
-            shared.add_done_callback(lambda _: self._rendering.pop(key, None))
-        return await asyncio.shield(shared)
+        if environ["PATH_INFO"] in self._renders.paths:
+            return await self._renders.answer(self._app, environ, gone)
+        return call_app(self._app, environ)  # the probes and the landing page: at once, never behind a render
 
     async def _authenticate(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Answer | None:
         """None when the request may go on (``REMOTE_USER`` set), else the refusal."""
@@ -164,25 +156,6 @@ class Exchange:
         present = {name.lower() for name, _ in answer.headers}  # the application's own headers win, as in Go
         extra = [header for header in self._extra if header[0].lower() not in present]
         return Answer(answer.status, answer.reason, answer.headers + extra, answer.body) if extra else answer
-
-
-def _call(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
-    """Run the WSGI application (on the render thread)."""
-    started: list[tuple[str, Headers]] = []
-
-    def start_response(status: str, headers: Headers, exc_info: Any = None) -> Callable[[bytes], object]:
-        started[:] = [(status, list(headers))]
-        return lambda _data: None
-
-    result = app(environ, start_response)
-    try:
-        body = b"".join(result)
-    finally:
-        if hasattr(result, "close"):
-            result.close()
-    status, headers = started[0]
-    code, _, reason = status.partition(" ")
-    return Answer(int(code), reason, headers, body)
 
 
 def close_quietly(writer: asyncio.StreamWriter) -> None:

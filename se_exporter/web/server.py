@@ -3,10 +3,11 @@ thread, and no client can stop or starve it.
 
 Every connection is bounded in time (``web/exchange.py``: a request in full within 10 s of its first
 byte, a TLS handshake within ``handshake_timeout``, an answer taken within 10 s, 30 s idle between
-kept-alive requests) and in number: at most ``MAX_CONNECTIONS`` are open, and when one more comes the
-oldest of those waiting for a request is closed, so a flood of idle or dripping connections cannot keep
-a scrape out. Work only starts for a complete request (one render thread, one bcrypt thread). Whatever
-happens to one connection, or to an accept, the accept loop goes on.
+kept-alive requests) and in number, by the bytes each may hold (``CONNECTION_BUDGET_BYTES``): when one
+more comes the oldest of those waiting for a request is closed, so a flood of idle or dripping
+connections cannot keep a scrape out. Work only starts for a complete request (one render thread, one
+bcrypt thread). Whatever happens to one connection, or to an accept, the accept loop goes on, and what a
+connection's error holds is let go with it.
 """
 
 from __future__ import annotations
@@ -19,17 +20,29 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from wsgiref.types import WSGIApplication
 
 from se_exporter.web.config import WebConfig
 from se_exporter.web.exchange import Exchange, close_quietly
+from se_exporter.web.renders import ClientGone, Renders
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, is_tls_hello
 from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 
 log = logging.getLogger(__name__)
-# Open connections at most (the process's 1,024 file descriptors also hold the state file, the spool and
-# IMDS connections; Windows' select() takes 512).
+# Open connections at most, by the bytes each may hold within a budget, and never more than 256 (the process's
+# 1,024 file descriptors also hold the state file, the spool and IMDS connections; Windows' select() takes
+# 512). A connection holds up to 64 KiB of request head (its reader's limit) and, while it is written to,
+# a 64 KiB chunk of the shared answer plus the transport's 64 KiB high-water mark; over TLS, also
+# asyncio's 256 KiB read buffer (sslproto's, allocated per connection) and OpenSSL's state: 250 TLS
+# connections measured 63 MiB. 24 MiB: 256 plain connections, 64 TLS ones.
+CONNECTION_BUDGET_BYTES = 24 << 20
+PLAIN_CONNECTION_BYTES = 96 << 10
+TLS_CONNECTION_BYTES = PLAIN_CONNECTION_BYTES + (288 << 10)
 MAX_CONNECTIONS = 256
+# A TLS connection being closed waits this long for the client's close_notify (asyncio's default, 30 s, kept
+# each closed connection's buffers that long: a flood of clients held four times the connections allowed).
+TLS_SHUTDOWN_SECONDS = 2.0
 _LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -49,13 +62,17 @@ class WebServer:
         web_config: WebConfig | None = None,
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
+        render_paths: frozenset[str] = frozenset({"/metrics"}),
+        snapshot: Callable[[], object] | None = None,  # what /metrics is made of, replaced whole by each poll
     ) -> None:
         config = web_config or WebConfig()
         self._tls = TLSAcceptor(config.tls, handshake_timeout) if config.tls else None
+        each = TLS_CONNECTION_BYTES if self._tls else PLAIN_CONNECTION_BYTES
+        self.max_connections = min(MAX_CONNECTIONS, CONNECTION_BUDGET_BYTES // each)
         self._listener = _bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
-        self._exchange = Exchange(app, config, self.port, self.scheme)
+        self._exchange = Exchange(app, config, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
         self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
         self._thread = threading.Thread(
             target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
@@ -106,7 +123,7 @@ class WebServer:
                 sock.close()
 
     def _admit(self, sock: socket.socket, client: str) -> None:
-        if len(self._open) >= MAX_CONNECTIONS and not self._close_oldest_waiting():
+        if len(self._open) >= self.max_connections and not self._close_oldest_waiting():
             sock.close()  # every open connection is busy answering (each for seconds at most)
             return
         task = asyncio.create_task(self._connection(sock, client))
@@ -136,30 +153,39 @@ class WebServer:
                     self._open.move_to_end(task)
 
         deadline = time.monotonic() + HEAD_TIMEOUT_SECONDS
+        reader = asyncio.StreamReader(limit=1 << 16)
         writer: asyncio.StreamWriter | None = None
+        ended_well = False
         try:
-            opened = await self._open_stream(sock, client, deadline)
-            if opened is None:
-                return
-            reader, writer = opened
-            await self._exchange.serve(reader, writer, client, idle, deadline)
-        except (Timeout, OSError, asyncio.IncompleteReadError) as error:
-            log.debug("connection ended", extra={"client": client, "err": str(error) or type(error).__name__})
-        finally:
+            writer = await self._open_stream(sock, reader, client, deadline)
             if writer is not None:
-                close_quietly(writer)
-            else:
+                await self._exchange.serve(reader, writer, client, idle, deadline)
+            ended_well = True
+        except (Timeout, ClientGone, OSError, asyncio.IncompleteReadError) as error:
+            log.debug("connection ended", extra={"client": client, "err": str(error) or type(error).__name__})
+            forget_traceback(error)
+        except asyncio.CancelledError as error:  # closed to make room for another, or the server stops
+            forget_traceback(error)
+            raise
+        finally:
+            if writer is None:
                 sock.close()
+            elif ended_well:
+                close_quietly(writer)  # what is written is sent first; TLS says close_notify
+            else:  # a client that is slow, gone or pushed out gets no farewell: its buffers go now
+                writer.transport.abort()
+            if (held := reader.exception()) is not None:  # what the transport reported, never read by us
+                forget_traceback(held)
 
     async def _open_stream(
-        self, sock: socket.socket, client: str, deadline: float
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """The connection as streams, after the TLS handshake when TLS is on (None: not one to serve)."""
-        reader = asyncio.StreamReader(limit=1 << 16)
+        self, sock: socket.socket, reader: asyncio.StreamReader, client: str, deadline: float
+    ) -> asyncio.StreamWriter | None:
+        """The connection's writer (``reader`` reads it), after the TLS handshake when TLS is on (None: not
+        one to serve)."""
         protocol = asyncio.StreamReaderProtocol(reader)
         if self._tls is None:
             transport, _ = await self._loop.connect_accepted_socket(lambda: protocol, sock)
-            return reader, asyncio.StreamWriter(transport, protocol, reader, self._loop)
+            return asyncio.StreamWriter(transport, protocol, reader, self._loop)
         left = min(deadline, time.monotonic() + self._tls.handshake_timeout) - time.monotonic()
         if not await _readable(self._loop, sock, left):
             raise Timeout("no TLS handshake")
@@ -168,7 +194,11 @@ class WebServer:
             return None
         try:
             transport, _ = await self._loop.connect_accepted_socket(
-                lambda: protocol, sock, ssl=self._tls.context(), ssl_handshake_timeout=max(0.1, left)
+                lambda: protocol,
+                sock,
+                ssl=self._tls.context(),
+                ssl_handshake_timeout=max(0.1, left),
+                ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS,
             )
         except ConnectionError as error:  # the handshake failed (asyncio reports it so) or timed out
             raise Timeout(f"TLS handshake failed: {error}") from None
@@ -179,7 +209,22 @@ class WebServer:
             )
             close_quietly(writer)
             return None
-        return reader, writer
+        return writer
+
+
+def forget_traceback(error: BaseException) -> None:
+    """Drop what a connection's error holds: its traceback's frames hold the connection's reader, writer
+    and transport, and asyncio's reader holds the error, a reference cycle that only a full collection
+    frees; with TLS each such connection kept asyncio's 256 KiB read buffer (250 clients that reset their
+    connections took 60 MiB more each round, never given back)."""
+    seen: set[int] = set()
+    pending: BaseException | None = error
+    while pending is not None and id(pending) not in seen:
+        seen.add(id(pending))
+        pending.__traceback__ = None
+        following = pending.__cause__ or pending.__context__
+        pending.__context__ = pending.__cause__ = None
+        pending = following
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> bool:

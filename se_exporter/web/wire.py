@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+from wsgiref.types import WSGIApplication
 
 import h11
 
@@ -19,6 +21,7 @@ IDLE_TIMEOUT_SECONDS = 30.0  # a kept-alive connection waits this long for its n
 WRITE_TIMEOUT_SECONDS = 10.0  # an answer must be taken within this
 MAX_HEAD_BYTES = 64 << 10
 MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
+WRITE_CHUNK_BYTES = 64 << 10  # an answer's body is written this much at a time, as the client takes it
 Headers = list[tuple[str, str]]
 
 
@@ -72,18 +75,26 @@ async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
 async def write_answer(
     http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool, close: bool
 ) -> None:
+    """The answer, taken by the client within ``WRITE_TIMEOUT_SECONDS``. The body goes out a chunk at a time,
+    each written once the transport's buffer has drained: a connection holds at most a chunk and the
+    buffer's high-water mark beyond the shared body, never a copy of it (250 clients that did not read a
+    large /metrics over TLS once held a copy each, encrypted, 361 MiB in all)."""
     headers: Headers = [*answer.headers, ("Content-Length", str(len(answer.body)))]
     if close:
         headers.append(("Connection", "close"))
-    data = http.send(
-        h11.Response(status_code=answer.status, reason=answer.reason.encode("latin-1"), headers=_encoded(headers))
+    response = h11.Response(
+        status_code=answer.status, reason=answer.reason.encode("latin-1"), headers=_encoded(headers)
     )
-    if answer.body and not head:
-        data += http.send(h11.Data(data=answer.body))
-    data += http.send(h11.EndOfMessage())
-    writer.write(data)
     try:
         async with asyncio.timeout(WRITE_TIMEOUT_SECONDS):
+            writer.write(http.send(response))
+            body = memoryview(answer.body) if not head else memoryview(b"")
+            for start in range(0, len(body), WRITE_CHUNK_BYTES):
+                chunk = h11.Data(data=body[start : start + WRITE_CHUNK_BYTES])  # type: ignore[arg-type]  # a view: no copy
+                for piece in http.send_with_data_passthrough(chunk) or ():
+                    writer.write(piece)
+                await writer.drain()
+            writer.write(http.send(h11.EndOfMessage()))
             await writer.drain()
     except TimeoutError:
         raise Timeout from None
@@ -101,3 +112,22 @@ def plain(status: int, text: str) -> Answer:
         [("Content-Type", "text/plain; charset=utf-8")],
         f"{text}\n".encode(),
     )
+
+
+def call_app(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
+    """The WSGI application's answer to one request, its body joined."""
+    started: list[tuple[str, Headers]] = []
+
+    def start_response(status: str, headers: Headers, exc_info: Any = None) -> Callable[[bytes], object]:
+        started[:] = [(status, list(headers))]
+        return lambda _data: None
+
+    result = app(environ, start_response)
+    try:
+        body = b"".join(result)
+    finally:
+        if hasattr(result, "close"):
+            result.close()
+    status, headers = started[0]
+    code, _, reason = status.partition(" ")
+    return Answer(int(code), reason, headers, body)
