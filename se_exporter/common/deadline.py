@@ -180,9 +180,9 @@ class DeadlineTransport(httpx.BaseTransport):
         )
         with _as_httpx_errors():
             answer = self._pool.handle_request(sent)
-        assert isinstance(answer.stream, Iterable)  # a sync pool's body
+        body: Iterable[bytes] = answer.stream  # type: ignore[assignment]  # a sync pool's body iterates bytes
         return httpx.Response(
-            status_code=answer.status, headers=answer.headers, stream=_Body(answer.stream), extensions=answer.extensions
+            status_code=answer.status, headers=answer.headers, stream=_Body(body), extensions=answer.extensions
         )
 
     def close(self) -> None:

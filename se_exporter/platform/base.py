@@ -13,7 +13,9 @@ CTRL_BREAK_EVENT = 1  # what GenerateConsoleCtrlEvent sends to that group
 SIGBREAK = 21  # how Python sees CTRL+BREAK
 SIGINT = 2  # how Python sees CTRL+C (what a WinSW service stop sends), and the same number on POSIX
 SIGHUP = 1  # POSIX (Windows has none)
-M_ARENA_MAX = -8  # glibc's mallopt parameter
+M_ARENA_MAX = -8  # glibc's mallopt parameters
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD_BYTES = 1 << 20
 PRIVATE_FILE_MODE = 0o600  # POSIX permissions of the state file and the spool (Windows: the directory's ACL)
 
 Run = Callable[[Sequence[str]], object]  # runs a command to completion, never raising (injected in tests)

@@ -128,27 +128,39 @@ def test_a_document_beyond_the_bounds_is_refused_and_said(fake_imds: FakeIMDS, s
     assert said in exporter.logs()
 
 
-def test_huge_descriptions_on_every_span_stay_under_96_mib_while_the_collector_is_away(
-    fake_imds: FakeIMDS, start_exporter: StartExporter
-) -> None:
-    """A new event with a 3.5 MB Description at every poll, the collector down: each lifecycle span carried
-    the whole Description (as attribute and on every span event) and the SDK's queue kept up to 512 of them,
-    a peak of 112-118 MiB (issue 45, point 6). Span attribute values are now cut where the user set no limit;
-    the transition records keep the whole text (the spool is bounded by bytes)."""
+def huge_description_peak(fake_imds: FakeIMDS, start_exporter: StartExporter, **env: str) -> int:
+    """The exporter's peak (KiB) while a new event with a 3.5 MB Description comes every other poll, 30 in
+    all, the collector down."""
     description = "Planned maintenance. " + "x" * (3_500_000 - 21)
-    documents = [document(n + 1, scheduled_event(f"huge-{n}", Description=description)) for n in range(30)]
     served = [0]
 
     def respond(seen: object) -> Answer:
         served[0] += 1
-        return documents[min(served[0] // 2, len(documents) - 1)]  # a new event every other poll
+        number = min(served[0] // 2, 29)
+        return document(number + 1, scheduled_event(f"huge-{number}", Description=description))
 
     fake_imds.respond = respond
-    dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_BSP_SCHEDULE_DELAY": "100", **env}
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", env=dead_collector)
-    wait_for(lambda: served[0] >= 2 * len(documents), 90, "every document served")
+    wait_for(lambda: served[0] >= 60, 90, "every document served")
     wait_for(lambda: "huge-29" in exporter.metrics(), 30, "the last event listed")
     peak = peak_kib(exporter)
     assert exporter.stop() == 0
-    assert peak < LIMIT_KIB, f"peak {peak / 1024:.1f} MiB"
-    print(f"peak RSS with 30 lifecycles of 3.5 MB Descriptions: {peak / 1024:.1f} MiB")
+    return peak
+
+
+def test_huge_descriptions_on_every_span_cost_no_more_than_without_spans(
+    fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    """Each lifecycle span carried the whole Description (as attribute and on every span event) and the
+    SDK's queue kept up to 512 of them while the collector was away: 112-118 MiB in the issue's run, 424 MiB
+    here (issue 45, point 6). Span attribute values are now cut where the user set no limit, so spans add
+    about nothing to what the documents, the records and the state hold of those Descriptions (the
+    transition records keep the whole text; the spool is bounded by bytes). Compared with the same
+    exporter sending no spans, in the same test: both about 75 MiB (with glibc's mmap threshold fixed, see
+    platform/posix.py; 82 to 98 MiB without)."""
+    with_spans = huge_description_peak(fake_imds, start_exporter)
+    without = huge_description_peak(fake_imds, start_exporter, OTEL_TRACES_EXPORTER="none")
+    print(f"peak RSS, 30 lifecycles of 3.5 MB Descriptions: {with_spans / 1024:.1f} MiB, no spans {without / 1024:.1f}")
+    assert with_spans - without < 12 * 1024, f"spans added {(with_spans - without) / 1024:.1f} MiB"
+    assert max(with_spans, without) < LIMIT_KIB

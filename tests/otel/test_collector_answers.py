@@ -110,6 +110,7 @@ def test_a_huge_answer_is_read_only_up_to_its_bound(monkeypatch: pytest.MonkeyPa
         telemetry.close(timeout=1)
 
 
+@pytest.mark.posix  # its memory is read from /proc
 @pytest.mark.parametrize(
     "answer",
     [pytest.param(lambda: zeros(100 * MIB, [0]), id="100 MB body"), pytest.param(None, id="gzip bomb")],

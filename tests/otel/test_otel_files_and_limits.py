@@ -3,6 +3,7 @@ bounded where the user set no limit (point 6)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_a_certificate_or_key_that_cannot_be_used_names_its_variable(
     up) and gRPC printed the library's traceback."""
     path = tmp_path / "ca.pem"
     make(path)  # type: ignore[operator]
-    with pytest.raises(ConfigError, match=rf"^{variable}='{path}': .*{problem}"):
+    with pytest.raises(ConfigError, match=rf"^{variable}={re.escape(repr(str(path)))}: .*{problem}"):
         parse_otel_environment({**ENDPOINT, variable: str(path)})
 
 

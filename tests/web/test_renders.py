@@ -140,7 +140,8 @@ def test_a_render_whose_clients_left_is_dropped_before_it_starts(
 
 def test_the_probes_never_wait_behind_renders(slow: tuple[SlowApp, WebServer, list[object]]) -> None:
     """Four threads sending distinct scrapes made /-/healthy take 23 to over 30 s (the chart's liveness
-    probe allows 3 s, three times); the probes now answer at once whatever the renders do."""
+    probe allows 3 s, three times); the probes now answer at once whatever the renders do (milliseconds
+    here; Wine's slow thread hand-offs take longer, hence the bound)."""
     _, server, _ = slow
     stop = threading.Event()
 
@@ -163,7 +164,7 @@ def test_the_probes_never_wait_behind_renders(slow: tuple[SlowApp, WebServer, li
                 slowest = max(slowest, time.monotonic() - began)
             time.sleep(0.05)
         stop.set()
-    assert slowest < 0.5, f"a probe took {slowest:.2f} s during the flood"
+    assert slowest < 2, f"a probe took {slowest:.2f} s during the flood"  # within the chart's 3 s probe timeout
     began = time.monotonic()
     assert get(server, "/metrics").status_code == 200
     assert time.monotonic() - began < 2 * RENDER_SECONDS + 1, "the flood's renders were dropped with their clients"
