@@ -16,6 +16,7 @@ from benchmarks.common import Mode, Report, machine_info, write_results
 
 BENCHMARKS = {
     "footprint": "benchmarks.bench_footprint",  # CPU % and peak RSS vs the reference loop
+    "heap": "benchmarks.heap_map",  # the Python heap by package: start, idle, 1,000 events
     "outage": "benchmarks.bench_outage",  # idle CPU with a dead collector and 1,000 records waiting
     "onset": "benchmarks.bench_onset",  # CPU in the first minute of an outage, 300 records waiting
     "poll": "benchmarks.bench_poll",  # cost per poll, fetch excluded

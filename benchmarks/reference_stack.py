@@ -3,26 +3,23 @@ installing se-exporter.
 
 httpx polls IMDS once a second; prometheus_client gauges, served by ``start_http_server``; the OpenTelemetry
 SDK makes a span per poll and a log record per transition, through its batch processors and the official
-OTLP/HTTP exporters (configured by the ``OTEL_*`` variables; ``OTEL_SDK_DISABLED=true`` turns them off, as
-for the exporter). No bounds, no state file, no retries of its own: the libraries' defaults.
+OTLP/HTTP exporters (configured by the ``OTEL_*`` variables; without ``OTEL_EXPORTER_OTLP_ENDPOINT``, or with
+``OTEL_SDK_DISABLED=true``, the SDK is not imported at all, as for the exporter). No bounds, no state file,
+no retries of its own: the libraries' defaults.
 
     python benchmarks/reference_stack.py http://127.0.0.1:8080 [--port 9100] [--interval 1]
 """
 
 import argparse
+import contextlib
 import logging
+import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import httpx
-from opentelemetry import trace
-from opentelemetry._logs import set_logger_provider
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from prometheus_client import Gauge, start_http_server
 
 API_VERSION = "2020-07-01"
@@ -34,17 +31,31 @@ INCARNATION = Gauge("scheduled_events_document_incarnation", "DocumentIncarnatio
 UP = Gauge("scheduled_events_imds_up", "1 if the last poll succeeded")
 
 
-def set_up_opentelemetry() -> logging.Logger:
+def set_up_opentelemetry() -> tuple[logging.Logger, Callable[[str], AbstractContextManager[Any]]]:
+    """The log record handler and the span of a poll; without an OTLP endpoint (or with the SDK disabled) the
+    SDK is not even imported, as a user's script would do."""
+    logger = logging.getLogger("scheduled_events")
+    logger.setLevel(logging.INFO)
+    wanted = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") and os.environ.get("OTEL_SDK_DISABLED") != "true"
+    if not wanted:
+        return logger, lambda _name: contextlib.nullcontext()
+    from opentelemetry import trace
+    from opentelemetry._logs import set_logger_provider
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(tracer_provider)
     logger_provider = LoggerProvider()
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter()))
     set_logger_provider(logger_provider)
-    logger = logging.getLogger("scheduled_events")
     logger.addHandler(LoggingHandler(logger_provider=logger_provider))
-    logger.setLevel(logging.INFO)
-    return logger
+    return logger, trace.get_tracer("scheduled_events").start_as_current_span
 
 
 def parse_not_before(text: str) -> float | None:
@@ -80,15 +91,14 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
-    logger = set_up_opentelemetry()
-    tracer = trace.get_tracer("scheduled_events")
+    logger, span = set_up_opentelemetry()
     start_http_server(args.port, addr="127.0.0.1")
     url = f"{args.base_url.rstrip('/')}/metadata/scheduledevents?api-version={API_VERSION}"
     seen: dict[str, Any] = {}
     answered = False
     with httpx.Client(headers={"Metadata": "true"}, trust_env=False) as client:
         while True:
-            with tracer.start_as_current_span("poll"):
+            with span("poll"):
                 try:
                     document = client.get(url).raise_for_status().json()
                 except (httpx.HTTPError, ValueError) as error:
