@@ -27,6 +27,7 @@ EXPECTED = {
     "startup": "### Start-up: spawn → ready",
     "series": "### Series per VM and for a 10,000-VM fleet",
     "fleet": "### Fleet of 20 VMs",
+    "heap": "### Python heap by package, KiB (OTel off)",
 }
 
 
