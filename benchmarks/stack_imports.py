@@ -1,12 +1,12 @@
 """What the exporter imports beyond the script (reference_stack.py), and what it adds to resident memory.
 
-Both run for a few seconds with OpenTelemetry on (a dead endpoint) under ``-X importtime`` against an idle
-simulator: the modules each loads. Then, in one fresh interpreter, every module the script loads is
-imported, and the exporter's other modules after them, grouped by package (``se_exporter.<stage>`` for
-ours), VmRSS read after each group. Page-granular and order-dependent: a map of where the memory goes,
-not a ledger.
+Both run for a few seconds with OpenTelemetry on (a dead endpoint; off with ``--otel-off``) under
+``-X importtime`` against an idle simulator: the modules each loads. Then, in one fresh interpreter, every
+module the script loads is imported, and the exporter's other modules after them, grouped by package
+(``se_exporter.<stage>`` for ours), VmRSS read after each group. Page-granular and order-dependent: a map
+of where the memory goes, not a ledger.
 
-    .venv/bin/python -m benchmarks.stack_imports
+    .venv/bin/python -m benchmarks.stack_imports [--otel-off]
 """
 
 from __future__ import annotations
@@ -48,9 +48,14 @@ print(json.dumps({"bare": bare, "script": after_script, "exporter": last, "group
 """
 
 
+def environment() -> dict[str, str]:
+    """OTel on (a dead endpoint), or off with ``--otel-off`` (then neither side imports the SDK)."""
+    return clean_env() if "--otel-off" in sys.argv else clean_env(DEAD_OTEL, otel=True)
+
+
 def modules_of(argv: list[str]) -> list[str]:
     """The modules a command imports in its first seconds, in order."""
-    env = clean_env(DEAD_OTEL, otel=True)
+    env = environment()
     process = subprocess.Popen(
         [sys.executable, "-X", "importtime", *argv],
         stdout=subprocess.DEVNULL,
@@ -83,7 +88,7 @@ def main() -> None:
         input=json.dumps([script, list(groups.items())]),
         capture_output=True,
         text=True,
-        env=clean_env(DEAD_OTEL, otel=True),
+        env=environment(),
         check=True,
     )
     figures = json.loads(measured.stdout)
