@@ -29,13 +29,11 @@ from dataclasses import dataclass
 
 from se_exporter.config.files import read_text
 from se_exporter.errors import ConfigError
-from se_exporter.imds.identity import VMIdentity
 
 SIGNALS = ("traces", "logs")
 ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 OTLP_EXPORTERS = frozenset(OTLP_BY_PROTOCOL.values())
-DEFAULT_SERVICE_NAME = "se-exporter"
 DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch processor's and ours
 # The span processor's queue and batch where OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE are not set: the
 # SDK's (2,048 and 512) bound spans by count alone, and 2,048 lifecycle spans of the largest events IMDS may
@@ -113,24 +111,6 @@ def parse_otel_environment(environ: Mapping[str, str]) -> OTelConfig:
         attribute_length=None if _first(environ, _ATTRIBUTE_LENGTHS[:1]) else SPAN_ATTRIBUTE_LENGTH,
         span_attribute_length=None if _first(environ, _ATTRIBUTE_LENGTHS) else SPAN_ATTRIBUTE_LENGTH,
     )
-
-
-def resource_attributes(identity: VMIdentity | None, version: str) -> dict[str, str]:
-    """What se-exporter knows of itself and this VM (compute metadata); ``OTEL_RESOURCE_ATTRIBUTES`` and
-    ``OTEL_SERVICE_NAME``, read by the SDK, win over it. ``cloud.*`` only when compute metadata was read."""
-    detected = {"service.name": DEFAULT_SERVICE_NAME, "service.version": version}
-    if identity is not None:
-        detected |= {"host.name": identity.name or "", "host.id": identity.vm_id, "host.type": identity.vm_size}
-        if identity.vm_id:
-            detected |= {
-                "cloud.provider": "azure",
-                "cloud.platform": "azure.vm",
-                "cloud.region": identity.location,
-                "cloud.account.id": identity.subscription_id,
-                "cloud.resource_id": identity.resource_id,
-                "azure.vm.scaleset.name": identity.vm_scale_set_name,
-            }
-    return {key: value for key, value in detected.items() if value}
 
 
 def _signal(environ: Mapping[str, str], signal: str) -> SignalConfig:

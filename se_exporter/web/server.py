@@ -13,7 +13,6 @@ connection's error holds is let go with it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import socket
@@ -26,6 +25,7 @@ from wsgiref.types import WSGIApplication
 from se_exporter.web.config import WebConfig
 from se_exporter.web.exchange import Exchange, close_quietly
 from se_exporter.web.renders import ClientGone, Renders
+from se_exporter.web.sockets import bind, client_name, forget_traceback, readable
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, is_tls_hello
 from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 
@@ -69,7 +69,7 @@ class WebServer:
         self._tls = TLSAcceptor(config.tls, handshake_timeout) if config.tls else None
         each = TLS_CONNECTION_BYTES if self._tls else PLAIN_CONNECTION_BYTES
         self.max_connections = min(MAX_CONNECTIONS, CONNECTION_BUDGET_BYTES // each)
-        self._listener = _bind(host, port)
+        self._listener = bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
         self._exchange = Exchange(app, config, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
@@ -117,7 +117,7 @@ class WebServer:
                 await asyncio.sleep(0.1)
                 continue
             try:
-                self._admit(sock, _client(address))
+                self._admit(sock, client_name(address))
             except Exception:  # one connection's trouble must never end the accept loop
                 log.exception("could not take a connection")
                 sock.close()
@@ -187,7 +187,7 @@ class WebServer:
             transport, _ = await self._loop.connect_accepted_socket(lambda: protocol, sock)
             return asyncio.StreamWriter(transport, protocol, reader, self._loop)
         left = min(deadline, time.monotonic() + self._tls.handshake_timeout) - time.monotonic()
-        if not await _readable(self._loop, sock, left):
+        if not await readable(self._loop, sock, left):
             raise Timeout("no TLS handshake")
         if not is_tls_hello(sock):
             answer_plain_http(sock)  # in cleartext, as Go's net/http does
@@ -210,53 +210,3 @@ class WebServer:
             close_quietly(writer)
             return None
         return writer
-
-
-def forget_traceback(error: BaseException) -> None:
-    """Drop what a connection's error holds: its traceback's frames hold the connection's reader, writer
-    and transport, and asyncio's reader holds the error, a reference cycle that only a full collection
-    frees; with TLS each such connection kept asyncio's 256 KiB read buffer (250 clients that reset their
-    connections took 60 MiB more each round, never given back)."""
-    seen: set[int] = set()
-    pending: BaseException | None = error
-    while pending is not None and id(pending) not in seen:
-        seen.add(id(pending))
-        pending.__traceback__ = None
-        following = pending.__cause__ or pending.__context__
-        pending.__context__ = pending.__cause__ = None
-        pending = following
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> bool:
-    if timeout <= 0:
-        return False
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(sock.fileno(), wake)
-    try:
-        async with asyncio.timeout(timeout):
-            await ready
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        loop.remove_reader(sock.fileno())
-
-
-def _client(address: object) -> str:
-    return str(address[0]) if isinstance(address, tuple) and address else str(address)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """A listening socket: ``""`` and ``"::"`` take every address, IPv4 too (like Go's ":port")."""
-    if host in ("", "::") and socket.has_ipv6:
-        with contextlib.suppress(OSError, ValueError):  # ValueError: no dual-stack sockets here
-            return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
-        if host == "::":
-            raise OSError(errno.EAFNOSUPPORT, "IPv6 is not available", host)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host or "0.0.0.0", port), family=family, backlog=128)
