@@ -5,8 +5,9 @@ A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and
 slow or dripping client holds a coroutine, never a worker. Only then:
 
 - basic auth: credentials checked valid before answer at once; others need bcrypt (tens of
-  milliseconds) on one thread with at most ``MAX_AUTH_WAITING`` waiting: a flood of wrong passwords is
-  answered 429 and never delays a scrape whose credentials are known;
+  milliseconds) on one thread, requests with the same credentials sharing one check, at most
+  ``MAX_AUTH_WAITING`` distinct ones waiting: a flood of wrong passwords is answered 429 and never delays a
+  scrape whose credentials are known;
 - /metrics is rendered on one thread, shared by the requests that would get the same answer, bounded in
   number (``web/renders.py``); the probes and the landing page are answered at once, never behind it;
 - the answer is written within ``WRITE_TIMEOUT_SECONDS``; HEAD gets GET's headers without the body;
@@ -67,7 +68,7 @@ class Exchange:
         }
         self._renders = renders
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
-        self._auth_waiting = 0
+        self._checking: dict[str, asyncio.Future[str | None]] = {}  # credentials in bcrypt, by header
 
     def close(self) -> None:
         self._renders.close()
@@ -117,16 +118,18 @@ class Exchange:
         """None when the request may go on (``REMOTE_USER`` set), else the refusal."""
         header = environ.get("HTTP_AUTHORIZATION")
         user = auth.cached_user(header)
-        if user is None and auth.well_formed(header):
-            if self._auth_waiting >= MAX_AUTH_WAITING:
-                log.debug("too many authentication attempts at once", extra={"client": environ["REMOTE_ADDR"]})
-                return Answer(429, "Too Many Requests", [("Retry-After", "1")], b"Too many authentication attempts\n")
-            self._auth_waiting += 1
-            try:
+        if user is None and header is not None and auth.well_formed(header):
+            checking = self._checking.get(header)  # the same credentials already in bcrypt: share the check
+            if checking is None:
+                if len(self._checking) >= MAX_AUTH_WAITING:
+                    log.debug("too many authentication attempts at once", extra={"client": environ["REMOTE_ADDR"]})
+                    return Answer(
+                        429, "Too Many Requests", [("Retry-After", "1")], b"Too many authentication attempts\n"
+                    )
                 loop = asyncio.get_running_loop()
-                user = await loop.run_in_executor(self._bcrypt, auth.authenticate, header)
-            finally:
-                self._auth_waiting -= 1
+                checking = self._checking[header] = loop.run_in_executor(self._bcrypt, auth.authenticate, header)
+                checking.add_done_callback(lambda _: self._checking.pop(header, None))
+            user = await asyncio.shield(checking)
         if user is None:
             log.debug("unauthorized request", extra={"client": environ["REMOTE_ADDR"]})
             return Answer(401, "Unauthorized", [auth.challenge], b"Unauthorized\n")

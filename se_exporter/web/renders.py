@@ -14,6 +14,7 @@ requests that come after it while the snapshot is the same, for ``SHARE_SECONDS`
 from __future__ import annotations
 
 import asyncio
+import logging
 import urllib.parse
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from se_exporter.web.wire import Answer, call_app
 
+log = logging.getLogger("se_exporter.web.server")
 MAX_RENDERS = 4  # distinct renders queued or running; a scrape beyond is told to come back
 # A finished render answers the same requests while the snapshot is the same (until the next poll), for at
 # most this long: HA pairs of Prometheus scraping together, or a flood of clients that never read their
@@ -111,6 +113,7 @@ class Renders:
                 render.future.cancel()  # not started: dropped; running: its result is not kept
 
     def _start(self, key: Hashable, snapshot: object, app: WSGIApplication, environ: dict[str, Any]) -> _Render:
+        log.debug("render queued", extra={"pending": len(self._pending) + 1})
         future = asyncio.get_running_loop().run_in_executor(self._thread, call_app, app, environ)
         render = self._pending[key] = _Render(future)
 

@@ -209,6 +209,11 @@ class Cgroup:
         stat = self._pairs("memory.stat")
         return stat["total_rss"] if self.v1 else stat["anon"]
 
+    def page_cache_bytes(self) -> tuple[int, int]:
+        """(file pages, of which tmpfs/shmem): what the cgroup counts beside anonymous memory."""
+        stat = self._pairs("memory.stat")
+        return (stat["total_cache"], stat.get("total_shmem", 0)) if self.v1 else (stat["file"], stat["shmem"])
+
     def oom_kills(self) -> int:
         return self._pairs("memory.oom_control" if self.v1 else "memory.events").get("oom_kill", 0)
 

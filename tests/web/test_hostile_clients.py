@@ -5,6 +5,7 @@ scrape timeout; now a scrape in the middle of the attack answers within a second
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
 import threading
@@ -115,15 +116,16 @@ def test_a_wrong_password_flood_does_not_delay_a_scrape_with_known_credentials(s
     stop = threading.Event()
     refused: list[int] = []
 
-    def guess() -> None:
+    def guess(guesser: int) -> None:  # each guess another password: the same credentials share one check
         with httpx.Client(trust_env=False, timeout=30) as client:
-            while not stop.is_set():
+            for attempt in itertools.count():
+                if stop.is_set():
+                    return
                 with contextlib.suppress(httpx.HTTPError):
-                    refused.append(
-                        client.get(f"http://127.0.0.1:{server.port}/metrics", auth=("prometheus", "wrong")).status_code
-                    )
+                    wrong = ("prometheus", f"wrong-{guesser}-{attempt}")
+                    refused.append(client.get(f"http://127.0.0.1:{server.port}/metrics", auth=wrong).status_code)
 
-    guessers = [threading.Thread(target=guess) for _ in range(64)]
+    guessers = [threading.Thread(target=guess, args=(n,)) for n in range(64)]
     for thread in guessers:
         thread.start()
     try:

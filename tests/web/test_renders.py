@@ -102,15 +102,21 @@ def test_a_finished_render_is_shared_until_the_snapshot_changes(
     assert len(app.renders) == 3
 
 
+def queued(caplog: pytest.LogCaptureFixture) -> int:
+    """Renders the server queued so far (its debug line)."""
+    return sum(record.getMessage() == "render queued" for record in caplog.records)
+
+
 def test_distinct_renders_are_bounded_and_the_excess_told_to_come_back(
-    slow: tuple[SlowApp, WebServer, list[object]],
+    slow: tuple[SlowApp, WebServer, list[object]], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="se_exporter.web.server")
     app, server, _ = slow
     app.release.clear()  # renders hold until the test lets them go
     names = [f"/metrics?name[]=se_web_test_{n}" for n in range(MAX_RENDERS + 3)]
     with ThreadPoolExecutor(len(names)) as pool:
         waiting = [pool.submit(get, server, name) for name in names[:MAX_RENDERS]]
-        time.sleep(0.2)  # those are pending (one rendering, the rest queued)
+        wait_for(lambda: queued(caplog) == MAX_RENDERS, 10, "the distinct renders pending (one running, held)")
         refused = [get(server, name) for name in names[MAX_RENDERS:]]
         app.release.set()
         assert {answer.result().status_code for answer in waiting} == {200}
