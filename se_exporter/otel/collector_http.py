@@ -99,14 +99,8 @@ class _Connection(HTTPConnection):
         super().request(*args, **kwargs)
 
 
-class _TLSConnection(HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _attach(self)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _attach(self)
-        super().request(*args, **kwargs)
+class _TLSConnection(_Connection, HTTPSConnection):  # the same watch; HTTPSConnection's connect, via the MRO
+    pass
 
 
 class _Pool(HTTPConnectionPool):
