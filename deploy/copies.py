@@ -22,6 +22,14 @@ from typing import Any
 
 import yaml
 
+from deploy.azure_paging import (
+    GRAFANA_URL_PARAMETER,
+    SILENT_ALERTS,
+    aggregated_rule,
+    dashboard_link,
+    has_twin,
+    is_per_vm,
+)
 from deploy.yaml_text import dump_yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,14 +39,13 @@ TABLE_BEGIN, TABLE_END = "<!-- values table: generated from values.schema.json -
 SEVERITY = {"critical": 0, "warning": 2, "info": 3}
 ARM_API_VERSION = "2023-03-01"
 # One action group per severity (Azure Monitor has no inhibition or routing tree: the paging policy of
-# alerts/runbook.md is made here). An empty parameter: no actions (the alert still shows in Azure Monitor).
+# alerts/runbook.md is made here, with the aggregated rules of deploy/azure_paging.py). An empty parameter:
+# no actions (the alert still shows in Azure Monitor).
 ACTION_GROUP_PARAMETERS = {
-    "critical": ("criticalActionGroupResourceId", "the pager: NotBeforeImminent"),
+    "critical": ("criticalActionGroupResourceId", "the pager: NotBeforeImminentAggregated, once per cluster"),
     "warning": ("warningActionGroupResourceId", "chat: notices and the exporter's health"),
     "info": ("infoActionGroupResourceId", "info alerts; empty (the default): nobody, as alerts/alertmanager.yml"),
 }
-# Only an inhibition source in Alertmanager: never notified, whatever the parameters.
-SILENT_ALERTS = frozenset({"AzureScheduledEventMaintenanceWindow"})
 
 
 def actions(severity: str) -> str:
@@ -101,6 +108,11 @@ def arm_template(rules: dict[str, Any], aks: dict[str, Any]) -> str:
                 for name, what in ACTION_GROUP_PARAMETERS.values()
             },
             "aksRules": {"type": "bool", "defaultValue": False, "metadata": {"description": "the AKS group"}},
+            GRAFANA_URL_PARAMETER: {
+                "type": "string",
+                "defaultValue": "",
+                "metadata": {"description": "Grafana's URL (e.g. Azure Managed Grafana's endpoint), for links"},
+            },
         },
         "resources": resources,
     }
@@ -119,7 +131,8 @@ def _rule_group(group: dict[str, Any], *, optional: bool) -> dict[str, Any]:
             "clusterName": "[parameters('clusterName')]",
             "enabled": True,
             "interval": "PT1M",
-            "rules": [_rule(rule) for rule in group["rules"]],
+            "rules": [_rule(rule) for rule in group["rules"]]
+            + [_rule(aggregated_rule(rule), aggregated=True) for rule in group["rules"] if has_twin(rule)],
         },
     }
     if optional:
@@ -127,7 +140,8 @@ def _rule_group(group: dict[str, Any], *, optional: bool) -> dict[str, Any]:
     return resource
 
 
-def _rule(rule: dict[str, Any]) -> dict[str, Any]:
+def _rule(rule: dict[str, Any], *, aggregated: bool = False) -> dict[str, Any]:
+    """A rule of alerts/ (per-VM ones notify nobody) or an aggregated twin (it notifies its severity's group)."""
     out: dict[str, Any] = {"record": rule["record"]} if "record" in rule else {"alert": rule["alert"]}
     out["expression"] = _literal(rule["expr"])
     if "alert" in rule:
@@ -135,11 +149,16 @@ def _rule(rule: dict[str, Any]) -> dict[str, Any]:
             out["for"] = duration
         out["severity"] = SEVERITY[rule["labels"]["severity"]]
         out["resolveConfiguration"] = {"autoResolved": True, "timeToResolve": "PT10M"}
-        out["actions"] = [] if rule["alert"] in SILENT_ALERTS else actions(rule["labels"]["severity"])
+        silent = rule["alert"] in SILENT_ALERTS or (is_per_vm(rule) and not aggregated)
+        out["actions"] = [] if silent else actions(rule["labels"]["severity"])
     if labels := rule.get("labels"):
         out["labels"] = {key: _literal(str(value)) for key, value in labels.items()}
     if annotations := rule.get("annotations"):
         out["annotations"] = {key: _literal(str(value)) for key, value in annotations.items()}
+        if aggregated:  # the description ends with the fleet dashboard's link, after Grafana's URL
+            out["annotations"]["description"] = _concat(
+                annotations["description"], f"parameters('{GRAFANA_URL_PARAMETER}')", dashboard_link()
+            )
     out["enabled"] = True
     return out
 
@@ -157,6 +176,12 @@ def iso8601(duration: str) -> str:
 def _literal(text: str) -> str:
     """ARM reads a string that starts with "[" as an expression; "[[" keeps it a literal "["."""
     return "[" + text if text.startswith("[") else text
+
+
+def _concat(before: str, expression: str, after: str) -> str:
+    """An ARM expression joining two literals around an expression (a quote in a literal is doubled)."""
+    quoted = [text.replace("'", "''") for text in (before, after)]
+    return f"[concat('{quoted[0]}', {expression}, '{quoted[1]}')]"
 
 
 def values_table(page: str, schema: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from deploy.azure_paging import has_twin
 from deploy.copies import TABLE_BEGIN, TABLE_END, iso8601, values_table
 from tests.deploy.helm import CHART
 from tests.deploy.support import REPO, load_yaml
@@ -45,8 +46,12 @@ def test_every_rule_of_alerts_is_a_rule_of_the_template_with_the_same_expression
         properties = resource["properties"]
         assert set(properties) <= GROUP_PROPERTIES and ISO8601.match(properties["interval"])
         assert properties["scopes"] == ["[parameters('azureMonitorWorkspaceResourceId')]"]
-        assert len(properties["rules"]) == len(group["rules"]), name
-        for rule, azure in zip(group["rules"], properties["rules"], strict=True):
+        # The group's rules, then the aggregated twins of its per-VM alerts (test_azure_paging.py).
+        twins = [rule for rule in group["rules"] if has_twin(rule)]
+        assert [rule.get("alert") for rule in properties["rules"][len(group["rules"]) :]] == [
+            rule["alert"] + "Aggregated" for rule in twins
+        ]
+        for rule, azure in zip(group["rules"], properties["rules"][: len(group["rules"])], strict=True):
             assert set(azure) <= RULE_PROPERTIES, set(azure) - RULE_PROPERTIES
             assert azure.get("record") == rule.get("record") and azure.get("alert") == rule.get("alert")
             assert _literal(azure["expression"]) == rule["expr"]
@@ -60,8 +65,9 @@ def test_every_rule_of_alerts_is_a_rule_of_the_template_with_the_same_expression
                 assert ISO8601.match(azure["resolveConfiguration"]["timeToResolve"])
 
 
-def test_each_severity_has_its_action_group_and_the_inhibition_source_none() -> None:
-    """Issue 40: one action group for every rule paged for MaintenanceWindow and info alerts too."""
+def test_each_severity_has_its_action_group_and_per_vm_alerts_and_the_inhibition_source_none() -> None:
+    """Issue 40: one action group for every rule paged for MaintenanceWindow and info alerts too. Issue 47:
+    a per-VM alert notifies nobody (a wave paged once per VM); its aggregated twin notifies instead."""
     alerts = {
         azure["alert"]: azure
         for resource in TEMPLATE["resources"]
@@ -72,6 +78,11 @@ def test_each_severity_has_its_action_group_and_the_inhibition_source_none() -> 
     for name, azure in alerts.items():
         if name == "AzureScheduledEventMaintenanceWindow":
             assert azure["actions"] == [], "an inhibition source in Alertmanager: never notified"
+            assert name + "Aggregated" not in alerts
+            continue
+        if name + "Aggregated" in alerts:
+            assert azure["actions"] == [], f"{name} is per VM: its aggregated twin notifies"
+            assert alerts[name + "Aggregated"]["severity"] == azure["severity"]
             continue
         (parameter,) = set(re.findall(r"parameters\('(\w+)'\)", azure["actions"]))
         assert parameter == f"{by_severity[azure['severity']]}ActionGroupResourceId", name
@@ -85,7 +96,7 @@ def test_parameters_say_where_and_whom_to_tell() -> None:
         "defaultValue": False,
         "metadata": parameters["aksRules"]["metadata"],
     }
-    for name in ("clusterName", "criticalActionGroupResourceId", "warningActionGroupResourceId"):
+    for name in ("clusterName", "criticalActionGroupResourceId", "warningActionGroupResourceId", "grafanaUrl"):
         assert parameters[name]["defaultValue"] == ""
     assert parameters["infoActionGroupResourceId"]["defaultValue"] == "", "info: nobody by default"
     used = set(re.findall(r"parameters\('(\w+)'\)", json.dumps(TEMPLATE["resources"])))
