@@ -40,11 +40,14 @@ from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
-if TYPE_CHECKING:  # imported at run time only when OpenTelemetry is configured
+if TYPE_CHECKING:  # OpenTelemetry: imported at run time only when it is configured
     from opentelemetry import trace
+
+    from se_exporter.web.config import WebConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Clock = Callable[[], float]
 
 
 class Exporter:
@@ -66,6 +69,7 @@ class Exporter:
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
         web_config, policy, actions = files.web_config, files.policy, files.actions
+        self.textfile = parts.textfile_writer(config.textfile_path)
         self.counters = Counters(
             approval_enabled=policy is not None,
             actions={action.name: action.transitions for action in actions.actions} if actions else None,
@@ -123,19 +127,27 @@ class Exporter:
             actions=runner,
             clock=clock,
             tracer=tracer,
+            after_poll=self.textfile.poll_done if self.textfile else None,
         )
-        self.registry = exporter_registry(
-            SnapshotCollector(
-                store=store,
-                poller=self.poller,
-                counters=self.counters,
-                clock=clock,
-                version=__version__,
-                spool=self.telemetry.spool,
-                state=self.persistence if config.state_file else None,
-                approvals=approver,
-            )
+        snapshot = SnapshotCollector(
+            store=store,
+            poller=self.poller,
+            counters=self.counters,
+            clock=clock,
+            version=__version__,
+            spool=self.telemetry.spool,
+            state=self.persistence if config.state_file else None,
+            approvals=approver,
+            textfile=self.textfile,
         )
+        self.registry = exporter_registry(snapshot)
+        if self.textfile is not None:
+            self.textfile.registry.register(snapshot)
+        self.web = self._web_server(config, web_config, store, clock) if config.listen_port is not None else None
+
+    def _web_server(
+        self, config: ExporterConfig, web_config: WebConfig | None, store: EventStore, clock: Clock
+    ) -> WebServer:
         gate = TrafficGate(
             store,
             lambda: self.poller.identity,
@@ -151,10 +163,10 @@ class Exporter:
             gate.verdict,
         )
         try:
-            self.web = WebServer(
+            return WebServer(
                 app,
                 config.listen_host,
-                config.listen_port,
+                config.listen_port or 0,
                 web_config=web_config,
                 render_paths=frozenset({config.telemetry_path}),
                 snapshot=lambda: self.poller.status,
@@ -165,12 +177,21 @@ class Exporter:
             raise ConfigError(f"--web.listen-address: cannot listen on {_address(config)}: {problem}") from None
 
     def start(self) -> None:
-        self.web.start()
-        log.info("listening on %s", self.url)
+        if self.textfile is not None:
+            self.textfile.write()  # the restored state, or the first poll's
+            self.textfile.start()
+            log.info("writing the metrics to %s after every poll", self.textfile.path)
+        if self.web is not None:
+            self.web.start()
+            log.info("listening on %s", self.url)
+        else:  # no port: no /metrics, no probes, no /-/traffic (a load balancer cannot ask this VM)
+            log.info("serving no port (--web.listen-address is empty): the textfile is the only output")
 
     @property
-    def url(self) -> str:
+    def url(self) -> str | None:
         """Where the metrics are, as a URL one can paste (IPv6 in brackets; localhost for every address)."""
+        if self.web is None:
+            return None
         host = self.config.listen_host
         host = "localhost" if host in ("", "::", "0.0.0.0") else f"[{host}]" if ":" in host else host
         return f"{self.web.scheme}://{host}:{self.web.port}{self.config.telemetry_path}"
@@ -184,10 +205,14 @@ class Exporter:
         self.poller.run(stop)
 
     def close(self) -> None:
-        """Save state, flush telemetry (bounded) and release the port, the IMDS connection and the state lock."""
+        """Save state, flush telemetry (bounded), write the textfile last and release the port, the IMDS
+        connection and the state lock."""
         self.poller.close()  # the approver's last decisions reach the audit trail before the spool closes
         self.telemetry.close()
-        self.web.stop()
+        if self.textfile is not None:
+            self.textfile.close()
+        if self.web is not None:
+            self.web.stop()
         self.client.close()
         self.persistence.close()
 

@@ -17,6 +17,7 @@ from se_exporter.config.files import os_problem
 from se_exporter.errors import ConfigError, IMDSError
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.metrics.textfile import TextfileWriter
 from se_exporter.process import StopRequest
 from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
@@ -42,6 +43,18 @@ def open_state_file(path: Path | None, observe_write: Callable[[float], None]) -
         ) from None
     except OSError as error:
         raise ConfigError(f"--state.file: cannot write {path}: {os_problem(error)}") from None
+
+
+def textfile_writer(path: Path | None) -> TextfileWriter | None:
+    """The writer of ``--textfile.path``, once a file can be made beside it (else a start-up error)."""
+    if path is None:
+        return None
+    writer = TextfileWriter(path)
+    try:
+        writer.probe()
+    except OSError as error:
+        raise ConfigError(f"--textfile.path: cannot write {path}: {os_problem(error)}") from None
+    return writer
 
 
 def approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll_interval: float) -> Approver:

@@ -34,8 +34,11 @@ def fake_imds() -> Iterator[FakeIMDS]:
 def start_exporter(tmp_path: Path) -> Iterator[Callable[..., ExporterProcess]]:
     started: list[ExporterProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, command: str = "run") -> ExporterProcess:
-        process = ExporterProcess(*args, env=env, command=command, log_path=tmp_path / f"exporter-{len(started)}.log")
+    def start(
+        *args: str, env: dict[str, str] | None = None, command: str = "run", serve: bool = True
+    ) -> ExporterProcess:
+        log_path = tmp_path / f"exporter-{len(started)}.log"
+        process = ExporterProcess(*args, env=env, command=command, log_path=log_path, serve=serve)
         started.append(process)
         return process
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -298,3 +299,37 @@ def test_the_otlp_endpoints_credentials_are_never_shown(protocol: str) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert "SECRET" not in result.stderr and "***@" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "variables", "error"),
+    [
+        (
+            ["--textfile.path=/var/lib/se.txt"],
+            {},
+            "argument --textfile.path: '/var/lib/se.txt' must end in .prom: node_exporter's textfile collector "
+            "reads no other file (see --help)",
+        ),
+        (
+            [],
+            {"SE_EXPORTER_TEXTFILE_PATH": "se.txt"},
+            "environment variable SE_EXPORTER_TEXTFILE_PATH='se.txt': 'se.txt' must end in .prom: node_exporter's "
+            "textfile collector reads no other file (see --help)",
+        ),
+        (
+            ["--web.listen-address="],
+            {},
+            "--web.listen-address is empty and no --textfile.path is given: nothing would expose the metrics",
+        ),
+        (
+            ["--web.listen-address=", "--textfile.path={tmp}/missing/se-exporter.prom"],
+            {},
+            "--textfile.path: cannot write {tmp}/missing/se-exporter.prom: No such file or directory",
+        ),
+    ],
+    ids=["not-prom", "variable", "no-output", "missing-directory"],
+)
+def test_textfile_mistakes_are_one_line(args: list[str], variables: dict[str, str], error: str, tmp_path: Path) -> None:
+    given = [arg.format(tmp=tmp_path) for arg in args]
+    result = se_exporter("run", "--imds.url=http://127.0.0.1:9", *given, **cast(dict[str, Any], variables))
+    assert (result.returncode, result.stderr) == (2, f"se-exporter: error: {error.format(tmp=tmp_path)}\n")

@@ -78,14 +78,14 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest)
 
     def start() -> None:
         exporter.start()
-        host = config.listen_host if config.listen_host not in ("", "::", "0.0.0.0") else "localhost"
+        url = exporter.url  # None with --web.listen-address= empty: the textfile is the output
+        try_it = f"curl -s {url}" if url else f"cat {config.textfile_path}"
         print(
             f"se-exporter demo: simulated IMDS at {simulator.url} playing {', '.join(DEMO_ORDER)}"
             f" at {args.demo_speed:g}x\n"
-            f"  metrics:  {exporter.web.scheme}://{host}:{exporter.web.port}{config.telemetry_path}\n"
+            f"  metrics:  {url or config.textfile_path}\n"
             f"  approval: {config.approval_config}\n"
-            f"  try:      curl -s {exporter.web.scheme}://{host}:{exporter.web.port}{config.telemetry_path}"
-            " | grep -E 'pending|event_info|transitions_total'\n"
+            f"  try:      {try_it} | grep -E 'pending|event_info|transitions_total'\n"
             "  Ctrl-C to stop.",
             file=sys.stderr,
             flush=True,

@@ -37,8 +37,11 @@ def duration(text: str) -> float:
     return seconds
 
 
-def listen_address(text: str) -> tuple[str, int]:
-    """``:10160``, ``127.0.0.1:10160`` or ``[::1]:10160`` as (host, port); "" means every address."""
+def listen_address(text: str) -> tuple[str, int | None]:
+    """``:10160``, ``127.0.0.1:10160`` or ``[::1]:10160`` as (host, port); a host of "" means every address.
+    An empty address serves no port at all: ("", None) (with ``--textfile.path``, the file is the output)."""
+    if not text.strip():
+        return "", None
     host, sep, port_text = text.rpartition(":")
     if not sep or not port_text.isdigit() or int(port_text) > 65535:
         raise argparse.ArgumentTypeError(f"invalid listen address {text!r} (use host:port, e.g. :10160)")

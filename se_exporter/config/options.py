@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from se_exporter.config import flags
+from se_exporter.errors import ConfigError
 from se_exporter.imds import api_versions
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, IMPACTS
 from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
@@ -24,7 +25,7 @@ _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 @dataclass(frozen=True, slots=True)
 class ExporterConfig:
     listen_host: str = ""
-    listen_port: int = 10160
+    listen_port: int | None = 10160  # None: no port is served (--web.listen-address= with --textfile.path)
     telemetry_path: str = "/metrics"
     imds_url: str = "http://169.254.169.254"
     api_version: str = "2020-07-01"
@@ -39,6 +40,7 @@ class ExporterConfig:
     traffic_impacts: tuple[str, ...] = tuple(DISRUPTIVE_IMPACTS)
     log_level: str = "info"
     log_format: str = "logfmt"
+    textfile_path: Path | None = None
 
 
 def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True) -> None:
@@ -51,7 +53,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         type=flags.listen_address,
         default=(d.listen_host, d.listen_port),
         metavar="ADDR",
-        help="address to serve metrics on (default :10160)",
+        help="address to serve metrics on (default :10160; empty: no port, with --textfile.path)",
     )
     web.add_argument(
         "--web.telemetry-path",
@@ -68,6 +70,14 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         default=None,
         metavar="FILE",
         help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)",
+    )
+    web.add_argument(
+        "--textfile.path",
+        dest="textfile_path",
+        type=_textfile_flag,
+        default=None,
+        metavar="FILE",
+        help="also write the metrics to FILE (*.prom) after every poll, for node_exporter's textfile collector",
     )
     imds = parser.add_argument_group("IMDS")
     if imds_url:
@@ -159,6 +169,10 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
 
 def config_from_args(args: argparse.Namespace) -> ExporterConfig:
     host, port = args.listen_address
+    if port is None and args.textfile_path is None:
+        raise ConfigError(
+            "--web.listen-address is empty and no --textfile.path is given: nothing would expose the metrics"
+        )
     return ExporterConfig(
         listen_host=host,
         listen_port=port,
@@ -176,6 +190,7 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         traffic_impacts=args.traffic_impacts,
         log_level=args.log_level,
         log_format=args.log_format,
+        textfile_path=args.textfile_path,
     )
 
 
@@ -185,6 +200,14 @@ def _path_flag(text: str) -> str:
             f"{text!r} must start with / and not be /, {HEALTHY_PATH}, {READY_PATH} or {TRAFFIC_PATH}"
         )
     return text
+
+
+def _textfile_flag(text: str) -> Path:
+    if not text.endswith(".prom"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must end in .prom: node_exporter's textfile collector reads no other file"
+        )
+    return Path(text)
 
 
 def _url_flag(text: str) -> str:

@@ -51,7 +51,7 @@ class HasApprovals(Protocol):
 
 
 class CountsErrors(Protocol):
-    """The state file, as far as /metrics is concerned."""
+    """The state file or the textfile, as far as /metrics is concerned."""
 
     @property
     def errors(self) -> int: ...
@@ -69,6 +69,7 @@ class SnapshotCollector(Collector):
         spool: SpoolGauge | None = None,
         state: CountsErrors | None = None,
         approvals: HasApprovals | None = None,
+        textfile: CountsErrors | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -80,6 +81,7 @@ class SnapshotCollector(Collector):
         self._spool = spool
         self._state = state
         self._approvals = approvals
+        self._textfile = textfile
         self._cached: _Cached | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -114,7 +116,7 @@ class SnapshotCollector(Collector):
     def _persistence_errors(self) -> CounterMetricFamily:
         errors = CounterMetricFamily(
             PREFIX + "persistence_errors",
-            "Failed writes of the state file and of the OTLP log spool (a full disk?), "
+            "Failed writes of the state file, the OTLP log spool and the textfile (a full disk?), "
             "and a state file that could not be used at start-up.",
             labels=["file"],
         )
@@ -122,6 +124,8 @@ class SnapshotCollector(Collector):
             errors.add_metric(["state"], self._state.errors)
         if self._spool is not None:
             errors.add_metric(["spool"], self._spool.write_errors)
+        if self._textfile is not None:
+            errors.add_metric(["textfile"], self._textfile.errors)
         return errors
 
     def _event_families(self, identity: VMIdentity) -> Iterator[GaugeMetricFamily]:

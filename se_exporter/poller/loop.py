@@ -61,6 +61,7 @@ class Poller:
         monotonic: Callable[[], float] = time.monotonic,
         tracer: trace.Tracer | None = None,
         backoff: Backoff | None = None,
+        after_poll: Callable[[], None] | None = None,  # told after every poll, good or not (the textfile)
     ) -> None:
         self.client = client
         self.store = store
@@ -78,6 +79,7 @@ class Poller:
         self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
         self._backoff = backoff or Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
         self._failing_reason: str | None = None
+        self._after_poll = after_poll
         self._told = False  # the log said once what to check when IMDS cannot be reached
         self._last_document = Document(incarnation=0)
         # A store restored from the state file: the view had a gap since its last look (unknown: since ever).
@@ -93,6 +95,8 @@ class Poller:
             began = self._monotonic()
             self.refresh_identity()
             error = self.poll_once()
+            if self._after_poll is not None:
+                self._after_poll()
             if error is None:
                 pause = self._interval - (self._monotonic() - began)
             elif error.retryable:

@@ -37,6 +37,8 @@ def speed(text: str) -> float:
 def listen_address(text: str) -> tuple[str, int]:
     """The exporter's ``host:port`` syntax; an empty host means every (IPv4) interface."""
     host, port = flags.listen_address(text)
+    if port is None:
+        raise argparse.ArgumentTypeError("the simulator needs an address to serve on (e.g. :8080)")
     return host or "0.0.0.0", port
 
 

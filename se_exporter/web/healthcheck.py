@@ -37,8 +37,10 @@ _ENTRYPOINTS = ("se-exporter", "se-exporter.exe")
 @dataclass(frozen=True, slots=True)
 class Target:
     host: str
-    port: int
+    port: int | None  # None: no port served; the textfile's age tells instead
     web_config_file: Path | None
+    textfile: Path | None = None
+    poll_interval: float = 1.0
 
 
 def exporter_argv(cmdline: Sequence[str]) -> list[str]:
@@ -59,7 +61,7 @@ def target(argv: Sequence[str], environ: Mapping[str, str]) -> Target:
     args, _ = parser.parse_known_args(argv)  # the command (run, demo) and its other flags are not ours
     apply_environment(parser, args, argv, environ)
     host, port = args.listen_address
-    return Target(_loopback_for(host), port, args.web_config_file)
+    return Target(_loopback_for(host), port, args.web_config_file, args.textfile_path, args.poll_interval)
 
 
 def _loopback_for(host: str) -> str:
@@ -70,6 +72,8 @@ def _loopback_for(host: str) -> str:
 
 def probe(where: Target) -> str | None:
     """``None`` when the exporter at ``where`` is healthy, else why not."""
+    if where.port is None:
+        return _textfile_problem(where.textfile, where.poll_interval)
     tls, auth = _web_config(where.web_config_file)
     host = f"[{where.host}]" if ":" in where.host else where.host
     url = f"{'https' if tls is not None else 'http'}://{host}:{where.port}{HEALTHY_PATH}"
@@ -92,6 +96,19 @@ def probe(where: Target) -> str | None:
     if status == 200 or (status == 401 and auth):
         return None
     return f"{url}: HTTP {status}"
+
+
+def _textfile_problem(path: Path | None, poll_interval: float) -> str | None:
+    """Without a port, the exporter is alive while its textfile is rewritten after every poll (a failed poll
+    is followed by a pause of at most the backoff's cap, 15 s or the interval)."""
+    if path is None:
+        return "no port is served (--web.listen-address is empty) and no --textfile.path is given"
+    limit = max(60.0, 3 * poll_interval)
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except OSError as error:
+        return f"{path}: {error.strerror or error}"
+    return f"{path}: not written for {age:.0f} s (more than {limit:.0f} s)" if age > limit else None
 
 
 def _refused_in_tls(error: httpx.HTTPError) -> bool:

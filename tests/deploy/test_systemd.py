@@ -179,3 +179,19 @@ def test_env_file_syntax() -> None:
         if key.startswith("SE_EXPORTER_"):
             assert key.removeprefix("SE_EXPORTER_") in known, f"line {number}: {key} is no flag twin"
         assert key != "SE_EXPORTER_STATE_FILE", "the unit sets --state.file (flags win over the variable)"
+
+
+def test_the_textfile_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
+    """systemd reads a drop-in as more lines of the unit: the unit followed by it must verify, and it must
+    set what docs/deploy.md says (a directory node_exporter can read, kept at stop, and no port)."""
+    drop_in = (SYSTEMD_DIR / "textfile.conf").read_text(encoding="utf-8")
+    _verify(_unit_with_stub_binary(tmp_path).read_text(encoding="utf-8") + "\n" + drop_in, tmp_path)
+    service = _directives(SYSTEMD_DIR / "textfile.conf")["Service"]
+    assert service["RuntimeDirectory"] == ["se-exporter"] and service["RuntimeDirectoryPreserve"] == ["yes"]
+    assert service["RuntimeDirectoryMode"] == ["0755"] and service["UMask"] == ["0022"]
+    assert service["Environment"] == [
+        "SE_EXPORTER_TEXTFILE_PATH=/run/se-exporter/se-exporter.prom",
+        "SE_EXPORTER_WEB_LISTEN_ADDRESS=",
+    ]
+    link = "ln -s /run/se-exporter/se-exporter.prom /var/lib/prometheus/node-exporter/se-exporter.prom"
+    assert link in (DOCS / "deploy.md").read_text(encoding="utf-8") and link in drop_in

@@ -29,7 +29,10 @@ def free_port() -> int:
 
 
 class ExporterProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, log_path: Path, command: str = "run") -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, log_path: Path, command: str = "run", serve: bool = True
+    ) -> None:
+        """``serve=False``: ``--web.listen-address=`` (no port; with ``--textfile.path``)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -38,7 +41,14 @@ class ExporterProcess:
         full_env.update(env or {})
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "se_exporter", command, f"--web.listen-address=127.0.0.1:{self.port}", *args],
+            [
+                sys.executable,
+                "-m",
+                "se_exporter",
+                command,
+                f"--web.listen-address=127.0.0.1:{self.port}" if serve else "--web.listen-address=",
+                *args,
+            ],
             cwd=REPO,
             env=full_env,
             stdout=self._log,

