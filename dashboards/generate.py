@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,6 +40,7 @@ from dashboards.mixin.aks import aks_rules  # noqa: E402
 from dashboards.mixin.alerts import alerting_rules  # noqa: E402
 from dashboards.mixin.config import DEFAULT_JOB_SELECTOR, Settings  # noqa: E402
 from dashboards.mixin.fleet import fleet_overview  # noqa: E402
+from dashboards.mixin.frame import render  # noqa: E402
 from dashboards.mixin.recording import recording_rules  # noqa: E402
 from dashboards.mixin.vm import vm_detail  # noqa: E402
 from deploy.copies import copies  # noqa: E402
@@ -77,14 +77,10 @@ def render_aks_rules(settings: Settings) -> str:
     return header + dump_yaml(group)
 
 
-def render_json(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
-
-
 def outputs(settings: Settings) -> dict[str, str]:
     dashboards = {
-        "fleet-overview.json": render_json(fleet_overview(settings.job_selector)),
-        "vm-detail.json": render_json(vm_detail(settings.job_selector)),
+        "fleet-overview.json": render(fleet_overview(settings.job_selector)),
+        "vm-detail.json": render(vm_detail(settings.job_selector)),
     }
     rules_text, aks_text = render_rules(settings), render_aks_rules(settings)
     return {

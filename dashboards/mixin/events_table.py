@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from grafana_foundation_sdk.builders import common as options
+from grafana_foundation_sdk.builders import table as table_panel
+from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
 
 from dashboards.mixin.config import SEL, m
-from dashboards.mixin.grafana import override, panel, target, thresholds, vm_link
+from dashboards.mixin.grafana import Override, override, table, target, thresholds, transformation, vm_link
 from dashboards.mixin.mappings import DURATION_MAPPINGS, IMPACT_TEXT_MAPPINGS
 
 EVENT = "job, instance, event_id"
@@ -31,7 +33,7 @@ LABEL_NAMES = {
 }
 
 
-def events_table(title: str, description: str, selector: str) -> dict[str, Any]:
+def events_table(title: str, description: str, selector: str) -> table_panel.Panel:
     """Every event ``selector`` picks from event_info, one row per VM and event, its gauges merged in."""
     events = f"{m('event_info')}{{{selector}}}"
     targets = [target(f"max by ({INFO}) ({events})", instant=True, fmt="table")]
@@ -44,35 +46,25 @@ def events_table(title: str, description: str, selector: str) -> dict[str, Any]:
         for _ref, _name, metric, scale in COLUMNS
     ]
     rest = ("cause", "event_source", "affects_this_vm", "resource_type", "event_id", "job")
-    return panel(
-        "table",
+    organize = transformation(
+        "organize",
+        excludeByName={"Time": True, "Value #A": True},
+        indexByName={name: i for i, name in enumerate((*ORDER, *rest))},
+        renameByName={**LABEL_NAMES, **{f"Value #{ref}": name for ref, name, *_ in COLUMNS}},
+    )
+    built = table(
         title,
         description,
         targets,
         "none",
-        defaults={"custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True}},
-        options={
-            "showHeader": True,
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "fields": ""},
-            "sortBy": [{"displayName": "NotBefore", "desc": False}],
-        },
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True, "Value #A": True},
-                    "indexByName": {name: i for i, name in enumerate((*ORDER, *rest))},
-                    "renameByName": {**LABEL_NAMES, **{f"Value #{ref}": name for ref, name, *_ in COLUMNS}},
-                },
-            },
-        ],
+        transformations=[transformation("merge"), organize],
         overrides=_overrides(),
+        filterable=True,
     )
+    return built.sort_by([options.TableSortByFieldState().display_name("NotBefore").desc(False)])
 
 
-def _overrides() -> list[dict[str, Any]]:
+def _overrides() -> list[Override]:
     colour_text = {"custom.cellOptions": {"type": "color-text"}}
     return [
         override("instance", links=vm_link()),
@@ -92,13 +84,12 @@ def _overrides() -> list[dict[str, Any]]:
         override(
             "Status",
             mappings=[
-                {
-                    "type": "value",
-                    "options": {
-                        "Scheduled": {"color": "yellow", "index": 0},
-                        "Started": {"color": "red", "index": 1},
-                    },
-                }
+                ValueMap(
+                    options={
+                        "Scheduled": ValueMappingResult(color="yellow", index=0),
+                        "Started": ValueMappingResult(color="red", index=1),
+                    }
+                )
             ],
             **colour_text,
         ),

@@ -6,7 +6,7 @@ lifecycle and health rows in fleet_health.py.
 
 from __future__ import annotations
 
-from typing import Any
+from grafana_foundation_sdk.builders import dashboard as db
 
 from dashboards.mixin.config import DISRUPTIVE, FLEET_UID, SEL, m
 from dashboards.mixin.fleet_events import events_row
@@ -17,7 +17,7 @@ from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import soonest_not_before
 
 
-def fleet_overview(job_selector: str) -> dict[str, Any]:
+def fleet_overview(job_selector: str) -> db.Dashboard:
     lay = Layout()
     now_row(lay, job_selector)
     events_row(lay)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from grafana_foundation_sdk.builders import bargauge as bargauge_panel
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.events_table import events_table
-from dashboards.mixin.grafana import Layout, override, panel, target, timeseries
+from dashboards.mixin.grafana import LAST_VALUE, Layout, colours, override, panel, target, thresholds, timeseries
 from dashboards.mixin.mappings import IMPACT_COLOURS
 from dashboards.mixin.panels import event_timeline
 from dashboards.mixin.recording import JOB_VMS_PENDING
@@ -78,35 +80,33 @@ def events_row(lay: Layout) -> None:
     )
 
 
-def upcoming_impact() -> dict[str, Any]:
+def upcoming_impact() -> bargauge_panel.Panel:
     """How many VMs each impact will hit: the fleet's maintenance in one glance."""
-    return panel(
-        "bargauge",
-        "Upcoming impact by kind",
-        "VMs with a listed event for themselves (affects_this_vm true or unknown), by what the event will do: "
-        "live_migration and pause only pause the VM for seconds; reboot loses memory; redeploy also loses the "
-        "temporary disk; eviction (Spot) and termination remove the VM. An event listing several VMs counts "
-        "once per VM. See the runbook for what each impact means for the workload.",
-        [
-            target(
-                f'count by (impact) ({m("event_info")}{{{SEL}, affects_this_vm!="false"}})',
-                "{{impact}}",
-                instant=True,
-            )
-        ],
-        "short",
-        defaults={
-            "color": {"mode": "thresholds"},
-            "thresholds": {"mode": "absolute", "steps": [{"color": "text", "value": None}]},
-            "min": 0,
-        },
-        options={
-            "orientation": "vertical",
-            "displayMode": "basic",
-            "showUnfilled": True,
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        },
-        overrides=[
-            override(impact, color={"mode": "fixed", "fixedColor": colour}) for impact, colour in IMPACT_COLOURS
-        ],
+    return (
+        panel(
+            bargauge_panel.Panel(),
+            "Upcoming impact by kind",
+            "VMs with a listed event for themselves (affects_this_vm true or unknown), by what the event will do: "
+            "live_migration and pause only pause the VM for seconds; reboot loses memory; redeploy also loses the "
+            "temporary disk; eviction (Spot) and termination remove the VM. An event listing several VMs counts "
+            "once per VM. See the runbook for what each impact means for the workload.",
+            [
+                target(
+                    f'count by (impact) ({m("event_info")}{{{SEL}, affects_this_vm!="false"}})',
+                    "{{impact}}",
+                    instant=True,
+                )
+            ],
+            "short",
+            overrides=[
+                override(impact, color={"mode": "fixed", "fixedColor": colour}) for impact, colour in IMPACT_COLOURS
+            ],
+        )
+        .color_scheme(colours(dm.FieldColorModeId.THRESHOLDS))
+        .thresholds(thresholds((None, "text")))
+        .min(0)
+        .orientation(cm.VizOrientation.VERTICAL)
+        .display_mode(cm.BarGaugeDisplayMode.BASIC)
+        .show_unfilled(True)
+        .reduce_options(LAST_VALUE)
     )

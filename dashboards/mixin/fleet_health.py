@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from dashboards.mixin.config import JOB, SEL, m
-from dashboards.mixin.grafana import Layout, override, panel, right_axis, stat, target, thresholds, timeseries, vm_link
+from dashboards.mixin.grafana import (
+    Layout,
+    override,
+    right_axis,
+    stat,
+    table,
+    target,
+    thresholds,
+    timeseries,
+    transformation,
+    vm_link,
+)
 from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import actions_by_result, approvals_by_result, poll_errors_by_reason
 from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, PERSISTENCE_ERRORS
@@ -179,8 +190,7 @@ def health_row(lay: Layout, job_selector: str) -> None:
         8,
     )
     lay.add(
-        panel(
-            "table",
+        table(
             "Unhealthy exporters",
             "Exporters that are down, fail to poll IMDS or have not polled successfully for over a minute, "
             "with the value of each check. Empty is good. Click an instance for its VM detail.",
@@ -194,21 +204,13 @@ def health_row(lay: Layout, job_selector: str) -> None:
                 ),
             ],
             "none",
-            defaults={"custom": {"align": "auto", "cellOptions": {"type": "auto"}}},
-            options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"]}},
             transformations=[
-                {"id": "merge", "options": {}},
-                {
-                    "id": "organize",
-                    "options": {
-                        "excludeByName": {"Time": True, "__name__": True},
-                        "renameByName": {
-                            "Value #A": "up",
-                            "Value #B": "imds_up",
-                            "Value #C": "Since last good poll",
-                        },
-                    },
-                },
+                transformation("merge"),
+                transformation(
+                    "organize",
+                    excludeByName={"Time": True, "__name__": True},
+                    renameByName={"Value #A": "up", "Value #B": "imds_up", "Value #C": "Since last good poll"},
+                ),
             ],
             overrides=[override("instance", links=vm_link()), override("Since last good poll", unit="s")],
         ),
@@ -216,8 +218,7 @@ def health_row(lay: Layout, job_selector: str) -> None:
         8,
     )
     lay.add(
-        panel(
-            "table",
+        table(
             "Exporter versions",
             "Number of exporters per se-exporter and Python version (azure_scheduled_events_exporter_build_info).",
             [
@@ -228,12 +229,8 @@ def health_row(lay: Layout, job_selector: str) -> None:
                 )
             ],
             "short",
-            options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"]}},
             transformations=[
-                {
-                    "id": "organize",
-                    "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "Exporters"}},
-                }
+                transformation("organize", excludeByName={"Time": True}, renameByName={"Value": "Exporters"})
             ],
         ),
         12,

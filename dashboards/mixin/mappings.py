@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
+
 from dashboards.mixin.config import SEL, m
 
 STATUS_MAPPINGS = [
-    {
-        "type": "value",
-        "options": {
-            "1": {"text": "Scheduled", "color": "yellow", "index": 0},
-            "2": {"text": "Started", "color": "red", "index": 1},
-            "3": {"text": "Other status", "color": "purple", "index": 2},
-        },
-    }
+    ValueMap(
+        options={
+            "1": ValueMappingResult(text="Scheduled", color="yellow", index=0),
+            "2": ValueMappingResult(text="Started", color="red", index=1),
+            "3": ValueMappingResult(text="Other status", color="purple", index=2),
+        }
+    )
 ]
 
 
@@ -47,21 +48,23 @@ IMPACT_STATE_EXPR = (
     + "\n)"
 )
 IMPACT_MAPPINGS = [
-    {
-        "type": "value",
-        "options": {
-            str(index): {"text": impact, "color": colour, "index": index - 1}
+    ValueMap(
+        options={
+            str(index): ValueMappingResult(text=impact, color=colour, index=index - 1)
             for index, (impact, colour) in enumerate(IMPACT_COLOURS, start=1)
-        },
-    }
+        }
+    )
 ]
 IMPACT_TEXT_MAPPINGS = [
-    {
-        "type": "value",
-        "options": {impact: {"color": colour, "index": index} for index, (impact, colour) in enumerate(IMPACT_COLOURS)},
-    }
+    ValueMap(
+        options={
+            impact: ValueMappingResult(color=colour, index=index)
+            for index, (impact, colour) in enumerate(IMPACT_COLOURS)
+        }
+    )
 ]
-DURATION_MAPPINGS = [{"type": "value", "options": {"-1": {"text": "unknown", "index": 0}}}]
+DURATION_MAPPINGS = [ValueMap(options={"-1": ValueMappingResult(text="unknown", index=0)})]
+UP_MAPPINGS = [ValueMap(options={"0": ValueMappingResult(text="DOWN"), "1": ValueMappingResult(text="UP")})]
 
 
 def up_expr(job_selector: str) -> str:

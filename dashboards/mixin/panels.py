@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from grafana_foundation_sdk.builders import common as options
+from grafana_foundation_sdk.builders import stat as stat_panel
+from grafana_foundation_sdk.builders import statetimeline
+from grafana_foundation_sdk.builders import timeseries as timeseries_panel
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.mixin.config import JOB, SEL, UNDISRUPTIVE, m
-from dashboards.mixin.grafana import GREEN, panel, stat, target, thresholds, timeseries
+from dashboards.mixin.grafana import colours, green, panel, stat, target, thresholds, timeseries
 from dashboards.mixin.mappings import IMPACT_MAPPINGS, IMPACT_STATE_EXPR, STATUS_MAPPINGS, event_state_expr
 from dashboards.mixin.recording import JOB_POLL_ERRORS
 
 
-def event_timeline(description: str, selector: str = SEL) -> dict[str, Any]:
+def event_timeline(description: str, selector: str = SEL) -> statetimeline.Panel:
     """Each event per VM over time, coloured by its status."""
     return _state_timeline(
         "Event timeline",
@@ -21,7 +26,7 @@ def event_timeline(description: str, selector: str = SEL) -> dict[str, Any]:
     )
 
 
-def impact_timeline(description: str) -> dict[str, Any]:
+def impact_timeline(description: str) -> statetimeline.Panel:
     """Each event over time, coloured by what it does to the VM."""
     return _state_timeline(
         "Event impact", description, IMPACT_STATE_EXPR, "{{event_type}} {{event_id}}", IMPACT_MAPPINGS
@@ -29,32 +34,30 @@ def impact_timeline(description: str) -> dict[str, Any]:
 
 
 def _state_timeline(
-    title: str, description: str, expr: str, legend: str, mappings: list[dict[str, Any]]
-) -> dict[str, Any]:
-    return panel(
-        "state-timeline",
-        title,
-        description,
-        [target(expr, legend)],
-        "none",
-        defaults={
-            "color": {"mode": "thresholds"},
-            "thresholds": GREEN,
-            "mappings": mappings,
-            "custom": {"fillOpacity": 80, "lineWidth": 0},
-        },
-        options={
-            "alignValue": "left",
-            "mergeValues": True,
-            "rowHeight": 0.8,
-            "showValue": "auto",
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
-            "tooltip": {"mode": "single", "sort": "none"},
-        },
+    title: str, description: str, expr: str, legend: str, mappings: list[dm.ValueMap]
+) -> statetimeline.Panel:
+    return (
+        panel(statetimeline.Panel(), title, description, [target(expr, legend)], "none")
+        .color_scheme(colours(dm.FieldColorModeId.THRESHOLDS))
+        .thresholds(green())
+        .mappings(list(mappings))
+        .fill_opacity(80)
+        .line_width(0)
+        .align_value(cm.TimelineValueAlignment.LEFT)
+        .merge_values(True)
+        .row_height(0.8)
+        .show_value(cm.VisibilityMode.AUTO)
+        .legend(
+            options.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(False)
+        )
+        .tooltip(options.VizTooltipOptions().mode(cm.TooltipDisplayMode.SINGLE).sort(cm.SortOrder.NONE))
     )
 
 
-def soonest_not_before(description: str) -> dict[str, Any]:
+def soonest_not_before(description: str) -> stat_panel.Panel:
     return stat(
         "Soonest NotBefore",
         description,
@@ -68,15 +71,15 @@ def soonest_not_before(description: str) -> dict[str, Any]:
     )
 
 
-def approvals_by_result(description: str) -> dict[str, Any]:
+def approvals_by_result(description: str) -> timeseries_panel.Panel:
     return _by_result("Approvals by result", description, "approvals_total", "event_type")
 
 
-def actions_by_result(description: str) -> dict[str, Any]:
+def actions_by_result(description: str) -> timeseries_panel.Panel:
     return _by_result("Actions by result", description, "actions_total", "action")
 
 
-def _by_result(title: str, description: str, counter: str, label: str) -> dict[str, Any]:
+def _by_result(title: str, description: str, counter: str, label: str) -> timeseries_panel.Panel:
     """Stacked bars of a counter's increase by ``label`` and result."""
     return timeseries(
         title,
@@ -93,7 +96,7 @@ def _by_result(title: str, description: str, counter: str, label: str) -> dict[s
     )
 
 
-def poll_errors_by_reason(description: str, *, fleet: bool = False) -> dict[str, Any]:
+def poll_errors_by_reason(description: str, *, fleet: bool = False) -> timeseries_panel.Panel:
     """``fleet``: from the job-level recording rule (every instance of the selected jobs), which stays fast
     at thousands of VMs; otherwise from the raw counters of the selected instances."""
     expr = (

@@ -5,13 +5,14 @@ One function per row, in the order Grafana shows them; the notice and IMDS rows 
 
 from __future__ import annotations
 
-from typing import Any
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.models import common as cm
 
 from dashboards.mixin.config import SEL, VM_UID, m
 from dashboards.mixin.events_table import events_table
 from dashboards.mixin.frame import dashboard
 from dashboards.mixin.grafana import Layout, stat, target, thresholds, timeseries
-from dashboards.mixin.mappings import up_expr
+from dashboards.mixin.mappings import UP_MAPPINGS, up_expr
 from dashboards.mixin.panels import (
     event_timeline,
     impact_timeline,
@@ -21,7 +22,7 @@ from dashboards.mixin.recording import increase_with_births
 from dashboards.mixin.vm_history import imds_row, notice_row
 
 
-def vm_detail(job_selector: str) -> dict[str, Any]:
+def vm_detail(job_selector: str) -> db.Dashboard:
     lay = Layout()
     now_row(lay, job_selector)
     events_row(lay)
@@ -45,7 +46,7 @@ def now_row(lay: Layout, job_selector: str) -> None:
             f"min({m('imds_up')}{{{SEL}}})",
             "none",
             steps=thresholds((None, "red"), (1, "green")),
-            mappings=[{"type": "value", "options": {"0": {"text": "DOWN"}, "1": {"text": "UP"}}}],
+            mappings=UP_MAPPINGS,
             no_value="exporter not reporting",
         ),
         4,
@@ -103,7 +104,7 @@ def now_row(lay: Layout, job_selector: str) -> None:
             f"min({up_expr(job_selector)})",
             "none",
             steps=thresholds((None, "red"), (1, "green")),
-            mappings=[{"type": "value", "options": {"0": {"text": "DOWN"}, "1": {"text": "UP"}}}],
+            mappings=UP_MAPPINGS,
             no_value="no target",
         ),
         4,
@@ -196,7 +197,7 @@ def events_row(lay: Layout) -> None:
             "none",
             decimals=0,
             min_zero=False,
-            line_interpolation="stepAfter",
+            line_interpolation=cm.LineInterpolation.STEP_AFTER,
         ),
         12,
         8,

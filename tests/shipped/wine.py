@@ -132,10 +132,11 @@ def _unpack_interpreter(home: Path) -> None:
 
 
 def requirements() -> list[str]:
-    """The project's dependencies and the test extra, less the tools that run on Linux only."""
+    """The project's dependencies and the test extra (with the extras it names), less the tools that run on
+    Linux only."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
-    wanted = [*project["dependencies"], *extras["grpc"], *extras["test"]]
+    wanted = [*project["dependencies"], *extras["grpc"], *extras["dashboards"], *extras["test"]]
     return [r for r in wanted if not r.startswith(("azure-scheduled-events-exporter", *NOT_ON_WINDOWS))]
 
 
