@@ -42,7 +42,7 @@ def aks_rules(settings: Settings) -> list[dict[str, Any]]:
         alert(
             "AzureScheduledEventNodeNotCordoned",
             f"{joined(f'({until} < {NEAR_SECONDS})', f'{SCHEDULED}, {DISRUPTIVE_IMPACTS}, {LISTS_THIS_NODE}')}\n"
-            f"and on (node) ({UNCORDONED})",
+            f"and on (cluster, node) ({UNCORDONED})",
             "2m",
             "warning",
             "Azure maintenance is near for a node that nobody has cordoned.",

@@ -7,7 +7,9 @@ from typing import Any
 from dashboards.mixin.config import DISRUPTIVE, PAGED_CAUSES, PAGED_IMPACTS, RUNBOOK_BASE, UNDISRUPTIVE, m
 
 INFO_LABELS = "event_status, event_source, resource_type, affects_this_vm, impact, cause"
-EVENT_MATCH = "on (job, instance, event_id)"
+# With ``cluster``: in a central engine two clusters may have the same job and instance (pod IPs of the same
+# range), and a join that merges them fails or matches the wrong VM. Without a cluster label it is "" on both sides.
+EVENT_MATCH = "on (cluster, job, instance, event_id)"
 SCHEDULED = 'event_status="Scheduled"'
 STARTED = 'event_status="Started"'
 # Anything but a pause or an event of no impact: the four disruptive impacts, and "unknown" (a new EventType

@@ -10,7 +10,7 @@ from dashboards.mixin.config import SEL, m
 from dashboards.mixin.grafana import Override, override, table, target, thresholds, transformation, vm_link
 from dashboards.mixin.mappings import DURATION_MAPPINGS, IMPACT_TEXT_MAPPINGS
 
-EVENT = "job, instance, event_id"
+EVENT = "cluster, job, instance, event_id"
 INFO = f"{EVENT}, event_type, event_status, event_source, resource_type, affects_this_vm, impact, cause"
 # Per-event gauges, each a column, in the order shown; the clock times are in milliseconds for Grafana.
 COLUMNS = (
@@ -45,7 +45,7 @@ def events_table(title: str, description: str, selector: str) -> table_panel.Pan
         )
         for _ref, _name, metric, scale in COLUMNS
     ]
-    rest = ("cause", "event_source", "affects_this_vm", "resource_type", "event_id", "job")
+    rest = ("cause", "event_source", "affects_this_vm", "resource_type", "event_id", "job", "cluster")
     organize = transformation(
         "organize",
         excludeByName={"Time": True, "Value #A": True},

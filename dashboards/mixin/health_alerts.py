@@ -9,6 +9,7 @@ from dashboards.mixin.config import Settings, m
 from dashboards.mixin.recording import (
     ACTIONS_FAILED,
     APPROVALS_FAILED,
+    CLUSTER_EXPORTERS,
     EXPORTER_UP,
     PERSISTENCE_ERRORS,
     POLL_ERRORS_RATIO,
@@ -41,7 +42,7 @@ def health_alerts(settings: Settings) -> list[dict[str, Any]]:
             "AzureScheduledEventsExporterDown",
             f"{EXPORTER_UP} == 0\n"
             f"# A VM being rebooted or redeployed takes its exporter down: expected for 30 minutes.\n"
-            f"unless on (job, instance)\n"
+            f"unless on (cluster, job, instance)\n"
             f"  max_over_time({info(f'{DISRUPTIVE_IMPACTS}, {THIS_VM}')}[30m])",
             "5m",
             "warning",
@@ -58,6 +59,18 @@ def health_alerts(settings: Settings) -> list[dict[str, Any]]:
             "No se-exporter target is being scraped.",
             f"Prometheus has had no scrape target matching {{{job_selector}}} for 15 minutes: no Azure "
             "scheduled events are being monitored. Check service discovery and the exporter deployment.",
+        ),
+        alert(
+            "AzureScheduledEventsExporterAbsentInCluster",
+            f"max_over_time({CLUSTER_EXPORTERS}[1d])\nunless on (cluster, job) {CLUSTER_EXPORTERS}",
+            "15m",
+            "warning",
+            "Every se-exporter of a cluster (or job) has vanished.",
+            "{{ $value }} se-exporter target(s) of job {{ $labels.job }}{{ if $labels.cluster }} in cluster "
+            "{{ $labels.cluster }}{{ end }} were scraped within the last day and none is now, for 15 minutes: "
+            "that cluster's Azure maintenance is not being seen (its DaemonSet, its Prometheus, or its remote "
+            "write is gone). AzureScheduledEventsExporterAbsent cannot tell while other clusters report. A "
+            "cluster removed on purpose alerts for a day: silence it.",
         ),
         alert(
             "AzureScheduledEventsExporterStale",

@@ -63,7 +63,7 @@ def soonest_not_before(description: str) -> stat_panel.Panel:
         description,
         # Disruptive events only, of the VMs they may affect: a live migration's NotBefore is not "when".
         f"min(\n  {m('event_seconds_until_not_before')}{{{SEL}}}\n"
-        f"  and on (job, instance, event_id)\n"
+        f"  and on (cluster, job, instance, event_id)\n"
         f'  {m("event_info")}{{{SEL}, impact!~"{UNDISRUPTIVE}", affects_this_vm!="false"}}\n)',
         "s",
         steps=thresholds((None, "red"), (300, "orange"), (900, "green")),

@@ -9,6 +9,8 @@ from se_exporter.metrics.names import PREFIX
 
 # level:metric:operations, as the Prometheus naming conventions have it.
 EXPORTER_UP = f"instance:{PREFIX}exporter_up:max"
+# Exporters scraped, per cluster and job: what a central engine's per-cluster absence compares with its past.
+CLUSTER_EXPORTERS = f"cluster_job:{PREFIX}exporter_up:count"
 POLL_ERRORS_RATE = f"instance:{PREFIX}poll_errors:rate5m"
 POLL_ERRORS_RATIO = f"instance:{PREFIX}poll_errors:ratio_rate5m"
 APPROVALS_FAILED = f"instance_event_type:{PREFIX}approvals_failed:increase15m"
@@ -52,6 +54,10 @@ def recording_rules(settings: Settings) -> list[dict[str, Any]]:
             # The only place a job selector is needed: Prometheus' synthetic up series.
             "record": EXPORTER_UP,
             "expr": f"max without () (up{{{settings.job_selector}}})",
+        },
+        {
+            "record": CLUSTER_EXPORTERS,
+            "expr": f"count by (cluster, job) ({EXPORTER_UP})",
         },
         {
             "record": POLL_ERRORS_RATE,

@@ -62,6 +62,7 @@ KUBE_STATE_METRICS = {
 FLEET_ALERTS = {
     "AzureScheduledEventsMaintenanceWave": "$labels.job",
     "AzureScheduledEventsExporterMissingOnNodes": "$labels.daemonset",
+    "AzureScheduledEventsExporterAbsentInCluster": "$labels.cluster",
 }
 
 
@@ -152,7 +153,7 @@ def test_recording_rule_names() -> None:
     assert RECORDING_RULES
     for rule in RECORDING_RULES:
         level, metric, operation = rule["record"].split(":")
-        assert level.startswith(("instance", "job")), rule["record"]
+        assert level.startswith(("instance", "job", "cluster_job")), rule["record"]
         assert metric.startswith("azure_scheduled_events_"), rule["record"]
         assert operation, rule["record"]
 
