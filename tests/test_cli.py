@@ -322,14 +322,15 @@ def test_the_otlp_endpoints_credentials_are_never_shown(protocol: str) -> None:
             "--web.listen-address is empty and no --textfile.path is given: nothing would expose the metrics",
         ),
         (
-            ["--web.listen-address=", "--textfile.path={tmp}/missing/se-exporter.prom"],
+            ["--web.listen-address=", "--textfile.path={missing}"],
             {},
-            "--textfile.path: cannot write {tmp}/missing/se-exporter.prom: No such file or directory",
+            "--textfile.path: cannot write {missing}: No such file or directory",
         ),
     ],
     ids=["not-prom", "variable", "no-output", "missing-directory"],
 )
 def test_textfile_mistakes_are_one_line(args: list[str], variables: dict[str, str], error: str, tmp_path: Path) -> None:
-    given = [arg.format(tmp=tmp_path) for arg in args]
+    missing = tmp_path / "missing" / "se-exporter.prom"  # as the exporter prints a path (Windows: backslashes)
+    given = [arg.format(missing=missing) for arg in args]
     result = se_exporter("run", "--imds.url=http://127.0.0.1:9", *given, **cast(dict[str, Any], variables))
-    assert (result.returncode, result.stderr) == (2, f"se-exporter: error: {error.format(tmp=tmp_path)}\n")
+    assert (result.returncode, result.stderr) == (2, f"se-exporter: error: {error.format(missing=missing)}\n")

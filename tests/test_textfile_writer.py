@@ -25,8 +25,11 @@ class Polls(Collector):
         yield GaugeMetricFamily("azure_scheduled_events_test_polls", "Polls seen.", value=self.count)
 
 
-def _written(path: Path, count: int) -> bool:
-    return value(path.read_text(), "azure_scheduled_events_test_polls") == count
+def _written(writer: TextfileWriter, count: int) -> bool:
+    """Polls go on while the file is read: on Windows a rename over a file someone is reading fails, and the
+    next poll's write replaces it (as the exporter's polls do, every second)."""
+    writer.poll_done()
+    return value(writer.path.read_text(), "azure_scheduled_events_test_polls") == count
 
 
 def test_each_poll_is_written_and_close_writes_the_last(tmp_path: Path) -> None:
@@ -38,8 +41,7 @@ def test_each_poll_is_written_and_close_writes_the_last(tmp_path: Path) -> None:
     writer.start()
     for count in (1, 2, 3):
         polls.count = count
-        writer.poll_done()
-        wait_for(functools.partial(_written, tmp_path / "se.prom", count), 10, f"poll {count} written")
+        wait_for(functools.partial(_written, writer, count), 10, f"poll {count} written", interval=0.1)
     polls.count = 4
     writer.close()
     assert value((tmp_path / "se.prom").read_text(), "azure_scheduled_events_test_polls") == 4

@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 
 from se_exporter.common.deadline import DeadlineTransport, root_cause, within
+from se_exporter.config.files import os_problem
 from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import HEALTHY_PATH, add_exporter_flags
 
@@ -107,7 +108,7 @@ def _textfile_problem(path: Path | None, poll_interval: float) -> str | None:
     try:
         age = time.time() - os.stat(path).st_mtime
     except OSError as error:
-        return f"{path}: {error.strerror or error}"
+        return f"{path}: {os_problem(error)}"
     return f"{path}: not written for {age:.0f} s (more than {limit:.0f} s)" if age > limit else None
 
 
