@@ -74,15 +74,19 @@ def fleet(vms: int, start: float, hours: float) -> list[VM]:
     return out
 
 
-def write_openmetrics(out: TextIO, vms: list[VM], start: float, end: float, step: float) -> int:
-    """Every family of every VM from ``start`` to ``end``; returns the number of samples written."""
+def write_openmetrics(
+    out: TextIO, vms: list[VM], start: float, end: float, step: float, *, millis: bool = False
+) -> int:
+    """Every family of every VM from ``start`` to ``end``; returns the number of samples written. ``millis``:
+    timestamps in milliseconds, as Prometheus' text format has them (VictoriaMetrics' import reads that)."""
+    scale = 1000.0 if millis else 1.0
     times = [start + k * step for k in range(int((end - start) // step) + 1)]
     written = 0
     for family, kind, series in _families(vms, times):
         out.write(f"# TYPE {family} {kind}\n")
         for name, labels, points in series:
             prefix = f"{name}{{{labels}}} "
-            out.write("".join(f"{prefix}{value:g} {t:.0f}\n" for t, value in points))
+            out.write("".join(f"{prefix}{value:g} {t * scale:.0f}\n" for t, value in points))
             written += len(points)
     out.write("# EOF\n")
     return written

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tools import require
+
 REPO = Path(__file__).resolve().parents[1]
 
 # benchmark → the title of a table it must print
@@ -50,6 +52,24 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
         assert title in section, f"benchmark {name} printed no table:\n{section[:2000]}"
         table = section.split(title, 1)[1]
         assert "\n| " in table and "|---" in table, f"benchmark {name}: malformed table:\n{table[:2000]}"
+
+
+@pytest.mark.timeout(240)
+def test_the_fleet_benchmark_on_the_engine_starts_and_prints_its_tables() -> None:
+    """Opt-in (``--only fleet_engine``): the fleet through vmagent's remote_write to VictoriaMetrics."""
+    require("victoria-metrics")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--tiny", "--no-save", "--only", "fleet_engine"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "### Fleet of 20 VMs, 1 h at a 60 s interval, through remote_write to VictoriaMetrics" in done.stdout
+    assert "### Every dashboard query over 1 h" in done.stdout and "### Every rule's expression" in done.stdout
 
 
 def test_reference_loop_is_plain_stdlib() -> None:

@@ -51,3 +51,14 @@ def test_absence_is_said_for_the_whole_view_once_and_per_cluster() -> None:
     assert by_name["cluster_job:azure_scheduled_events_exporter_up:count"]["expr"] == (
         "count by (cluster, job) (instance:azure_scheduled_events_exporter_up:max)"
     )
+
+
+def test_docs_scale_is_linked_from_the_readme_and_states_the_label_contract() -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "(docs/scale.md)" in readme
+    scale = (REPO_ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
+    contract = scale[scale.index("### The label contract") :]
+    for label in ("cluster", "job", "instance", "node"):
+        assert f"| `{label}` |" in contract, label
+    for name in ("AzureScheduledEventsExporterAbsentInCluster", "cluster_job:azure_scheduled_events_exporter_up:count"):
+        assert name in scale and any(_name(rule) == name for rule in RULES), name
