@@ -7,7 +7,8 @@ from grafana_foundation_sdk.builders import table as table_panel
 from grafana_foundation_sdk.models.dashboard import ValueMap, ValueMappingResult
 
 from dashboards.mixin.config import SEL, m
-from dashboards.mixin.grafana import Override, override, table, target, thresholds, transformation, vm_link
+from dashboards.mixin.grafana import Override, override, target, thresholds, vm_link
+from dashboards.mixin.kinds import table, transformation
 from dashboards.mixin.mappings import DURATION_MAPPINGS, IMPACT_TEXT_MAPPINGS
 
 EVENT = "cluster, job, instance, event_id"

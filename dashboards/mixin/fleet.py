@@ -12,7 +12,8 @@ from dashboards.mixin.config import DISRUPTIVE, FLEET_UID, SEL, m
 from dashboards.mixin.fleet_events import events_row
 from dashboards.mixin.fleet_health import health_row, lifecycle_row
 from dashboards.mixin.frame import dashboard
-from dashboards.mixin.grafana import Layout, stat, thresholds
+from dashboards.mixin.grafana import Layout, thresholds
+from dashboards.mixin.kinds import stat
 from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import soonest_not_before
 

@@ -8,7 +8,8 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.events_table import events_table
-from dashboards.mixin.grafana import LAST_VALUE, Layout, colours, override, panel, target, thresholds, timeseries
+from dashboards.mixin.grafana import LAST_VALUE, Layout, colours, override, panel, target, thresholds
+from dashboards.mixin.kinds import timeseries
 from dashboards.mixin.mappings import IMPACT_COLOURS
 from dashboards.mixin.panels import event_timeline
 from dashboards.mixin.recording import JOB_VMS_PENDING

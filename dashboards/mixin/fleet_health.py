@@ -3,18 +3,8 @@
 from __future__ import annotations
 
 from dashboards.mixin.config import JOB, SEL, m
-from dashboards.mixin.grafana import (
-    Layout,
-    override,
-    right_axis,
-    stat,
-    table,
-    target,
-    thresholds,
-    timeseries,
-    transformation,
-    vm_link,
-)
+from dashboards.mixin.grafana import Layout, override, right_axis, target, thresholds, vm_link
+from dashboards.mixin.kinds import stat, table, timeseries, transformation
 from dashboards.mixin.mappings import up_expr
 from dashboards.mixin.panels import actions_by_result, approvals_by_result, poll_errors_by_reason
 from dashboards.mixin.recording import JOB_POLL_AGE, JOB_TRANSITIONS, PERSISTENCE_ERRORS

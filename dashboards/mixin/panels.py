@@ -10,7 +10,8 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
 from dashboards.mixin.config import JOB, SEL, UNDISRUPTIVE, m
-from dashboards.mixin.grafana import colours, green, panel, stat, target, thresholds, timeseries
+from dashboards.mixin.grafana import colours, green, panel, target, thresholds
+from dashboards.mixin.kinds import stat, timeseries
 from dashboards.mixin.mappings import IMPACT_MAPPINGS, IMPACT_STATE_EXPR, STATUS_MAPPINGS, event_state_expr
 from dashboards.mixin.recording import JOB_POLL_ERRORS
 

@@ -11,7 +11,8 @@ from grafana_foundation_sdk.models import common as cm
 from dashboards.mixin.config import SEL, VM_UID, m
 from dashboards.mixin.events_table import events_table
 from dashboards.mixin.frame import dashboard
-from dashboards.mixin.grafana import Layout, stat, target, thresholds, timeseries
+from dashboards.mixin.grafana import Layout, target, thresholds
+from dashboards.mixin.kinds import stat, timeseries
 from dashboards.mixin.mappings import UP_MAPPINGS, up_expr
 from dashboards.mixin.panels import (
     event_timeline,

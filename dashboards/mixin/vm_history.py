@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dashboards.mixin.config import SEL, m
-from dashboards.mixin.grafana import Layout, bargauge, right_axis, target, timeseries
+from dashboards.mixin.grafana import Layout, right_axis, target
+from dashboards.mixin.kinds import bargauge, timeseries
 from dashboards.mixin.panels import (
     approvals_by_result,
     poll_errors_by_reason,
