@@ -135,7 +135,8 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
     import gc
 
     from se_exporter.app import Exporter
-    from se_exporter.config.options import config_from_args, untrusted_imds_url
+    from se_exporter.config.options import config_from_args
+    from se_exporter.config.values import untrusted_imds_url
     from se_exporter.platform import current
     from se_exporter.process import serve
 

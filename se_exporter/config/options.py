@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from se_exporter.config import flags
+from se_exporter.config import flags, values
 from se_exporter.errors import ConfigError
-from se_exporter.imds import api_versions
-from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, IMPACTS
-from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
+from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.logs import FORMATS, LEVELS
-
-HEALTHY_PATH = "/-/healthy"  # served by web.py; --web.telemetry-path may not take these or "/"
-READY_PATH = "/-/ready"
-TRAFFIC_PATH = "/-/traffic"  # for a load balancer's health probe: served without basic auth
-_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +48,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     web.add_argument(
         "--web.telemetry-path",
         dest="telemetry_path",
-        type=_path_flag,
+        type=values.path_flag,
         default=d.telemetry_path,
         metavar="PATH",
         help="path under which to expose metrics (default /metrics)",
@@ -74,7 +64,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     web.add_argument(
         "--textfile.path",
         dest="textfile_path",
-        type=_textfile_flag,
+        type=values.textfile_flag,
         default=None,
         metavar="FILE",
         help="also write the metrics to FILE (*.prom) after every poll, for node_exporter's textfile collector",
@@ -84,7 +74,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         imds.add_argument(
             "--imds.url",
             dest="imds_url",
-            type=_url_flag,
+            type=values.url_flag,
             default=d.imds_url,
             metavar="URL",
             help="IMDS base URL (default http://169.254.169.254)",
@@ -92,7 +82,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     imds.add_argument(
         "--imds.api-version",
         dest="api_version",
-        type=_api_version_flag,
+        type=values.api_version_flag,
         default=d.api_version,
         metavar="VERSION",
         help="Scheduled Events api-version (default 2020-07-01)",
@@ -100,7 +90,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     imds.add_argument(
         "--imds.timeout",
         dest="imds_timeout",
-        type=_positive_duration,
+        type=values.positive_duration,
         default=d.imds_timeout,
         metavar="DURATION",
         help="read timeout of an IMDS request after the first (default 5s)",
@@ -108,7 +98,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     imds.add_argument(
         "--poll.interval",
         dest="poll_interval",
-        type=_poll_interval,
+        type=values.poll_interval,
         default=d.poll_interval,
         metavar="DURATION",
         help="time between polls: 250ms, 1s, 2m or seconds (default 1s)",
@@ -157,7 +147,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     traffic.add_argument(
         "--traffic.impacts",
         dest="traffic_impacts",
-        type=_impacts_flag,
+        type=values.impacts_flag,
         default=d.traffic_impacts,
         metavar="LIST",
         help=f"impacts that take the VM out of traffic (default {','.join(d.traffic_impacts)})",
@@ -192,67 +182,3 @@ def config_from_args(args: argparse.Namespace) -> ExporterConfig:
         log_format=args.log_format,
         textfile_path=args.textfile_path,
     )
-
-
-def _path_flag(text: str) -> str:
-    if not text.startswith("/") or text in ("/", HEALTHY_PATH, READY_PATH, TRAFFIC_PATH):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} must start with / and not be /, {HEALTHY_PATH}, {READY_PATH} or {TRAFFIC_PATH}"
-        )
-    return text
-
-
-def _textfile_flag(text: str) -> Path:
-    if not text.endswith(".prom"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} must end in .prom: node_exporter's textfile collector reads no other file"
-        )
-    return Path(text)
-
-
-def _url_flag(text: str) -> str:
-    if not re.match(r"^https?://[^/\s]+$", text.rstrip("/")):
-        raise argparse.ArgumentTypeError(f"invalid URL {text!r} (use e.g. http://169.254.169.254)")
-    return text.rstrip("/")
-
-
-def untrusted_imds_url(url: str) -> bool:
-    """True when ``url`` is neither link-local (the real IMDS) nor loopback (the simulator)."""
-    host = urlsplit(url).hostname or ""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host != "localhost"  # a name: DNS, and possibly a proxy, decide who answers
-    return not (address.is_link_local or address.is_loopback)
-
-
-def _api_version_flag(text: str) -> str:
-    if not _API_VERSION.match(text):
-        raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2020-07-01)")
-    if (why := api_versions.refusal(text)) is not None:
-        raise argparse.ArgumentTypeError(why)
-    return text
-
-
-def _impacts_flag(text: str) -> tuple[str, ...]:
-    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [impact for impact in chosen if impact not in IMPACTS]
-    if not chosen or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of {', '.join(IMPACTS)}")
-    return tuple(dict.fromkeys(chosen))
-
-
-def _positive_duration(text: str) -> float:
-    seconds = flags.duration(text)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"duration {text!r} must be greater than zero")
-    return seconds
-
-
-def _poll_interval(text: str) -> float:
-    seconds = flags.duration(text)
-    if seconds < IMDS_MIN_REQUEST_SPACING:
-        raise argparse.ArgumentTypeError(
-            f"poll interval {text!r} is below 250ms: IMDS allows 5 requests/s and throttles beyond"
-        )
-    return seconds

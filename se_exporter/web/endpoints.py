@@ -8,7 +8,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from se_exporter.config.options import HEALTHY_PATH, READY_PATH, TRAFFIC_PATH
+from se_exporter.config.values import HEALTHY_PATH, READY_PATH, TRAFFIC_PATH
 from se_exporter.web.traffic import TrafficVerdict
 
 

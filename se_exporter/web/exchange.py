@@ -30,7 +30,7 @@ from wsgiref.types import WSGIApplication
 
 import h11
 
-from se_exporter.config.options import TRAFFIC_PATH
+from se_exporter.config.values import TRAFFIC_PATH
 from se_exporter.web.auth import BasicAuthenticator
 from se_exporter.web.config import WebConfig
 from se_exporter.web.renders import Renders

@@ -29,7 +29,8 @@ import httpx
 from se_exporter.common.deadline import DeadlineTransport, root_cause, within
 from se_exporter.config.files import os_problem
 from se_exporter.config.flags import apply_environment
-from se_exporter.config.options import HEALTHY_PATH, add_exporter_flags
+from se_exporter.config.options import add_exporter_flags
+from se_exporter.config.values import HEALTHY_PATH
 
 TIMEOUT_SECONDS = 4.0  # under the image's --timeout=5s
 _ENTRYPOINTS = ("se-exporter", "se-exporter.exe")
