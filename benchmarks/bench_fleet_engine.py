@@ -111,6 +111,7 @@ def _send(tmp: Path, agent: str, engine: str, count: int, *, start: float, end: 
                 answer.read()
     posted = time.monotonic() - began
     _drain(engine, samples)
+    _searchable(engine, end)
     return {
         "samples": samples,
         "text_bytes": text.stat().st_size,
@@ -135,6 +136,19 @@ def _drain(engine: str, samples: int, timeout: float = 3600) -> None:
             return
         time.sleep(0.5)
     raise RuntimeError(f"the engine did not receive {samples:,} samples within {timeout:.0f} s")
+
+
+def _searchable(engine: str, end: float, timeout: float = 600) -> None:
+    """Until a query at the window's end sees every VM's last sample (the engine inserts before it can find:
+    one run's instant queries at the end read the minute before, and "Unhealthy exporters" listed every VM)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = _instant(engine, f"count(timestamp(up) >= {end:.0f})", end)
+        if last and last == _instant(engine, "count(up)", end):
+            return
+        http_get(engine + "/internal/force_flush")
+        time.sleep(0.5)
+    raise RuntimeError(f"the engine's samples at the window's end were not searchable within {timeout:.0f} s")
 
 
 def _inserted(engine: str) -> int:

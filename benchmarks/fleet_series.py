@@ -86,7 +86,7 @@ def write_openmetrics(
         out.write(f"# TYPE {family} {kind}\n")
         for name, labels, points in series:
             prefix = f"{name}{{{labels}}} "
-            out.write("".join(f"{prefix}{value:g} {t * scale:.0f}\n" for t, value in points))
+            out.write("".join(f"{prefix}{value:.15g} {t * scale:.0f}\n" for t, value in points))
             written += len(points)
     out.write("# EOF\n")
     return written
