@@ -130,8 +130,13 @@ def test_successful_check_is_cached_so_the_second_scrape_is_fast(
             return time.perf_counter() - started
 
         first, second, third = timed(), timed(), timed()
-    assert first > 0.05, first  # bcrypt cost 12 is ~0.2 s
-    assert max(second, third) < first / 4, (first, second, third)
+    # One bcrypt check of this hash, timed here: the first scrape holds one, a cached scrape cannot. (Against
+    # the first scrape's time / 4 it failed once under Wine, the machine loaded: 0.28 s, then 0.05 and 0.072.)
+    started = time.perf_counter()
+    assert bcrypt.checkpw(PASSWORD.encode(), slow_hash.encode())
+    check = time.perf_counter() - started
+    assert first > check / 2, (first, check)
+    assert max(second, third) < check / 2, (first, second, third, check)
 
 
 def count_bcrypt(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
