@@ -82,9 +82,53 @@ CASES = {
             ("b", "completed", "Started", 9, 8.0),
         ],
     ),
-    "unknown status is tracked without transitions until it starts": (
+    "an unknown status is listed, and starts like any other": (
         [(0, [ev(status="Pending")]), (1, [ev(status="Started")]), (4, [])],
-        [("e1", "started", "Pending", 1, None), ("e1", "completed", "Started", 4, 3.0)],
+        [
+            ("e1", "listed", "", 0, None),
+            ("e1", "started", "Pending", 1, None),
+            ("e1", "completed", "Started", 4, 3.0),
+        ],
+    ),
+    "a Spot eviction-risk notice: listed, then removed": (
+        [(0, [ev(status="Advisory", event_type="SpotRebalanceRecommendation")]), (1, []), (2, [])],
+        [("e1", "listed", "", 0, None), ("e1", "removed", "Advisory", 1, None)],
+    ),
+    "an unknown type in an unknown status: listed, updated, removed": (
+        [
+            (0, [ev(status="Quiet", event_type="HostUpgrade")]),
+            (1, [ev(status="Loud", event_type="HostUpgrade")]),
+            (2, []),
+        ],
+        [
+            ("e1", "listed", "", 0, None),
+            ("e1", "updated", "Quiet", 1, None),
+            ("e1", "removed", "Loud", 2, None),
+        ],
+    ),
+    "Scheduled, Paused, gone: updated, then removed (no start is made up)": (
+        [(0, [ev()]), (1, [ev(status="Paused")]), (2, [ev(status="Paused")]), (3, [])],
+        [
+            ("e1", "scheduled", "", 0, None),
+            ("e1", "updated", "Scheduled", 1, None),
+            ("e1", "removed", "Paused", 3, None),
+        ],
+    ),
+    "an Advisory that becomes Scheduled, then is called off": (
+        [(0, [ev(status="Advisory")]), (1, [ev()]), (2, [])],
+        [
+            ("e1", "listed", "", 0, None),
+            ("e1", "updated", "Advisory", 1, None),
+            ("e1", "cancelled", "Scheduled", 2, None),
+        ],
+    ),
+    "a status flapping is said once each way": (
+        [(0, [ev()]), (1, [ev(status="Paused")]), (2, [ev()]), (3, [ev(status="Paused")]), (4, [ev()])],
+        [
+            ("e1", "scheduled", "", 0, None),
+            ("e1", "updated", "Scheduled", 1, None),
+            ("e1", "updated", "Paused", 2, None),
+        ],
     ),
     "changed in place: updated once per new content": (
         [
@@ -109,9 +153,13 @@ CASES = {
             ("e1", "updated", "Scheduled", 1, None),
         ],
     ),
-    "back to Scheduled after Started does not start twice": (
+    "back to Scheduled after Started is an update and does not start twice": (
         [(0, [ev(status="Started")]), (1, [ev()]), (2, [ev(status="Started")]), (5, [])],
-        [("e1", "started", "", 0, None), ("e1", "completed", "Started", 5, 5.0)],
+        [
+            ("e1", "started", "", 0, None),
+            ("e1", "updated", "Started", 1, None),
+            ("e1", "completed", "Started", 5, 5.0),
+        ],
     ),
 }
 
@@ -160,40 +208,39 @@ def test_an_event_id_that_returns_starts_a_new_life() -> None:
     assert again[0].uid != first[0].uid
 
 
-# --- property: any history yields each event's transitions legally ordered, each at most once ---
+# --- property: any history gives every event one lifecycle: opened once, closed once, each step once ---
 
-statuses = st.sampled_from(["Scheduled", "Started"])
+statuses = st.sampled_from(["Scheduled", "Started", "Advisory", "Paused"])
 not_befores = st.sampled_from([NB1, NB2, NB1 + timedelta(hours=1)])
-event_views = st.builds(lambda s, nb: (s, nb), statuses, not_befores)
+event_types = st.sampled_from(["Reboot", "SpotRebalanceRecommendation", "HostUpgrade"])
+event_views = st.tuples(statuses, not_befores, event_types)
 documents = st.dictionaries(st.sampled_from(["a", "b", "c"]), event_views, max_size=3)
-
-LEGAL_NEXT = {
-    None: {"scheduled", "started"},
-    "scheduled": {"started", "cancelled", "rescheduled"},
-    "rescheduled": {"started", "cancelled", "rescheduled"},
-    "started": {"completed"},
-    "completed": set(),
-    "cancelled": set(),
-}
+OPENING = {"scheduled", "started", "listed"}
+CLOSING = {"completed", "cancelled", "removed"}
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(documents, max_size=12))
-def test_any_history_yields_legal_transitions(history: list[dict[str, tuple[str, datetime]]]) -> None:
+def test_any_history_gives_every_event_a_whole_lifecycle(history: list[dict[str, tuple[str, datetime, str]]]) -> None:
     store = EventStore()
     emitted: list[Transition] = []
     for step, listed in enumerate([*history, {}]):
-        events = tuple(ev(event_id, status, nb) for event_id, (status, nb) in sorted(listed.items()))
+        events = tuple(
+            ev(event_id, status, nb, event_type) for event_id, (status, nb, event_type) in sorted(listed.items())
+        )
         emitted += store.reconcile(Document(step, events), T0 + step)
     uids = [t.uid for t in emitted]
     assert len(uids) == len(set(uids)), "a transition was emitted twice"
-    last: dict[str, str | None] = {}
+    lives: dict[tuple[str, int], list[str]] = {}
     for t in emitted:
-        previous = last.get(t.event.event_id)
-        if previous in ("completed", "cancelled"):  # a removed event that comes back is a new life
-            previous = None
-        assert t.kind in LEGAL_NEXT[previous], f"{previous} -> {t.kind}"
-        last[t.event.event_id] = t.kind
+        lives.setdefault((t.event.event_id, t.life), []).append(t.kind)
+    for kinds in lives.values():
+        assert kinds[0] in OPENING and kinds[-1] in CLOSING, kinds
+        assert sum(kind in OPENING for kind in kinds) == 1 + (kinds[0] != "started" and "started" in kinds), kinds
+        assert sum(kind in CLOSING for kind in kinds) == 1, kinds
+        assert kinds.count("started") <= 1, kinds
+        if "started" in kinds:
+            assert kinds[-1] == "completed", kinds
     assert store.events == {}
 
 
@@ -253,8 +300,28 @@ def test_an_update_says_what_changed_and_has_a_uid_per_content() -> None:
     assert first.kind is TransitionKind.UPDATED
     assert first.changes == "the event changed (EventType Freeze -> Terminate; Resources [vm-a] -> [vm-a, vm-b])"
     (back,) = store.reconcile(Document(3, (ev(event_type="Freeze"),)), T0 + 2)
-    (again,) = store.reconcile(Document(4, (grown,)), T0 + 3)
-    assert len({first.uid, back.uid}) == 2 and again.uid == first.uid  # the same content: the same record
+    assert back.changes == "the event changed (EventType Terminate -> Freeze; Resources [vm-a, vm-b] -> [vm-a])"
+    assert len({first.uid, back.uid}) == 2
+    assert store.reconcile(Document(4, (grown,)), T0 + 3) == [], "once per new content"
+
+
+def test_a_status_change_says_event_status_among_the_changes() -> None:
+    store = EventStore()
+    store.reconcile(Document(1, (ev(),)), T0)
+    (paused,) = store.reconcile(Document(2, (ev(status="Paused"),)), T0 + 1)
+    assert (paused.kind, paused.previous_status, paused.event.event_status) == ("updated", "Scheduled", "Paused")
+    assert paused.changes == "the event changed (EventStatus Scheduled -> Paused)"
+    (started,) = store.reconcile(Document(3, (ev(status="Started"),)), T0 + 2)
+    assert (started.kind, started.changes) == ("started", ""), "a start is no update"
+
+
+def test_an_updated_uid_of_a_scheduled_event_is_the_one_earlier_versions_gave() -> None:
+    """Receivers may hold it: a Scheduled event's content key leaves the status out, as before issue 52."""
+    event = msgspec.structs.replace(ev(event_type="Terminate"), event_id="EV-1")
+    updated = Transition(TransitionKind.UPDATED, event, "Scheduled", T0, 2, T0, "Scheduled")
+    assert updated.uid == "ea9ad8b2-8762-545b-bd5d-61221de2182b"
+    paused = msgspec.structs.replace(event, event_status="Paused", not_before=None)
+    assert Transition(TransitionKind.UPDATED, paused, "Scheduled", T0, 3, T0, "Scheduled").uid != updated.uid
 
 
 # ----- What was not seen (issue 38): a gap in the view across NotBefore is a completion, not a cancellation -----

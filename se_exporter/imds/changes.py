@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.document import SCHEDULED, STARTED, ScheduledEvent
 
 # The fields that say what an event is, beside its status and NotBefore (whose changes have names of their
 # own: started, rescheduled). IMDS's names, for people reading the audit trail.
@@ -24,9 +24,23 @@ def content(event: ScheduledEvent) -> tuple[object, ...]:
     return tuple(getattr(event, attr) for _, attr in CONTENT_FIELDS)
 
 
-def describe_change(before: ScheduledEvent, after: ScheduledEvent, *, with_not_before: bool = True) -> str:
-    """``the event changed (EventType Freeze -> Reboot; Resources [vm-a] -> [vm-a, vm-b])``, values shortened."""
+def status_changed(before: ScheduledEvent, after: ScheduledEvent) -> bool:
+    """Whether the EventStatus changed other than by a start (Scheduled -> Started has a transition of its own;
+    Scheduled -> Paused, Advisory -> Scheduled or Started -> Scheduled do not)."""
+    return before.event_status != after.event_status and (before.event_status, after.event_status) != (
+        SCHEDULED,
+        STARTED,
+    )
+
+
+def describe_change(
+    before: ScheduledEvent, after: ScheduledEvent, *, with_not_before: bool = True, with_status: bool = False
+) -> str:
+    """``the event changed (EventType Freeze -> Reboot; Resources [vm-a] -> [vm-a, vm-b])``, values shortened;
+    ``with_status``: EventStatus too, when it changed other than by a start."""
     fields = _ALL_FIELDS if with_not_before else CONTENT_FIELDS
+    if with_status and status_changed(before, after):
+        fields = (("EventStatus", "event_status"), *fields)
     changes = [
         f"{name} {_short(getattr(before, attr))} -> {_short(getattr(after, attr))}"
         for name, attr in fields

@@ -2,7 +2,10 @@
 
 ``reconcile(document, now)`` compares a document with what the store last saw and returns the
 transitions of docs/design.md, ``updated`` included (the same EventId saying another thing: another
-type, other Resources; the audit trail must not keep quiet about it). It performs no I/O and reads
+type, other Resources, another status than by a start; the audit trail must not keep quiet about it).
+Every listed event has a whole lifecycle, whatever its type or status: it opens (``scheduled``,
+``started``, or ``listed`` for any other status, e.g. a Spot eviction-risk notice's ``Advisory``) and it
+closes (``completed``, ``cancelled``, or ``removed`` from any other status). It performs no I/O and reads
 no clock: callers pass ``now`` (Unix seconds), so tests drive it with any timeline and a restored
 store continues where it left off.
 
@@ -21,16 +24,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from types import MappingProxyType
 from typing import Annotated
 
 import msgspec
 
-from se_exporter.imds.changes import content, describe_change
+from se_exporter.imds.changes import content, describe_change, status_changed
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import classify
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import EventState, Transition, TransitionKind, UnixTime
+from se_exporter.store.lifecycle import EventState, Transition, TransitionKind, UnixTime, content_key
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -38,6 +42,9 @@ MAX_REMEMBERED_REMOVALS = 1000
 # state (and the state file, rewritten at each change) without end. A NotBefore older than these that
 # comes back is reported as a reschedule again.
 MAX_NOT_BEFORE_HISTORY = 32
+# Contents said by "updated" remembered per event, likewise: "updated" is said once per new content (a status
+# flapping between two values, or a field going back and forth, is said once each way), within these.
+MAX_UPDATED_CONTENTS = 32
 
 
 class _StoreState(msgspec.Struct):
@@ -138,13 +145,8 @@ class EventStore:
             updated[event.event_id] = state
             if mono is not None and state.started_at == now and event.event_id not in self._started_mono:
                 self._started_mono[event.event_id] = mono  # its start seen now, by this process
-            updates = previous is not None and any(kind is TransitionKind.UPDATED for kind, _ in emitted)
-            changes = describe_change(previous.event, event, with_not_before=False) if previous and updates else ""
             transitions += [
-                _transition(
-                    kind, state, prev, now, incarnation, changes=changes if kind is TransitionKind.UPDATED else ""
-                )
-                for kind, prev in emitted
+                _transition(kind, state, prev, now, incarnation, changes=changes) for kind, prev, changes in emitted
             ]
         for event_id, state in self._events.items():
             if event_id in updated:
@@ -153,8 +155,7 @@ class EventStore:
                 updated[event_id] = state
                 continue
             self._forget(event_id, state.life)
-            if (removal := self._removal(state, now, incarnation, mono, blind_since)) is not None:
-                transitions.append(removal)
+            transitions.append(self._removal(state, now, incarnation, mono, blind_since))
         self._events = MappingProxyType(updated)
         self.incarnation = incarnation
         self.last_look = now
@@ -164,7 +165,7 @@ class EventStore:
 
     def _removal(
         self, state: EventState, now: float, incarnation: int, mono: float | None, blind_since: float | None
-    ) -> Transition | None:
+    ) -> Transition:
         """The transition of a listed event gone now (see the module's docstring for what was not seen)."""
         previous = state.event.event_status
         if state.started_at is not None:
@@ -179,8 +180,8 @@ class EventStore:
             else:
                 observed = not_before is not None and not_before <= watched_until
                 kind, flags = TransitionKind.CANCELLED, {"observed_until_not_before": observed}
-        else:
-            return None
+        else:  # gone from Advisory or another status, never Started: the lifecycle closes all the same
+            kind, flags = TransitionKind.REMOVED, {}
         return msgspec.structs.replace(_transition(kind, state, previous, now, incarnation), **flags)
 
     def _forget(self, event_id: str, life: int) -> None:
@@ -189,7 +190,7 @@ class EventStore:
             del self.removed[next(iter(self.removed))]
 
 
-Emitted = list[tuple[TransitionKind, str]]  # (transition, previous status)
+Emitted = list[tuple[TransitionKind, str, str]]  # (transition, previous status, what changed: on "updated")
 
 
 def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[EventState, Emitted]:
@@ -197,21 +198,37 @@ def _advance(state: EventState, event: ScheduledEvent, now: float) -> tuple[Even
     emitted: Emitted = []
     previous = state.event.event_status
     history = state.not_before_history
-    changed = content(state.event) != content(event)
     started_at = state.started_at
-    if started_at is not None:  # once Started, the lifecycle only waits for the removal
-        pass
-    elif event.event_status == STARTED:
+    starts = started_at is None and event.event_status == STARTED  # from Scheduled, or from any other status
+    if starts:
         started_at = now
-        emitted.append((TransitionKind.STARTED, previous))
-    elif event.event_status == SCHEDULED and event.not_before is not None and event.not_before not in history:
+        emitted.append((TransitionKind.STARTED, previous, ""))
+    elif started_at is None and (not_before := _new_not_before(event, history)) is not None:
         if history:  # a first NotBefore for an event seen without one is not a reschedule
-            emitted.append((TransitionKind.RESCHEDULED, previous))
-        history = (*history, event.not_before)[-MAX_NOT_BEFORE_HISTORY:]
-    if changed:  # the same EventId now says another thing: a transition of its own, or the trail would lie
-        emitted.append((TransitionKind.UPDATED, previous))
-    state = msgspec.structs.replace(state, event=event, started_at=started_at, not_before_history=history)
+            emitted.append((TransitionKind.RESCHEDULED, previous, ""))
+        history = (*history, not_before)[-MAX_NOT_BEFORE_HISTORY:]
+    updated = state.updated_contents
+    if _changed_in_place(state.event, event, starts) and (key := content_key(event)) not in updated:
+        # the same EventId now says another thing: a transition of its own, or the trail would lie
+        changes = describe_change(state.event, event, with_not_before=False, with_status=not starts)
+        emitted.append((TransitionKind.UPDATED, previous, changes))
+        updated = (*updated, key)[-MAX_UPDATED_CONTENTS:]
+    state = msgspec.structs.replace(
+        state, event=event, started_at=started_at, not_before_history=history, updated_contents=updated
+    )
     return _classified(state), emitted
+
+
+def _new_not_before(event: ScheduledEvent, history: tuple[datetime, ...]) -> datetime | None:
+    """The NotBefore of a Scheduled ``event`` when not seen before, else None."""
+    if event.event_status == SCHEDULED and event.not_before is not None and event.not_before not in history:
+        return event.not_before
+    return None
+
+
+def _changed_in_place(before: ScheduledEvent, after: ScheduledEvent, starts: bool) -> bool:
+    """Another content, or a status change that is not this event's start (which has a transition of its own)."""
+    return content(before) != content(after) or (not starts and status_changed(before, after))
 
 
 def _first_sighting(
@@ -219,13 +236,14 @@ def _first_sighting(
 ) -> tuple[EventState, Emitted]:
     if event.event_status == STARTED:
         state = EventState(event, now, STARTED, started_at=now, life=life, first_seen_watched=watching)
-        emitted = [(TransitionKind.STARTED, "")]
+        emitted = [(TransitionKind.STARTED, "", "")]
     elif event.event_status == SCHEDULED:
         history = (event.not_before,) if event.not_before is not None else ()
         state = EventState(event, now, SCHEDULED, not_before_history=history, life=life)
-        emitted = [(TransitionKind.SCHEDULED, "")]
-    else:  # an unknown status: tracked, and shown in metrics, but no lifecycle step
-        state, emitted = EventState(event, now, event.event_status, life=life), []
+        emitted = [(TransitionKind.SCHEDULED, "", "")]
+    else:  # Advisory (a Spot eviction-risk notice), or a status Azure adds: its lifecycle opens all the same
+        state = EventState(event, now, event.event_status, life=life)
+        emitted = [(TransitionKind.LISTED, "", "")]
     return _classified(state), emitted
 
 

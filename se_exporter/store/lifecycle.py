@@ -17,7 +17,7 @@ from typing import Annotated
 import msgspec
 
 from se_exporter.imds.changes import content
-from se_exporter.imds.document import ScheduledEvent
+from se_exporter.imds.document import SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Cause, Impact
 
 # Fixed namespace so that a transition's uid is the same in every process, forever.
@@ -27,11 +27,24 @@ UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # keeps a damaged stat
 
 class TransitionKind(StrEnum):
     SCHEDULED = "scheduled"  # first seen Scheduled
-    STARTED = "started"  # Scheduled -> Started, or first seen Started
+    STARTED = "started"  # Scheduled -> Started, first seen Started, or Started at last from any other status
     COMPLETED = "completed"  # removed after Started
     CANCELLED = "cancelled"  # removed while Scheduled
     RESCHEDULED = "rescheduled"  # NotBefore changed while Scheduled
-    UPDATED = "updated"  # changed in place: type, Resources, source, duration, description (same EventId)
+    # Changed in place: type, Resources, source, duration, description (same EventId), or an EventStatus
+    # change other than a start (Scheduled -> Paused, Advisory -> Scheduled, Started -> Scheduled).
+    UPDATED = "updated"
+    LISTED = "listed"  # first seen in any other status (Advisory: a Spot eviction-risk notice)
+    REMOVED = "removed"  # removed from any other status, never Started
+
+
+# The transitions that open a lifecycle, and those that close one: every listed event has both.
+OPENING: frozenset[TransitionKind] = frozenset(
+    {TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.LISTED}
+)
+CLOSING: frozenset[TransitionKind] = frozenset(
+    {TransitionKind.COMPLETED, TransitionKind.CANCELLED, TransitionKind.REMOVED}
+)
 
 
 class EventState(msgspec.Struct, frozen=True, gc=False):
@@ -42,6 +55,9 @@ class EventState(msgspec.Struct, frozen=True, gc=False):
     first_seen_status: str
     started_at: UnixTime | None = None  # Unix time the exporter saw it Started
     not_before_history: tuple[datetime, ...] = ()  # every NotBefore seen while Scheduled
+    # Every content "updated" said of it (``content_key``: its fields and, but for Scheduled, its status),
+    # newest kept: "updated" is said once per new content. Empty in a state file written before it existed.
+    updated_contents: tuple[str, ...] = ()
     life: Annotated[int, msgspec.Meta(ge=1)] = 1  # > 1 when the EventId came back after its removal
     # Whether the exporter was watching when it first saw the event (False at the first look after a start
     # without a state file, and after a gap in its view): an event found Started then may not have appeared
@@ -83,7 +99,7 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
             if self.kind is TransitionKind.RESCHEDULED and self.event.not_before is not None
             else None
         )
-        detail = _content_digest(self.event) if self.kind is TransitionKind.UPDATED else not_before
+        detail = content_key(self.event) if self.kind is TransitionKind.UPDATED else not_before
         return _transition_uid(self.event.event_id, self.life, self.kind, detail)
 
 
@@ -96,5 +112,13 @@ def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> 
     return str(uuid.uuid5(_UID_NAMESPACE, key))
 
 
-def _content_digest(event: ScheduledEvent) -> str:
-    return hashlib.sha256(json.dumps(content(event), default=str).encode()).hexdigest()[:16]
+def content_key(event: ScheduledEvent) -> str:
+    """What the event says apart from its NotBefore, as a short digest: the uid detail of its "updated".
+
+    A Scheduled event's key is its content alone, as every earlier version computed it (a receiver may hold
+    those uids); in any other status the status is part of it, so Scheduled -> Paused is new content.
+    """
+    fields: tuple[object, ...] = content(event)
+    if event.event_status != SCHEDULED:
+        fields = (*fields, event.event_status)
+    return hashlib.sha256(json.dumps(fields, default=str).encode()).hexdigest()[:16]
