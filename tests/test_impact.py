@@ -49,6 +49,9 @@ CASES = [
     ("Preempt", "", "", -1, False, "eviction", "unknown"),
     ("Terminate", "User", "", -1, False, "termination", "user"),
     ("Terminate", "Platform", "", -1, True, "termination", "platform"),
+    # A Spot eviction-risk notice (listed Advisory): nothing is lost yet, a Preempt may follow.
+    ("SpotRebalanceRecommendation", "Platform", "", -1, False, "eviction_risk", "platform"),
+    ("SpotRebalanceRecommendation", "", "", -1, True, "eviction_risk", "unknown"),  # no failure by its status
     ("Hibernate", "User", "", -1, False, "unknown", "user"),  # a type Azure may add one day
     ("freeze", "Platform", LIVE_MIGRATION, 5, False, "unknown", "platform"),  # EventType is case-sensitive
     ("Reboot", "Customer", "", -1, True, "reboot", "unknown"),  # an unknown EventSource
@@ -84,5 +87,15 @@ def test_older_api_version_document_without_source_or_description() -> None:
 
 
 def test_the_value_lists_are_the_contracts() -> None:
-    assert IMPACTS == ("live_migration", "pause", "none", "reboot", "redeploy", "eviction", "termination", "unknown")
+    assert IMPACTS == (
+        "live_migration",
+        "pause",
+        "none",
+        "reboot",
+        "redeploy",
+        "eviction",
+        "termination",
+        "eviction_risk",
+        "unknown",
+    )
     assert CAUSES == ("failure", "user", "platform", "unknown")

@@ -69,7 +69,8 @@ ERRORS = (IMDSHTTPError(500, "boom"), IMDSTimeout("slow"))
 
 
 def fixed_scenario() -> tuple[EventStore, Counters, Clock]:
-    """The docs' Freeze (scheduled, then started) plus a Started hardware-failure Reboot."""
+    """The docs' Freeze (scheduled, then started) plus a Started hardware-failure Reboot and a Spot eviction-risk
+    notice (Advisory)."""
     clock = Clock(T0)
     store, counters = EventStore(), Counters(approval_enabled=True)
     scheduled = parse_document((TESTDATA / "imds" / "docs-example-2-scheduled.json").read_bytes())
@@ -84,7 +85,14 @@ def fixed_scenario() -> tuple[EventStore, Counters, Clock]:
     reconcile(store, counters, scheduled, clock.now)
     clock.now += 30
     dry_run = ApprovalDecision(scheduled.events[0], ApprovalResult.DRY_RUN, "short-freeze", "dry_run", None, clock.now)
-    reconcile(store, counters, Document(3, (*scheduled.events, reboot)), clock.now, (dry_run,))
+    advisory = ScheduledEvent(
+        event_id="S1",
+        event_type="SpotRebalanceRecommendation",
+        event_status="Advisory",
+        resources=("WestNO_0",),
+        event_source="Platform",
+    )
+    reconcile(store, counters, Document(3, (*scheduled.events, reboot, advisory)), clock.now, (dry_run,))
     counters.observe_response("GET", "200", 0.004)
     counters.observe_response("GET", "500", 0.02)
     clock.now += 12.5  # the scrape happens later than the poll

@@ -21,8 +21,8 @@ NOT_USER = 'cause!="user"'
 # The events that page within the lead time, unless approved (alerts/runbook.md, "Paging policy").
 PAGED = f'impact=~"{PAGED_IMPACTS}", cause=~"{PAGED_CAUSES}"'
 # The events whose notice is a warning to chat: anything that is not a pause, an event of no impact, a Spot
-# eviction (30 s of notice: nothing a human can do) or an event the user caused.
-NOTICE = f'impact!~"{UNDISRUPTIVE}|eviction", {NOT_USER}'
+# eviction (30 s of notice: nothing a human can do), a Spot eviction-risk notice or an event the user caused.
+NOTICE = f'impact!~"{UNDISRUPTIVE}|eviction|eviction_risk", {NOT_USER}'
 # The labels of one event, dropped where a rule speaks of the VM rather than of its events.
 EVENT_LABELS = f"event_id, event_type, {INFO_LABELS}"
 # How long after a disruptive event was last seen Started its VM may still be down (a reboot, a redeploy):
@@ -37,6 +37,7 @@ MEANING = (
     '{{ else if eq $labels.impact "live_migration" }}The VM pauses for seconds while its memory moves host.'
     '{{ else if eq $labels.impact "pause" }}The VM pauses; nothing is lost.'
     '{{ else if eq $labels.impact "none" }}Azure says the event does not interrupt the VM.'
+    '{{ else if eq $labels.impact "eviction_risk" }}Nothing is lost yet: Azure may evict this Spot VM soon.'
     "{{ else }}se-exporter does not know what this event type does.{{ end }}"
 )
 # Events for this VM; "unknown" (the exporter could not learn the VM name) counts as this VM.

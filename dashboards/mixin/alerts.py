@@ -3,7 +3,8 @@
 Each event has one alert for each situation. A platform Reboot or Redeploy of this VM: its notice is a
 warning (ImpactfulScheduled, or LongNoticeRedeploy for a Redeploy announced days ahead); within the lead time
 it pages once (NotBeforeImminent) unless this exporter approved it (ApprovedWaiting, info). Spot evictions,
-user-caused events, pauses and live migrations are info, which the shipped routes send nowhere.
+user-caused events, pauses and live migrations are info, which the shipped routes send nowhere, and so are
+Spot eviction-risk notices (SpotEvictionRisk), which no approval answers.
 """
 
 from __future__ import annotations
@@ -141,6 +142,18 @@ def info_alerts() -> list[dict[str, Any]]:
             )
             + " The Spot VM is deallocated or deleted about 30 seconds after the notice: too soon for a human. "
             "Let an action or a pre-approval hook drain it.",
+        ),
+        alert(
+            "AzureScheduledEventSpotEvictionRisk",
+            # Whatever its status (Advisory today): nothing will start, and it is shown while it is listed.
+            info(f'impact="eviction_risk", {THIS_VM}'),
+            "0m",
+            "info",
+            "Azure warns that a Spot VM is at risk of eviction.",
+            "{{ $labels.event_type }} notice {{ $labels.event_id }} (impact eviction_risk, status "
+            "{{ $labels.event_status }}) for {{ $labels.instance }}: Azure recommends moving work off this Spot VM "
+            "before capacity is reclaimed. Nothing is lost yet and nothing needs approving; a Preempt (about 30 "
+            "seconds of notice) may follow. Move work to other nodes and check the scale set's Spot capacity.",
         ),
         alert(
             "AzureScheduledEventUserInitiatedScheduled",

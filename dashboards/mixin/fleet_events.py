@@ -9,7 +9,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.events_table import events_table
 from dashboards.mixin.grafana import LAST_VALUE, Layout, colours, override, panel, target, thresholds
-from dashboards.mixin.kinds import timeseries
+from dashboards.mixin.kinds import stat, timeseries
 from dashboards.mixin.mappings import IMPACT_COLOURS
 from dashboards.mixin.panels import event_timeline
 from dashboards.mixin.recording import JOB_VMS_PENDING
@@ -17,7 +17,22 @@ from dashboards.mixin.recording import JOB_VMS_PENDING
 
 def events_row(lay: Layout) -> None:
     lay.row("Events")
-    lay.add(upcoming_impact(), 24, 5)
+    lay.add(upcoming_impact(), 18, 5)
+    lay.add(
+        stat(
+            "Spot VMs at eviction risk",
+            "VMs with a Spot eviction-risk notice for themselves (EventType SpotRebalanceRecommendation, impact "
+            "eviction_risk, affects_this_vm true or unknown): Azure recommends moving work off them before "
+            "capacity is reclaimed. Nothing is lost yet; a Preempt, with about 30 seconds of notice, may follow. "
+            "Alert: AzureScheduledEventSpotEvictionRisk (info).",
+            f'count(count by (cluster, job, instance) ({m("event_info")}{{{SEL}, impact="eviction_risk", '
+            'affects_this_vm!="false"})) or vector(0)',
+            "short",
+            steps=thresholds((None, "green"), (1, "yellow")),
+        ),
+        6,
+        5,
+    )
     lay.add(
         events_table(
             "Current events",
@@ -73,7 +88,8 @@ def events_row(lay: Layout) -> None:
     lay.add(
         event_timeline(
             "Each listed event over time, for each VM it may affect (affects_this_vm true or unknown): yellow "
-            "Scheduled, red Started; a gap means not listed (not yet announced, completed or cancelled).",
+            "Scheduled, red Started, blue Advisory (a Spot eviction-risk notice); a gap means not listed (not yet "
+            "announced, completed or cancelled).",
             f'{SEL}, affects_this_vm!="false"',
         ),
         24,
@@ -89,7 +105,8 @@ def upcoming_impact() -> bargauge_panel.Panel:
             "Upcoming impact by kind",
             "VMs with a listed event for themselves (affects_this_vm true or unknown), by what the event will do: "
             "live_migration and pause only pause the VM for seconds; reboot loses memory; redeploy also loses the "
-            "temporary disk; eviction (Spot) and termination remove the VM. An event listing several VMs counts "
+            "temporary disk; eviction (Spot) and termination remove the VM; eviction_risk (a Spot eviction-risk "
+            "notice) loses nothing yet. An event listing several VMs counts "
             "once per VM. See the runbook for what each impact means for the workload.",
             [
                 target(

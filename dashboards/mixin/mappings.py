@@ -11,7 +11,8 @@ STATUS_MAPPINGS = [
         options={
             "1": ValueMappingResult(text="Scheduled", color="yellow", index=0),
             "2": ValueMappingResult(text="Started", color="red", index=1),
-            "3": ValueMappingResult(text="Other status", color="purple", index=2),
+            "3": ValueMappingResult(text="Advisory", color="blue", index=2),
+            "4": ValueMappingResult(text="Other status", color="purple", index=3),
         }
     )
 ]
@@ -23,7 +24,8 @@ def event_state_expr(selector: str = SEL) -> str:
         f"max by (instance, event_type, event_id) (\n"
         f'    {m("event_info")}{{{selector}, event_status="Scheduled"}}\n'
         f'  or {m("event_info")}{{{selector}, event_status="Started"}} * 2\n'
-        f'  or {m("event_info")}{{{selector}, event_status!~"Scheduled|Started"}} * 3\n'
+        f'  or {m("event_info")}{{{selector}, event_status="Advisory"}} * 3\n'
+        f'  or {m("event_info")}{{{selector}, event_status!~"Scheduled|Started|Advisory"}} * 4\n'
         f")"
     )
 
@@ -33,6 +35,7 @@ IMPACT_COLOURS = (
     ("none", "super-light-green"),
     ("live_migration", "green"),
     ("pause", "blue"),
+    ("eviction_risk", "yellow"),
     ("reboot", "orange"),
     ("redeploy", "dark-orange"),
     ("eviction", "red"),

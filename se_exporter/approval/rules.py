@@ -11,13 +11,18 @@ import re2
 
 from se_exporter.config.files import show
 from se_exporter.config.schema import field_problem
-from se_exporter.imds.document import EventSourceName, EventTypeName, ScheduledEvent
+from se_exporter.imds.document import SPOT_REBALANCE_RECOMMENDATION, EventSourceName, EventTypeName, ScheduledEvent
 from se_exporter.imds.impact import Cause, Classification, Impact
 
 Scope = Literal["self", "group"]
 SCOPE_SELF, SCOPE_GROUP = get_args(Scope)
 _Name = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
 _Count = Annotated[int, msgspec.Meta(ge=0)]
+# A Spot eviction-risk notice is listed like an event, but Azure starts nothing when one is acknowledged.
+NEVER_APPROVED = (
+    "is never approved: acknowledging a Spot eviction-risk notice (SpotRebalanceRecommendation) does nothing; "
+    "use an action (--actions.config) to move work off the VM"
+)
 MATCH_KEYS = (
     "event_types",
     "event_sources",
@@ -60,6 +65,9 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise field_problem("min_duration_seconds", f"{low} is greater than max_duration_seconds {high}")
         for key in ("event_types", "event_sources", "impacts", "causes"):
             distinct(key, getattr(self, key) or ())
+        for key, never in (("event_types", SPOT_REBALANCE_RECOMMENDATION), ("impacts", Impact.EVICTION_RISK)):
+            if never in (values := getattr(self, key) or ()):
+                raise field_problem(f"{key}[{values.index(never)}]", f"{never} {NEVER_APPROVED}")
         if self.description_pattern is not None:
             try:
                 compiled_pattern(self.description_pattern)

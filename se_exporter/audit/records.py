@@ -20,7 +20,7 @@ from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.common.times import rfc3339, unix_nanos
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
-from se_exporter.store.lifecycle import Transition, TransitionKind
+from se_exporter.store.lifecycle import OPENING, Transition, TransitionKind
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
@@ -121,7 +121,7 @@ def transition_record(transition: Transition, identity: VMIdentity) -> AuditReco
     if transition.observed_until_not_before is not None:  # on every cancelled
         attributes["scheduled_event.observed_until_not_before"] = transition.observed_until_not_before
     attributes["log.record.uid"] = uid = transition.uid
-    coming = transition.kind in (TransitionKind.SCHEDULED, TransitionKind.STARTED, TransitionKind.UPDATED)
+    coming = transition.kind in (*OPENING, TransitionKind.UPDATED)
     # A warning for a Reboot … Terminate of this VM (or of a VM not yet known by name); an event of another
     # VM of its availability set or placement group, which Azure sends to every member, is information.
     disruptive = transition.impact in DISRUPTIVE_IMPACTS and affects is not False
@@ -168,6 +168,10 @@ def _transition_body(transition: Transition, affects: bool | None, not_before: s
         what = "completed while the exporter could not look (its NotBefore passed then; its start was not seen)"
     elif kind is TransitionKind.UPDATED:
         what = f"updated in place: {transition.changes.removeprefix('the event changed ')}"
+    elif kind is TransitionKind.LISTED:
+        what = f"listed as {event.event_status}" + (f", not before {not_before}" if not_before else "")
+    elif kind is TransitionKind.REMOVED:
+        what = f"removed while {transition.previous_status}"
     else:
         what = str(kind)
     whom = "" if affects is None else ", affects this VM" if affects else ", does not affect this VM"

@@ -18,13 +18,25 @@ import msgspec
 
 from se_exporter.errors import InvalidDocument
 
-EventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
-EVENT_TYPES: tuple[str, ...] = get_args(EventTypeName)
+# The EventTypes an approval can start (POST StartRequests), and every EventType Azure documents: a Spot
+# eviction-risk notice (preview, with a newer api-version) is listed like an event, but acknowledging one does
+# nothing, so no approval rule names it. Any other value is kept as it comes (Azure adds types).
+ApprovableEventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
+APPROVABLE_EVENT_TYPES: tuple[str, ...] = get_args(ApprovableEventTypeName)
+SPOT_REBALANCE_RECOMMENDATION = "SpotRebalanceRecommendation"
+EventTypeName = Literal[ApprovableEventTypeName, "SpotRebalanceRecommendation"]
+EVENT_TYPES: tuple[str, ...] = (*APPROVABLE_EVENT_TYPES, SPOT_REBALANCE_RECOMMENDATION)
 EventSourceName = Literal["Platform", "User"]
 EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
 SCHEDULED = "Scheduled"
 STARTED = "Started"
+ADVISORY = "Advisory"  # a Spot eviction-risk notice's status: nothing will start
 EVENT_STATUSES = (SCHEDULED, STARTED)
+# The type and status pairs Azure documents: the zero series of azure_scheduled_events_pending.
+KNOWN_LISTINGS: tuple[tuple[str, str], ...] = (
+    *((event_type, status) for event_type in APPROVABLE_EVENT_TYPES for status in EVENT_STATUSES),
+    (SPOT_REBALANCE_RECOMMENDATION, ADVISORY),
+)
 UNKNOWN_DURATION = -1
 # Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

@@ -30,6 +30,8 @@ class Impact(StrEnum):
     REDEPLOY = "redeploy"  # memory and the temporary disk lost: the VM moves host
     EVICTION = "eviction"  # a Spot VM deallocated or deleted (about 30 s notice)
     TERMINATION = "termination"  # the VM itself goes (scale-in or delete)
+    # A Spot eviction-risk notice (SpotRebalanceRecommendation): nothing is lost yet, a Preempt may follow.
+    EVICTION_RISK = "eviction_risk"
     UNKNOWN = "unknown"
 
 
@@ -55,6 +57,7 @@ _IMPACT_BY_TYPE = {
     "Redeploy": Impact.REDEPLOY,
     "Preempt": Impact.EVICTION,
     "Terminate": Impact.TERMINATION,
+    "SpotRebalanceRecommendation": Impact.EVICTION_RISK,
 }
 _CAUSE_BY_SOURCE = {"User": Cause.USER, "Platform": Cause.PLATFORM}
 # Microsoft's wording (Azure's mock server and the docs); matched case-insensitively.

@@ -16,7 +16,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from se_exporter.imds.document import EVENT_STATUSES, EVENT_TYPES
+from se_exporter.imds.document import KNOWN_LISTINGS
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.names import PREFIX, affects_label, label
@@ -186,7 +186,7 @@ def _static_families(states: list[EventState], identity: VMIdentity) -> tuple[_T
     """pending, event_info, NotBefore and DurationInSeconds (functions of the listed events alone), and
     what the two time-dependent families need of each event, its labels computed once."""
     pending = GaugeMetricFamily(PREFIX + "pending", "Events now listed.", labels=["event_type", "event_status"])
-    counts = {(event_type, status): 0 for event_type in EVENT_TYPES for status in EVENT_STATUSES}
+    counts = dict.fromkeys(KNOWN_LISTINGS, 0)
     for state in states:
         key = (label(state.event.event_type), label(state.event.event_status))
         counts[key] = counts.get(key, 0) + 1

@@ -17,7 +17,7 @@ from prometheus_client.core import Metric
 
 from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.decision import COUNTED_RESULTS
-from se_exporter.imds.document import EVENT_TYPES
+from se_exporter.imds.document import APPROVABLE_EVENT_TYPES, EVENT_TYPES
 from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
 from se_exporter.store.lifecycle import TransitionKind
@@ -51,7 +51,7 @@ class Counters:
         # dashboards count a series' birth as its increase (dashboards/mixin/recording.py, increase_with_births).
         self.approvals = Counter(PREFIX + "approvals", "Approval outcomes.", ["event_type", "result"], registry=None)
         if approval_enabled:
-            for event_type, result in sorted(product(EVENT_TYPES, COUNTED_RESULTS)):
+            for event_type, result in sorted(product(APPROVABLE_EVENT_TYPES, COUNTED_RESULTS)):
                 self.approvals.labels(event_type, result)
         self.actions = Counter(
             PREFIX + "actions", "Runs of the actions on transitions.", ["action", "transition", "result"], registry=None

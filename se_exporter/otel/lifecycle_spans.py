@@ -21,11 +21,13 @@ from se_exporter.imds.document import MAX_EVENTS
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.poller import PollResult
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import Transition, TransitionKind
+from se_exporter.store.lifecycle import CLOSING, Transition, TransitionKind
 
 log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"
-REMOVED = "removed"  # outcome of an event that vanished without a completed/cancelled transition
+# Outcome of an event that vanished without a closing transition (a lifecycle restored from a state file of a
+# release before every status had one): the same word as the "removed" transition.
+REMOVED = TransitionKind.REMOVED
 MAX_OPEN = MAX_EVENTS  # as many as a document may list
 # Span events kept per lifecycle: the first ones and the newest (an event rescheduled every poll would
 # otherwise grow the state file by a step per poll, each one rewritten at every change). A lifecycle
@@ -102,7 +104,7 @@ class LifecycleSpans:
             )
             if len(entry.steps) > MAX_STEPS:  # keep how it began and how it went lately
                 del entry.steps[MAX_STEPS // 2]
-        if transition.kind in (TransitionKind.COMPLETED, TransitionKind.CANCELLED):
+        if transition.kind in CLOSING:
             del self._open[event.event_id]
             entry.first_seen = transition.first_seen  # the store's, which survived any restart
             self._emit(

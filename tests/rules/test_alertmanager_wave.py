@@ -4,12 +4,15 @@ and chat one message for the wave, not 200 of each (issue 40: the pager route gr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tests.e2e.processes import Alertmanager, WebhookReceiver
 from tests.support.wait import wait_for
 
-from .recipes import firing
+from .recipes import ALERTS, firing, running
 
 VMS = 200
 PAGER, CHAT = "/pager/pagerduty", "/chat/slack"
@@ -76,3 +79,52 @@ def test_a_wave_of_200_vms_is_one_page_and_one_chat_message(
     assert chat["text"].startswith(f"{VMS} VMs of job se-exporter in cluster prod")
     warnings = [a for a in manager.alerts() if a["labels"]["alertname"] == "AzureScheduledEventImpactfulScheduled"]
     assert len(warnings) == VMS and all(a["status"]["inhibitedBy"] for a in warnings), "per-VM warnings in chat"
+
+
+def test_spot_eviction_risk_routed_to_chat_as_the_runbook_says_is_one_message_per_cluster(tmp_path: Path) -> None:
+    """A region short of Spot capacity: 30 Spot VMs in each of two clusters get an eviction-risk notice. With
+    the runbook's route (its YAML, taken from the runbook), chat gets one message per cluster, naming its VMs."""
+    runbook = (ALERTS / "runbook.md").read_text(encoding="utf-8")
+    section = runbook[runbook.index("## AzureScheduledEventSpotEvictionRisk") :]
+    snippet = section[section.index("```yaml\n") + len("```yaml\n") : section.index("```\n", section.index("```yaml"))]
+    (route,) = yaml.safe_load(snippet)
+    config = yaml.safe_load((ALERTS / "alertmanager.yml").read_text(encoding="utf-8"))
+    routes = config["route"]["routes"]
+    routes.insert(next(i for i, r in enumerate(routes) if r.get("matchers") == ['severity="info"']), route)
+    notices = [
+        firing(
+            {
+                "alertname": "AzureScheduledEventSpotEvictionRisk",
+                "severity": "info",
+                "job": "se-exporter",
+                "cluster": cluster,
+                "instance": f"{cluster}-vm-{n:02}:10160",
+                "event_id": f"S-{cluster}-{n:02}",
+                "event_type": "SpotRebalanceRecommendation",
+                "event_status": "Advisory",
+                "impact": "eviction_risk",
+                "cause": "platform",
+                "affects_this_vm": "true",
+            },
+            f"notice of {cluster}-vm-{n:02}",
+        )
+        for cluster in ("east", "west")
+        for n in range(30)
+    ]
+    with running(tmp_path, yaml.safe_dump(config)) as (manager, webhook):
+        response = manager.http.post("/api/v2/alerts", json=notices)
+        assert response.status_code == 200, response.text
+
+        def told_of_every_vm() -> list[str]:
+            titles = [d.payload["attachments"][0]["title"] for d in webhook.deliveries if d.path == CHAT]
+            text = "\n".join(str(d.payload) for d in webhook.deliveries if d.path == CHAT)
+            return titles if all(f"notice of {a['labels']['instance'][:-6]}" in text for a in notices) else []
+
+        titles = wait_for(told_of_every_vm, 60, "chat told of every VM at risk")
+        wait_for(
+            lambda: all(a["status"]["state"] != "unprocessed" for a in manager.alerts()),
+            60,
+            "every alert through the notification pipeline",
+        )
+    assert sorted(titles) == ["[FIRING:30] AzureScheduledEventSpotEvictionRisk"] * 2, titles
+    assert not [d for d in webhook.deliveries if d.path == PAGER], "an eviction-risk notice never pages"

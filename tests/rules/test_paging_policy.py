@@ -32,6 +32,7 @@ class Row(NamedTuple):
     notice: dict[str, str] = {}  # noqa: RUF012 - a NamedTuple's defaults are never mutated here
     lead: dict[str, str] = {}  # noqa: RUF012
     started: dict[str, str] = {}  # noqa: RUF012
+    status: str = ""  # listed in this status all along (Advisory), not Scheduled then Started
 
 
 W, C, INFO = "warning", "critical", "info"
@@ -135,6 +136,17 @@ POLICY = [
         lead={"AzureScheduledEventLiveMigrationScheduled": INFO},
     ),
     Row("no-impact-freeze", "Freeze", "none", "platform"),
+    # A Spot eviction-risk notice, listed Advisory throughout: info, whatever its status, never a page.
+    Row(
+        "spot-eviction-risk",
+        "SpotRebalanceRecommendation",
+        "eviction_risk",
+        "platform",
+        status="Advisory",
+        notice={"AzureScheduledEventSpotEvictionRisk": INFO},
+        lead={"AzureScheduledEventSpotEvictionRisk": INFO},
+        started={"AzureScheduledEventSpotEvictionRisk": INFO},
+    ),
 ]
 
 
@@ -146,6 +158,10 @@ def _series(row: Row) -> list[dict[str, str]]:
         f'{event}, event_source="{source}", resource_type="VirtualMachine", impact="{row.impact}", '
         f'cause="{row.cause}", affects_this_vm="{row.affects}"'
     )
+    if row.status:  # no NotBefore, no start: listed until the end
+        return [
+            {"series": f'azure_scheduled_events_event_info{{{info}, event_status="{row.status}"}}', "values": "1x26"}
+        ]
     series = [
         {"series": f'azure_scheduled_events_event_info{{{info}, event_status="Scheduled"}}', "values": "1x20 stale"},
         {"series": f'azure_scheduled_events_event_info{{{info}, event_status="Started"}}', "values": "_x21 1x5"},

@@ -40,6 +40,7 @@ def test_alertmanager_config_is_valid() -> None:
         (["severity=warning", "alertname=AzureScheduledEventsIMDSDown"], "chat"),
         (["severity=info", "alertname=AzureScheduledEventStarted"], "null"),  # info: routed to nobody by default
         (["severity=info", "alertname=AzureScheduledEventSpotEvictionScheduled"], "null"),
+        (["severity=info", "alertname=AzureScheduledEventSpotEvictionRisk"], "null"),  # routed like Spot evictions
         (["alertname=SomethingWithoutSeverity"], "chat"),
         (["severity=info", "alertname=AzureScheduledEventMaintenanceWindow"], "null"),  # an inhibition source only
     ],
