@@ -24,11 +24,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEMO_POLICY = Path(__file__).parents[1] / "approval" / "demo-policy.yaml"  # the package's approval/
 DEMO_VM = "sim-vm-0"
-# Something starts at once (a Spot eviction's 30 s notice), then a hardware failure appears Started while
-# the exporter watches, then the documented maintenance kinds. Not the degraded host's Redeploy: its
+# Something starts at once (a Spot eviction's 30 s notice), then a Spot eviction-risk notice and the eviction
+# that follows it, a hardware failure appearing Started while the exporter watches, then the documented
+# maintenance kinds. Not the degraded host's Redeploy: its
 # notice is days (platform-redeploy-failure).
 DEMO_ORDER = (
     "spot-preempt",
+    "spot-eviction-risk",
     "hardware-failure",
     "user-reboot",
     "freeze-live-migration",

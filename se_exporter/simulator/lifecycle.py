@@ -4,7 +4,8 @@ Lifecycle (as Microsoft documents it): an event appears Scheduled with a NotBefo
 Started (hardware failure). Scheduled becomes Started when approved (POST StartRequests), when
 started by someone else, or when NotBefore passes. A Started event disappears after its
 ``started_for`` (completed); a Scheduled event that disappears was cancelled. A reschedule moves
-NotBefore while Scheduled.
+NotBefore while Scheduled. A Spot eviction-risk notice appears ``Advisory`` and only disappears, after
+its ``listed_for`` (removed).
 
 Everything the future holds sits on one timeline ordered by simulated time. :meth:`Lifecycle.advance`
 applies every due action in order, each at the instant it was due, so a clock that jumped ahead
@@ -31,7 +32,7 @@ from se_exporter.simulator.truth import Change, GroundTruth
 class Action:
     due: float
     seq: int
-    kind: str = field(compare=False)  # appear | start | cancel | complete | reschedule
+    kind: str = field(compare=False)  # appear | start | cancel | complete | reschedule | remove
     event_id: str = field(compare=False)
     reason: str = field(compare=False, default="scenario")
     plan: EventPlan | None = field(compare=False, default=None)
@@ -101,6 +102,8 @@ class Lifecycle:
             return None
         if event.status == SCHEDULED:
             return self._apply_to_scheduled(event, action)
+        if event.status != STARTED:  # Advisory: it only goes
+            return self._remove(event, action.due, "removed") if action.kind == "remove" else None
         if action.kind == "complete" and (action.reason == "manual" or action.marker == event.started_at):
             return self._remove(event, action.due, "completed")
         return None
@@ -119,6 +122,10 @@ class Lifecycle:
         resources = tuple(self._vm_name if r == SELF else r for r in plan.resources)
         event = SimEvent(event_id, plan, resources, SCHEDULED, None, at)
         self.events[event_id] = event
+        if plan.status != SCHEDULED:  # listed as it is (Advisory) until it goes
+            event.status = plan.status
+            self.push(at + plan.listed_for, "remove", event_id)
+            return self.record("appeared", reason, event, None, at)
         if plan.notice is None:
             return self.start(event, at, reason, kind="appeared")
         event.not_before = at + plan.notice

@@ -6,11 +6,13 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+SPOT_NOTICE = "SpotRebalanceRecommendation"  # a Spot eviction-risk notice, listed Advisory
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", SPOT_NOTICE)
 EventSourceName = Literal["Platform", "User"]
 EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
 SCHEDULED = "Scheduled"
 STARTED = "Started"
+ADVISORY = "Advisory"  # a Spot eviction-risk notice: listed, never started; acknowledging it does nothing
 
 #: Placeholder in ``resources`` replaced by the simulated VM's name when an event appears.
 SELF = "self"
@@ -23,6 +25,10 @@ class EventPlan:
     ``notice=None`` makes the event appear directly as Started (hardware failure). Otherwise it
     appears Scheduled with ``NotBefore = appearance + notice`` and starts at NotBefore unless it
     is approved, started or cancelled first. It disappears ``started_for`` seconds after starting.
+
+    ``status`` other than Scheduled (``Advisory``: a Spot eviction-risk notice) makes it appear in that
+    status, with no NotBefore; it never starts (an approval does nothing to it) and disappears
+    ``listed_for`` seconds later.
     """
 
     event_type: str
@@ -33,6 +39,8 @@ class EventPlan:
     resources: tuple[str, ...] = (SELF,)
     description: str = ""
     resource_type: str = "VirtualMachine"
+    status: str = SCHEDULED
+    listed_for: float = 300.0
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from se_exporter.simulator.model import EventPlan
+from se_exporter.simulator.model import SCHEDULED, EventPlan
 
 
 class ScenarioError(ValueError):
@@ -66,6 +66,8 @@ def _check_event(event: ScenarioEvent, where: str) -> None:
             raise ScenarioError(f"{where}.{key}: must be >= 0")
     if not plan.resources:
         raise ScenarioError(f"{where}.resources: must list at least one VM")
+    if plan.status != SCHEDULED:  # listed as it is until it goes (scenario_file refused the keys it ignores)
+        return
     if plan.notice is None:
         _check_no_notice(event, where)
     else:

@@ -6,7 +6,10 @@ Format (all times are simulated seconds; offsets count from the scenario start):
     description: free text        # optional
     events:                       # required, at least one
       - id: maint                 # required, unique in the file; each play gets a fresh GUID
-        type: Reboot              # required: Freeze | Reboot | Redeploy | Preempt | Terminate
+        type: Reboot              # required: Freeze | Reboot | Redeploy | Preempt | Terminate |
+                                  #   SpotRebalanceRecommendation (a Spot eviction-risk notice)
+        status: Scheduled         # Scheduled (default) | Advisory (listed, never started: eviction risk)
+        listed_for: 300           # Advisory only: time listed before it disappears (default 300)
         source: Platform          # Platform (default) | User
         at: 0                     # when it appears (default 0)
         notice: 900               # NotBefore = at + notice; null = appears already Started
@@ -15,11 +18,14 @@ Format (all times are simulated seconds; offsets count from the scenario start):
         resources: [self, vm-2]   # VM names; "self" is the simulated VM (default [self])
         description: text         # Description (default "")
         resource_type: VirtualMachine
-        strict: true              # false allows a type outside the five documented ones
+        strict: true              # false allows a type or a status outside the documented ones
         start_at: 100             # optional: started early (someone approved it)
         cancel_at: 300            # optional: removed while Scheduled (cancelled)
         reschedule:               # optional: NotBefore moves while Scheduled
           - {at: 120, notice: 1800}   # new NotBefore = 120 + 1800
+
+An event of another status than Scheduled has no NotBefore and never starts: ``notice``, ``start_at``,
+``cancel_at`` and ``reschedule`` do not apply to it.
 
 Any unknown key or wrong type is a :class:`ScenarioError` naming the key, e.g.
 ``maint.yaml: events[0].notice: must be a number, got 'soon'``.
@@ -36,7 +42,7 @@ import msgspec
 from se_exporter.config.files import read_text
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
-from se_exporter.simulator.model import EVENT_TYPES, SELF, EventPlan, EventSourceName
+from se_exporter.simulator.model import ADVISORY, EVENT_TYPES, SCHEDULED, SELF, SPOT_NOTICE, EventPlan, EventSourceName
 from se_exporter.simulator.scenario import Reschedule, Scenario, ScenarioError, ScenarioEvent
 
 _Seconds = Annotated[float, msgspec.Meta(ge=0)]
@@ -53,7 +59,7 @@ class _EventSpec(msgspec.Struct, forbid_unknown_fields=True):
     type: _Name
     source: EventSourceName = "Platform"
     at: _Seconds = 0.0
-    notice: _Seconds | None = 900.0  # null: appears already Started
+    notice: _Seconds | msgspec.UnsetType | None = msgspec.UNSET  # 900 when unset; null: appears already Started
     duration: int = -1
     started_for: _Seconds = 60.0
     resources: Annotated[tuple[_Name, ...], msgspec.Meta(min_length=1, description="a non-empty list of VM names")] = (
@@ -61,7 +67,9 @@ class _EventSpec(msgspec.Struct, forbid_unknown_fields=True):
     )
     description: str = ""
     resource_type: str = "VirtualMachine"
-    strict: bool = True  # false allows a type outside the five documented ones
+    strict: bool = True  # false allows a type or a status outside the documented ones
+    status: _Name = SCHEDULED
+    listed_for: _Seconds = 300.0
     start_at: float | None = None
     cancel_at: float | None = None
     reschedule: tuple[_RescheduleSpec, ...] = ()
@@ -69,17 +77,32 @@ class _EventSpec(msgspec.Struct, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.strict and self.type not in EVENT_TYPES:
             raise field_problem("type", f"must be one of {', '.join(EVENT_TYPES)}, got {self.type!r}")
+        if self.strict and (self.type == SPOT_NOTICE) != (self.status == ADVISORY):
+            raise field_problem("status", f"{ADVISORY} goes with type {SPOT_NOTICE} and only with it")
+        if self.strict and self.status not in (SCHEDULED, ADVISORY):
+            raise field_problem("status", f"must be {SCHEDULED} or {ADVISORY}, got {self.status!r}")
+        if self.status == SCHEDULED:
+            return
+        given = [key for key in ("notice", "start_at", "cancel_at") if getattr(self, key) not in (None, msgspec.UNSET)]
+        if given or self.reschedule:
+            raise field_problem(
+                (given or ["reschedule"])[0],
+                f"does not apply to an event listed as {self.status}: it has no NotBefore and never starts "
+                "(listed_for says how long it is listed)",
+            )
 
     def scenario_event(self) -> ScenarioEvent:
         plan = EventPlan(
             self.type,
             self.source,
-            self.notice,
+            900.0 if self.notice is msgspec.UNSET else self.notice,
             self.duration,
             self.started_for,
             self.resources,
             self.description,
             self.resource_type,
+            self.status,
+            self.listed_for,
         )
         steps = tuple(Reschedule(step.at, step.notice) for step in self.reschedule)
         return ScenarioEvent(self.id, plan, self.at, self.start_at, self.cancel_at, steps)

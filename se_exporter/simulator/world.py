@@ -201,7 +201,8 @@ class SimWorld:
     def approve(self, event_ids: Iterable[str], *, body: str = "") -> dict[str, str]:
         """Handle a valid StartRequests POST: start every listed Scheduled event now.
 
-        Returns EventId → ``started``, ``already_started`` or ``unknown`` (IMDS answers 200 to all).
+        Returns EventId → ``started``, ``already_started``, ``ignored`` (an Advisory: acknowledging a Spot
+        eviction-risk notice does nothing) or ``unknown`` (IMDS answers 200 to all).
         """
         with self._lock:
             self._advance()
@@ -213,6 +214,8 @@ class SimWorld:
                     outcomes[event_id] = "unknown"
                 elif event.status == STARTED:
                     outcomes[event_id] = "already_started"
+                elif event.status != SCHEDULED:
+                    outcomes[event_id] = "ignored"
                 else:
                     self._life.start(event, now, "approval")
                     outcomes[event_id] = "started"

@@ -121,6 +121,12 @@ def final_state(b: SceneBuilder) -> None:
         # Announced two days ahead: AzureScheduledEventLongNoticeRedeploy (for: 5m in the shipped rules).
         ("long-notice-redeploy", EventPlan("Redeploy", notice=2 * 86400), "Scheduled"),
         ("spot-preempt", EventPlan("Preempt", notice=600, duration=-1), "Scheduled"),
+        # A Spot eviction-risk notice: listed Advisory for the whole test.
+        (
+            "spot-eviction-risk",
+            EventPlan("SpotRebalanceRecommendation", status="Advisory", listed_for=LONG),
+            "Advisory",
+        ),
         # Another VM of the availability set: listed here too, affects_this_vm="false".
         ("other-vm-terminate", EventPlan("Terminate", notice=900, resources=("sim-vm-7",)), "Scheduled"),
         # User-initiated: the approval policy's rule matches and its hook fails (if approval is wired).
@@ -138,6 +144,7 @@ def final_state(b: SceneBuilder) -> None:
         "rescheduled-redeploy": "Scheduled",
         "long-notice-redeploy": "Scheduled",
         "spot-preempt": "Scheduled",
+        "spot-eviction-risk": "Advisory",
         "other-vm-terminate": "Scheduled",
         "user-reboot": "Scheduled",
     }

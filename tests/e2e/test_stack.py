@@ -80,21 +80,23 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
     """(dashboard file, panel title, refId) -> what it must show, given the scene (scene.py)."""
     listed = len(stack.scene.listed)
     started = sum(1 for s in stack.scene.listed.values() if s == "Started")
+    timed = sum(1 for s in stack.scene.listed.values() if s == "Scheduled")  # those with a NotBefore
     return {
         (FLEET, "variable job", "variable"): DATA,
         (FLEET, "variable instance", "variable"): DATA,
         (FLEET, "VMs with impactful events", "A"): equals(1),
         (FLEET, "Events in progress", "A"): equals(started),
+        (FLEET, "Spot VMs at eviction risk", "A"): equals(1),  # the scene's eviction-risk notice
         (FLEET, "Soonest NotBefore", "A"): between(0, 240),  # the imminent Reboot: 240 s notice
         (FLEET, "Exporters down", "A"): equals(0),
         (FLEET, "IMDS failing", "A"): equals(0),
         (FLEET, "Oldest successful poll", "A"): between(0, 5),
         # This VM's events by impact: reboot, redeploy, eviction and pause (the Terminate is another VM's).
-        (FLEET, "Upcoming impact by kind", "A"): series_count(4),
+        (FLEET, "Upcoming impact by kind", "A"): series_count(5),
         # The fleet's "which VM" panels leave out the other VM's Terminate (affects_this_vm="false").
         (FLEET, "Current events", "A"): series_count(listed - 1),
-        (FLEET, "Current events", "B"): series_count(listed - started - 1),  # NotBefore, a clock time
-        (FLEET, "Current events", "C"): series_count(listed - started - 1),  # Started events have no NotBefore
+        (FLEET, "Current events", "B"): series_count(timed - 1),  # NotBefore, a clock time
+        (FLEET, "Current events", "C"): series_count(timed - 1),  # Started and Advisory events have no NotBefore
         (FLEET, "Current events", "D"): series_count(started),
         (FLEET, "Current events", "E"): series_count(listed - 1),
         (FLEET, "Current events", "F"): EMPTY,  # approved at: nothing approved (EXPECTED_ABSENT)
@@ -128,14 +130,14 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (VM, "Since last good poll", "A"): between(0, 5),
         (VM, "Scrape", "A"): equals(1),
         (VM, "Events now", "A"): series_count(listed),  # the VM view shows its neighbours' events too
-        (VM, "Events now", "B"): series_count(listed - started),
-        (VM, "Events now", "C"): series_count(listed - started),
+        (VM, "Events now", "B"): series_count(timed),
+        (VM, "Events now", "C"): series_count(timed),
         (VM, "Events now", "D"): series_count(started),
         (VM, "Events now", "E"): series_count(listed),
         (VM, "Events now", "F"): EMPTY,
         (VM, "Event timeline", "A"): series_count(listed),
         (VM, "Event impact", "A"): series_count(listed),
-        (VM, "Time until NotBefore", "A"): series_count(listed - started),
+        (VM, "Time until NotBefore", "A"): series_count(timed),
         (VM, "Time in Started", "A"): series_count(started),
         (VM, "DocumentIncarnation", "A"): NONZERO,
         (VM, "Transitions", "A"): NONZERO,
@@ -292,6 +294,7 @@ def expected_alerts(stack: Stack) -> dict[tuple[str, str], set[str]]:
         ("AzureScheduledEventLongNoticeRedeploy", "firing"): {s.id("long-notice-redeploy")},
         # Info, routed to nobody: a Spot eviction, the user's own Reboot, a pause.
         ("AzureScheduledEventSpotEvictionScheduled", "firing"): {s.id("spot-preempt")},
+        ("AzureScheduledEventSpotEvictionRisk", "firing"): {s.id("spot-eviction-risk")},
         ("AzureScheduledEventUserInitiatedScheduled", "firing"): {s.id("user-reboot")},
         # "Memory-preserving update" is a Freeze that does not say "Live Migration": impact pause.
         ("AzureScheduledEventPauseScheduled", "firing"): {s.id("scheduled-freeze")},

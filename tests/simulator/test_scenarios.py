@@ -63,6 +63,12 @@ SEQUENCES: dict[str, tuple[str, str, list[str], list[Step]]] = {
         ["sim-vm-0"],
         [(0, "Scheduled", 30), (29, "Scheduled", 30), (30, "Started", None), (60, None, None)],
     ),
+    "spot-eviction-risk-passed": (
+        "SpotRebalanceRecommendation",
+        "Platform",
+        ["sim-vm-0"],
+        [(0, "Advisory", None), (599, "Advisory", None), (600, None, None)],
+    ),
     "terminate": (
         "Terminate",
         "User",
@@ -110,7 +116,44 @@ def observe(document: dict[str, Any]) -> tuple[str | None, str]:
 
 
 def test_every_built_in_has_a_sequence() -> None:
-    assert set(builtin_names()) == set(SEQUENCES)
+    assert set(builtin_names()) == {*SEQUENCES, "spot-eviction-risk"}  # one event each, or a test of its own
+
+
+def test_spot_eviction_risk_is_an_advisory_then_a_preempt_and_the_eviction(
+    clock: ManualClock, world: SimWorld, client: httpx.Client
+) -> None:
+    ids = world.play(builtin_scenario("spot-eviction-risk"))
+    seen: list[tuple[int, list[tuple[str, str, str, str]]]] = []
+    for offset in (0, 119, 120, 149, 150, 179, 180):
+        clock.advance(offset - (seen[-1][0] if seen else 0))
+        events = get_document(client)["Events"]
+        seen.append((offset, [(e["EventId"], e["EventType"], e["EventStatus"], e["NotBefore"]) for e in events]))
+    risk = (ids["risk"], "SpotRebalanceRecommendation", "Advisory", "")
+    coming = (ids["preempt"], "Preempt", "Scheduled", format_rfc1123(START + 150))
+    started = (ids["preempt"], "Preempt", "Started", "")
+    assert seen == [
+        (0, [risk]),
+        (119, [risk]),
+        (120, [risk, coming]),
+        (149, [risk, coming]),
+        (150, [risk, started]),
+        (179, [risk, started]),
+        (180, []),  # evicted: the notice goes with the VM
+    ]
+
+
+def test_an_approval_of_an_advisory_does_nothing(clock: ManualClock, world: SimWorld, client: httpx.Client) -> None:
+    """Acknowledging a Spot eviction-risk notice does nothing: IMDS answers 200, the notice stays as it was."""
+    (event_id,) = world.play(builtin_scenario("spot-eviction-risk-passed")).values()
+    before = get_document(client)
+    assert world.approve([event_id]) == {event_id: "ignored"}
+    assert get_document(client) == before
+    clock.advance(600)
+    assert get_document(client)["Events"] == []
+    assert [(c.kind, c.reason, c.status) for c in world.truth.changes()] == [
+        ("appeared", "scenario", "Advisory"),
+        ("removed", "removed", None),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(SEQUENCES))
