@@ -89,6 +89,28 @@ def gate_for(event: ScheduledEvent | None, *, now: float = T0, vm: str = "vm-a")
         ("a freeze pauses only", scheduled("Freeze"), T0 + 800, "vm-a", True, "may take traffic"),
         ("a spot eviction", scheduled("Preempt", in_seconds=30), T0, "vm-a", False, "impact eviction"),
         ("a scale-in", scheduled("Terminate", in_seconds=600), T0 + 300, "vm-a", False, "impact termination"),
+        # Statuses Azure may add (issue 52): a disruptive event in one keeps the VM out unless its NotBefore is
+        # beyond the lead time; a Spot eviction-risk notice loses nothing yet, whatever its status.
+        (
+            "a reboot paused, no NotBefore",
+            scheduled(status="Paused", in_seconds=None),
+            T0,
+            "vm-a",
+            False,
+            "Reboot E1 (impact reboot, cause platform) is Paused, a status se-exporter does not know, "
+            "with no NotBefore: it may be under way or start at any moment",
+        ),
+        ("a reboot paused, NotBefore far", scheduled(status="Paused"), T0, "vm-a", True, "may take traffic"),
+        ("a reboot paused, NotBefore near", scheduled(status="Paused"), T0 + 700, "vm-a", False, "starts in 200 s"),
+        (
+            "a spot eviction-risk notice",
+            scheduled("SpotRebalanceRecommendation", status="Advisory", in_seconds=None),
+            T0,
+            "vm-a",
+            True,
+            "may take traffic",
+        ),
+        ("an unknown type", scheduled("HostUpgrade", status="Pending", in_seconds=None), T0, "vm-a", True, "may take"),
     ],
     ids=lambda case: case[0],
 )
