@@ -256,3 +256,14 @@ def test_sigterm_ends_check_at_once(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_client_certificates_on_the_system_trust_store_are_ok_with_a_warning_that_names_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    make_pki(tmp_path / "conf")
+    web = tmp_path / "conf" / "web.yml"
+    shutil.copy(Path(__file__).parent / "testdata" / "web" / "good" / "client_auth_system_trust.yml", web)
+    result = check(f"--web.config.file={web}")
+    assert (result.returncode, result.stdout) == (0, "ok\n")
+    assert "verified against the system's trust store, so any publicly trusted certificate passes" in result.stderr
+    assert "set client_ca_file (your own CA) and client_allowed_sans" in result.stderr

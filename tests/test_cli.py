@@ -334,3 +334,9 @@ def test_textfile_mistakes_are_one_line(args: list[str], variables: dict[str, st
     given = [arg.format(missing=missing) for arg in args]
     result = se_exporter("run", "--imds.url=http://127.0.0.1:9", *given, **cast(dict[str, Any], variables))
     assert (result.returncode, result.stderr) == (2, f"se-exporter: error: {error.format(missing=missing)}\n")
+
+
+@pytest.mark.parametrize("argv", [["--web.config.file="], []], ids=["empty", "absent"])
+def test_an_empty_web_config_file_means_none_as_node_exporter_reads_it(argv: list[str]) -> None:
+    assert parse(argv).web_config_file is None
+    assert parse([], {"SE_EXPORTER_WEB_CONFIG_FILE": ""}).web_config_file is None

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from se_exporter.config.values import optional_file
 from se_exporter.errors import ConfigError
 
 FILE_FLAGS = {  # flag -> (dest, what it is)
@@ -25,7 +25,7 @@ FILE_FLAGS = {  # flag -> (dest, what it is)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, (dest, help_text) in FILE_FLAGS.items():
-        parser.add_argument(flag, dest=dest, type=Path, default=None, metavar="FILE", help=help_text)
+        parser.add_argument(flag, dest=dest, type=optional_file, default=None, metavar="FILE", help=help_text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,10 +56,10 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
     web.add_argument(
         "--web.config.file",
         dest="web_config_file",
-        type=Path,
+        type=values.optional_file,
         default=None,
         metavar="FILE",
-        help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default: none)",
+        help="TLS, basic auth and headers (Prometheus exporter-toolkit format; default and empty: none)",
     )
     web.add_argument(
         "--textfile.path",

@@ -28,6 +28,11 @@ def path_flag(text: str) -> str:
     return text
 
 
+def optional_file(text: str) -> Path | None:
+    """A file flag where empty means none, as node_exporter reads ``--web.config.file=``."""
+    return Path(text) if text else None
+
+
 def textfile_flag(text: str) -> Path:
     if not text.endswith(".prom"):
         raise argparse.ArgumentTypeError(

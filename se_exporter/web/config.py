@@ -10,9 +10,11 @@ Supported subset, and where se-exporter differs from exporter-toolkit (all diffe
 
 - ``tls_server_config``: ``cert_file``, ``key_file``, ``client_ca_file`` (relative paths resolve
   against the directory of the configuration file), ``client_auth_type`` (``NoClientCert``,
-  ``VerifyClientCertIfGiven``, ``RequireAndVerifyClientCert``), ``client_allowed_sans``,
-  ``min_version`` / ``max_version`` (``TLS12``, ``TLS13``), ``cipher_suites`` (Go names; applied to
-  TLS 1.2, TLS 1.3 suites are accepted and have no effect, as in Go), ``prefer_server_cipher_suites``.
+  ``VerifyClientCertIfGiven``, ``RequireAndVerifyClientCert``; without ``client_ca_file``, client
+  certificates are verified against the system's trust store, as exporter-toolkit does, with a warning),
+  ``client_allowed_sans``, ``min_version`` / ``max_version`` (``TLS12``, ``TLS13``), ``cipher_suites``
+  (Go names; applied to TLS 1.2, TLS 1.3 suites are accepted and have no effect, as in Go),
+  ``prefer_server_cipher_suites`` (false: the client's order wins).
   ``curve_preferences`` is validated and ignored (Python's ssl module cannot set a group list),
   with a logged note.
   Rejected with a clear error: inline ``cert``/``key``/``client_ca`` (Python's ssl module loads
@@ -22,7 +24,8 @@ Supported subset, and where se-exporter differs from exporter-toolkit (all diffe
   and a non-empty ``tls_server_config`` without ``cert_file``/``key_file`` (exporter-toolkit falls
   back to plain HTTP there; a half-written TLS section must not silently serve cleartext).
 - ``http_server_config``: ``headers`` (only the headers exporter-toolkit allows, with its value
-  checks; a blank value means unset), ``http2`` (accepted and ignored: se-exporter speaks HTTP/1.x).
+  checks; a blank value means unset; a number is its text, as Go reads it), ``http2`` (accepted and
+  ignored: se-exporter speaks HTTP/1.x).
 - ``basic_auth_users``: user name -> bcrypt hash (``$2a$``, ``$2b$`` or ``$2y$``, as made by
   ``htpasswd -nBC 10 "" | tr -d ':\\n'``). Every path requires valid credentials when users are set,
   except those listed in ``auth_excluded_paths`` (exact paths, as in recent exporter-toolkit; e.g.
@@ -72,13 +75,14 @@ class HTTPServerSpec(msgspec.Struct, forbid_unknown_fields=True):
     headers: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        for name, value in (self.headers or {}).items():
+        for name, written in (self.headers or {}).items():
             key = f"headers.{name}"
             if name not in ALLOWED_HEADERS:
                 allowed_names = ", ".join(ALLOWED_HEADERS)
                 raise field_problem(key, f"this HTTP header can not be configured; allowed: {allowed_names}")
-            if value is None or value == "":
+            if written is None or written == "":
                 continue  # blank means unset, as in exporter-toolkit
+            value = self.headers[name] = _scalar_text(written)  # type: ignore[index]
             if not isinstance(value, str) or not _HEADER_VALUE.match(value):
                 raise field_problem(key, f"must be a string of printable ASCII characters, got {show(value)}")
             allowed = ALLOWED_HEADERS[name]
@@ -160,6 +164,16 @@ def parse_web_config(text: str, *, source: str = "<web config>", base_dir: Path 
         auth_excluded_paths=frozenset(spec.auth_excluded_paths),
         source=source,
     )
+
+
+def _scalar_text(value: object) -> object:
+    """A YAML scalar as exporter-toolkit reads it into a string (``X-XSS-Protection: 1`` is "1"); a list or a
+    mapping stays what it is, and is refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
 
 
 def _check_user(user: str, hashed: object) -> None:

@@ -89,8 +89,6 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
             raise field_problem(
                 "client_ca_file", "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert"
             )
-        if not self.client_ca_file and auth != "NoClientCert":
-            raise field_problem("client_ca_file", f"is required with client_auth_type {auth}")
         if self.client_allowed_sans and auth != "RequireAndVerifyClientCert":
             raise field_problem("client_allowed_sans", "requires client_auth_type RequireAndVerifyClientCert")
 
@@ -99,6 +97,14 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
     """The validated section with its paths resolved against ``base``; None for plain HTTP."""
     if spec is None or spec.empty:
         return None
+    auth = spec.client_auth_type or "NoClientCert"
+    if auth != "NoClientCert" and not spec.client_ca_file:
+        log.warning(
+            f"web config: tls_server_config.client_auth_type {auth} without client_ca_file: client certificates "
+            "are verified against the system's trust store, so any publicly trusted certificate passes; set "
+            "client_ca_file (your own CA) and client_allowed_sans to admit only your clients",
+            extra={"file": source},
+        )
     if spec.curve_preferences:
         log.warning(
             "web config: tls_server_config.curve_preferences is accepted but ignored; OpenSSL's default "

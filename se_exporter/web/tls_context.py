@@ -61,6 +61,8 @@ class TLSServerConfig:
         context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
         if self.prefer_server_cipher_suites:
             context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+        else:  # Python sets it on every server context: the client's order wins only without it
+            context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
         tls12 = [name for suite in self.cipher_suites if (name := CIPHER_SUITES[suite])]
         if tls12:
             try:
@@ -70,15 +72,10 @@ class TLSServerConfig:
         context.set_alpn_protocols(["http/1.1"])  # http2 is accepted in the file but not served
         self._load_certificate(context)
         if self.client_auth_type != "NoClientCert":
-            if self.client_ca_file is None:  # the schema requires it with client certificates
-                self._fail("client_ca_file", "is required with client_auth_type " + self.client_auth_type)
-            ca_text = _read_text(self, "client_ca_file", self.client_ca_file)
-            if "-----BEGIN CERTIFICATE-----" not in ca_text:
-                self._fail("client_ca_file", f"{self.client_ca_file} contains no PEM certificate")
-            try:
-                context.load_verify_locations(cafile=str(self.client_ca_file))
-            except (ssl.SSLError, OSError) as exc:
-                self._fail("client_ca_file", f"cannot load {self.client_ca_file}: {_ssl_problem(exc)}")
+            if self.client_ca_file is None:  # as exporter-toolkit: the system's trust store (a warning at load)
+                context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
+            else:
+                self._load_client_ca(context, self.client_ca_file)
             context.verify_mode = (
                 ssl.CERT_REQUIRED if self.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
             )
@@ -95,6 +92,15 @@ class TLSServerConfig:
             for kind, value in peer_certificate.get("subjectAltName", ())
         }
         return not names.isdisjoint(self.client_allowed_sans)
+
+    def _load_client_ca(self, context: ssl.SSLContext, path: Path) -> None:
+        ca_text = _read_text(self, "client_ca_file", path)
+        if "-----BEGIN CERTIFICATE-----" not in ca_text:
+            self._fail("client_ca_file", f"{path} contains no PEM certificate")
+        try:
+            context.load_verify_locations(cafile=str(path))
+        except (ssl.SSLError, OSError) as exc:
+            self._fail("client_ca_file", f"cannot load {path}: {_ssl_problem(exc)}")
 
     def _load_certificate(self, context: ssl.SSLContext) -> None:
         cert_text = _read_text(self, "cert_file", self.cert_file)

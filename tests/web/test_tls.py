@@ -185,3 +185,39 @@ def test_renewed_certificate_is_picked_up_and_a_broken_one_is_not(
     shutil.copy(pki.path("client.key"), config_dir / "server.key")
     assert serial() == renewed.serial_number
     assert https_get(server, context).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("prefer", "chosen"), [(True, "ECDHE-ECDSA-AES128-GCM-SHA256"), (False, "ECDHE-ECDSA-CHACHA20-POLY1305")]
+)
+def test_prefer_server_cipher_suites_decides_whose_order_wins(
+    serve: Serve, write_config: WriteConfig, pki: PKI, prefer: bool, chosen: str
+) -> None:
+    """exporter-toolkit's "client chooses cipher" case: with false, the client's first choice wins."""
+    suites = "[TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256]"
+    config = TLS_CONFIG + f"  max_version: TLS12\n  cipher_suites: {suites}\n"
+    server = serve(write_config(config + f"  prefer_server_cipher_suites: {str(prefer).lower()}\n"))
+    client = client_context(pki)
+    client.set_ciphers("ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES128-GCM-SHA256")  # the client's order
+    with tls_connect(server, client) as conn:
+        assert (conn.cipher() or ("none",))[0] == chosen
+
+
+def test_without_client_ca_file_client_certificates_are_verified_against_the_system_trust_store(
+    serve: Serve, write_config: WriteConfig, pki: PKI, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As exporter-toolkit does, with a warning that names the fix. OpenSSL's system store honours SSL_CERT_FILE:
+    pointed at the test CA, the test client is trusted; pointed at another CA, it is refused."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca_file))
+    monkeypatch.setenv("SSL_CERT_DIR", str(pki.dir / "no-such-dir"))
+    text = (Path(__file__).parents[1] / "testdata" / "web" / "good" / "client_auth_system_trust.yml").read_text()
+    with caplog.at_level("WARNING", logger="se_exporter.web.tls_config"):
+        trusted = serve(write_config(text))
+    assert "any publicly trusted certificate passes; set client_ca_file" in caplog.text
+    assert https_get(trusted, client_context(pki, "client")).status_code == 200
+    with pytest.raises(httpx.TransportError):
+        https_get(trusted, client_context(pki))  # no certificate: required
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.path("rogue.crt")))  # a system store without the test CA
+    untrusted = serve(write_config(text))
+    with pytest.raises(httpx.TransportError):
+        https_get(untrusted, client_context(pki, "client"))

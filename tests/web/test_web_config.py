@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,11 @@ def test_basic_auth_without_bcrypt_installed_is_a_config_error(
         load_web_config(path)
     path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
     assert load_web_config(path).headers == (("X-Frame-Options", "deny"),)  # no bcrypt needed
+
+
+def test_a_header_value_yaml_reads_as_a_number_is_its_text(write_config: Callable[[str], WebConfig]) -> None:
+    """exporter-toolkit's own headers fixture writes ``X-XSS-Protection: 1``: Go reads it as the string "1"."""
+    config = write_config(
+        "http_server_config:\n  headers:\n    X-XSS-Protection: 1\n    Strict-Transport-Security: 3.5\n"
+    )
+    assert config.headers == (("X-XSS-Protection", "1"), ("Strict-Transport-Security", "3.5"))
