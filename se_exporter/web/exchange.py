@@ -81,9 +81,12 @@ class Exchange:
         client: str,
         idle: Callable[[bool], None],
         deadline: float,
+        *,
+        refusal: str | None = None,
     ) -> None:
         """Requests until the client, an error or a timeout ends the connection; ``idle(True)`` while it
-        waits for a request (such connections are the ones the server may close when it needs room)."""
+        waits for a request (such connections are the ones the server may close when it needs room).
+        ``refusal``: why this client may have nothing: its first request is answered 403 with it, then closed."""
         http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         while True:
             idle(True)
@@ -95,6 +98,14 @@ class Exchange:
             if request is None:
                 return
             idle(False)
+            if refusal is not None:
+                forbidden = Answer(
+                    403, "Forbidden", [("Content-Type", "text/plain; charset=utf-8")], f"{refusal}\n".encode()
+                )
+                await write_answer(
+                    http, writer, self._with_extra(forbidden), head=request.method == b"HEAD", close=True
+                )
+                return
             answer = await self._answer(request, client, lambda: reader.at_eof() or writer.transport.is_closing())
             await write_answer(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
             if http.our_state is not h11.DONE or http.their_state is not h11.DONE:

@@ -26,7 +26,7 @@ from se_exporter.web.config import WebConfig
 from se_exporter.web.exchange import Exchange, close_quietly
 from se_exporter.web.renders import ClientGone, Renders
 from se_exporter.web.sockets import bind, client_name, forget_traceback, readable
-from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, is_tls_hello
+from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, handshake, is_tls_hello
 from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,9 @@ class WebServer:
         try:
             writer = await self._open_stream(sock, reader, client, deadline)
             if writer is not None:
-                await self._exchange.serve(reader, writer, client, idle, deadline)
+                await self._exchange.serve(
+                    reader, writer, client, idle, deadline, refusal=self._refusal(writer, client)
+                )
             ended_well = True
         except (Timeout, ClientGone, OSError, asyncio.IncompleteReadError) as error:
             log.debug("connection ended", extra={"client": client, "err": str(error) or type(error).__name__})
@@ -177,13 +179,21 @@ class WebServer:
             if (held := reader.exception()) is not None:  # what the transport reported, never read by us
                 forget_traceback(held)
 
+    def _refusal(self, writer: asyncio.StreamWriter, client: str) -> str | None:
+        """Why a TLS client's requests are refused (403) once it is in: a verified certificate without any of
+        ``client_allowed_sans`` (Python checks those only after the handshake, where Go refuses in it)."""
+        if self._tls is None or self._tls.config.allows_peer(writer.get_extra_info("peercert")):
+            return None
+        log.warning("client certificate has none of client_allowed_sans; refused", extra={"client": client})
+        return "the client certificate has none of the names in client_allowed_sans"
+
     async def _open_stream(
         self, sock: socket.socket, reader: asyncio.StreamReader, client: str, deadline: float
     ) -> asyncio.StreamWriter | None:
         """The connection's writer (``reader`` reads it), after the TLS handshake when TLS is on (None: not
         one to serve)."""
-        protocol = asyncio.StreamReaderProtocol(reader)
         if self._tls is None:
+            protocol = asyncio.StreamReaderProtocol(reader)
             transport, _ = await self._loop.connect_accepted_socket(lambda: protocol, sock)
             return asyncio.StreamWriter(transport, protocol, reader, self._loop)
         left = min(deadline, time.monotonic() + self._tls.handshake_timeout) - time.monotonic()
@@ -193,20 +203,12 @@ class WebServer:
             answer_plain_http(sock)  # in cleartext, as Go's net/http does
             return None
         try:
-            transport, _ = await self._loop.connect_accepted_socket(
-                lambda: protocol,
+            return await handshake(
                 sock,
-                ssl=self._tls.context(),
-                ssl_handshake_timeout=max(0.1, left),
-                ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS,
+                reader,
+                self._tls.context(),
+                timeout=max(0.1, left),
+                shutdown_timeout=TLS_SHUTDOWN_SECONDS,
             )
-        except ConnectionError as error:  # the handshake failed (asyncio reports it so) or timed out
+        except OSError as error:  # the handshake failed (the client was sent the alert) or timed out
             raise Timeout(f"TLS handshake failed: {error}") from None
-        writer = asyncio.StreamWriter(transport, protocol, reader, self._loop)
-        if not self._tls.config.allows_peer(transport.get_extra_info("peercert")):
-            log.warning(
-                "client certificate has none of client_allowed_sans; connection closed", extra={"client": client}
-            )
-            close_quietly(writer)
-            return None
-        return writer

@@ -1,8 +1,10 @@
-"""TLS for the web server: the context of each new connection (certificates reloaded when they change), and
-what a plain-HTTP client on the TLS port is told."""
+"""TLS for the web server: the context of each new connection (certificates reloaded when they change), the
+handshake (a refused client is told why, by a TLS alert), and what a plain-HTTP client on the TLS port is
+told."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -10,8 +12,10 @@ import socket
 import ssl
 import threading
 import time
+from asyncio import sslproto
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from se_exporter.errors import ConfigError
 from se_exporter.web.tls_context import TLSServerConfig
@@ -56,6 +60,66 @@ class TLSAcceptor:
                     else:
                         log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
             return self._context
+
+
+class _AlertingSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's TLS protocol, sending the alert of a failed handshake before the connection closes.
+
+    asyncio drops what OpenSSL wrote when the handshake fails (the alert that says why: protocol version, no
+    shared cipher, unknown CA), so the client reads EOF where Go's client says "protocol version not
+    supported". The alert is written out first. ``_on_handshake_complete`` and ``_process_outgoing`` are
+    asyncio's private methods (no public hook exists), pinned by tests/web/test_tls_alerts.py.
+    """
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None:
+            with contextlib.suppress(Exception):
+                self._process_outgoing()  # type: ignore[attr-defined]
+        super()._on_handshake_complete(handshake_exc)
+
+
+class _Connected(asyncio.StreamReaderProtocol):
+    """The stream protocol, keeping the TLS transport it is handed once the handshake succeeds."""
+
+    transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        super().connection_made(transport)
+
+
+async def handshake(
+    sock: socket.socket,
+    reader: asyncio.StreamReader,
+    context: ssl.SSLContext,
+    *,
+    timeout: float,
+    shutdown_timeout: float,
+) -> asyncio.StreamWriter:
+    """The server side of the TLS handshake on ``sock``: a writer (``reader`` reads the connection), or an
+    ``OSError`` once the client was told why it failed."""
+    loop = asyncio.get_running_loop()
+    protocol = _Connected(reader)
+    waiter: asyncio.Future[Any] = loop.create_future()
+    tls = _AlertingSSLProtocol(
+        loop,
+        protocol,
+        context,
+        waiter,
+        server_side=True,
+        ssl_handshake_timeout=timeout,  # type: ignore[arg-type]  # typeshed says int; asyncio takes seconds
+        ssl_shutdown_timeout=shutdown_timeout,
+    )
+    raw, _ = await loop.connect_accepted_socket(lambda: tls, sock)
+    try:
+        await waiter
+    except BaseException:
+        raw.abort()
+        raise
+    if not isinstance(protocol.transport, asyncio.WriteTransport):
+        raw.abort()
+        raise ConnectionAbortedError("the TLS handshake ended without a connection")
+    return asyncio.StreamWriter(protocol.transport, protocol, reader, loop)
 
 
 def is_tls_hello(sock: socket.socket) -> bool:
