@@ -17,12 +17,14 @@ Supported subset, and where se-exporter differs from exporter-toolkit (all diffe
   ``prefer_server_cipher_suites`` (false: the client's order wins).
   ``curve_preferences`` is validated and ignored (Python's ssl module cannot set a group list),
   with a logged note.
-  Rejected with a clear error: inline ``cert``/``key``/``client_ca`` (Python's ssl module loads
-  certificate chains from files only; keeping secrets out of the YAML is better anyway),
-  ``RequestClientCert``/``RequireAnyClientCert`` (they accept a client certificate without
-  verifying it, which Python's ssl cannot do and which authenticates nobody), ``TLS10``/``TLS11``,
-  and a non-empty ``tls_server_config`` without ``cert_file``/``key_file`` (exporter-toolkit falls
-  back to plain HTTP there; a half-written TLS section must not silently serve cleartext).
+  Inline ``cert``/``key``/``client_ca`` (PEM in the YAML) are taken as exporter-toolkit takes them (a
+  file set beside one wins); Python's ssl module loads a chain from files only, so an inline certificate
+  and key go through a memory file (Linux) or a 0600 temporary file removed at once, never a disk file
+  another user could read. Rejected with a clear error: ``RequestClientCert``/``RequireAnyClientCert``
+  (they accept a client certificate without verifying it, which Python's ssl cannot do and which
+  authenticates nobody), ``TLS10``/``TLS11``, and a non-empty ``tls_server_config`` without a
+  certificate and a key (exporter-toolkit falls back to plain HTTP there; a half-written TLS section
+  must not silently serve cleartext).
 - ``http_server_config``: ``headers`` (only the headers exporter-toolkit allows, with its value
   checks; a blank value means unset; a number is its text, as Go reads it), ``http2`` (accepted and
   ignored: se-exporter speaks HTTP/1.x).
@@ -30,11 +32,13 @@ Supported subset, and where se-exporter differs from exporter-toolkit (all diffe
   ``htpasswd -nBC 10 "" | tr -d ':\\n'``). Every path requires valid credentials when users are set,
   except those listed in ``auth_excluded_paths`` (exact paths, as in recent exporter-toolkit; e.g.
   ``[/-/healthy, /-/ready]`` for kubelet probes and the Docker HEALTHCHECK).
-- ``rate_limit`` is rejected as not supported.
+- ``rate_limit``: ``interval`` (a duration: ``1s``, ``250ms``; 0 is off) and ``burst`` (at least 1): one
+  token bucket for every request, 429 beyond it (``web/ratelimit.py``), but for ``/-/traffic``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import logging
 import os
@@ -47,6 +51,7 @@ from typing import Any
 import msgspec
 
 from se_exporter.config.files import read_text, show
+from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
 from se_exporter.web.tls_config import TLSServerSpec, tls_config
@@ -90,22 +95,41 @@ class HTTPServerSpec(msgspec.Struct, forbid_unknown_fields=True):
                 raise field_problem(key, f"must be one of {', '.join(allowed)}, got {show(value)}")
 
 
+class RateLimitSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """``rate_limit`` as exporter-toolkit reads it: a Go duration and a burst."""
+
+    interval: str | int = 0
+    burst: int = 0
+
+    @property
+    def seconds(self) -> float:
+        """The interval in seconds (0: no limit); a bare number is Go's nanoseconds."""
+        if isinstance(self.interval, int):
+            return self.interval / 1e9
+        try:
+            return duration(self.interval)
+        except argparse.ArgumentTypeError:
+            raise field_problem(
+                "interval", f"must be a duration such as 1s or 250ms, got {show(self.interval)}"
+            ) from None
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0:
+            raise field_problem("interval", f"must not be negative, got {show(self.interval)}")
+        if self.seconds > 0 and self.burst < 1:
+            raise field_problem("burst", f"must be at least 1, or no request is ever answered; got {self.burst}")
+
+
 class WebConfigFile(msgspec.Struct, forbid_unknown_fields=True):
     """The file as written (exporter-toolkit's format, the subset described above)."""
 
-    __refused_keys__ = ("rate_limit",)
     tls_server_config: TLSServerSpec | None = None
     http_server_config: HTTPServerSpec | None = None
     basic_auth_users: dict[str, Any] | None = None  # user -> bcrypt hash; checked here, never shown
     auth_excluded_paths: tuple[str, ...] = ()
-    rate_limit: Any = msgspec.UNSET
+    rate_limit: RateLimitSpec | None = None
 
     def __post_init__(self) -> None:
-        if self.rate_limit is not msgspec.UNSET:
-            raise field_problem(
-                "rate_limit",
-                "is not supported by se-exporter (rate-limit in a reverse proxy or by network policy instead)",
-            )
         for user, hashed in (self.basic_auth_users or {}).items():
             _check_user(user, hashed)
         for index, path in enumerate(self.auth_excluded_paths):
@@ -126,6 +150,7 @@ class WebConfig:
     headers: tuple[tuple[str, str], ...] = ()
     basic_auth_users: Mapping[str, str] = field(default_factory=dict, repr=False)  # user -> bcrypt hash
     auth_excluded_paths: frozenset[str] = frozenset()  # exact paths served without basic auth
+    rate_limit: tuple[float, int] | None = None  # (interval in seconds, burst)
     source: str = field(default="<web config>", compare=False)
 
     @property
@@ -162,6 +187,7 @@ def parse_web_config(text: str, *, source: str = "<web config>", base_dir: Path 
         headers=tuple((name, value) for name, value in headers.items() if value),
         basic_auth_users=dict(spec.basic_auth_users or {}),
         auth_excluded_paths=frozenset(spec.auth_excluded_paths),
+        rate_limit=(limit.seconds, limit.burst) if (limit := spec.rate_limit) and limit.seconds > 0 else None,
         source=source,
     )
 

@@ -33,6 +33,7 @@ import h11
 from se_exporter.config.values import TRAFFIC_PATH
 from se_exporter.web.auth import BasicAuthenticator
 from se_exporter.web.config import WebConfig
+from se_exporter.web.ratelimit import TokenBucket
 from se_exporter.web.renders import Renders
 from se_exporter.web.wire import (
     IDLE_TIMEOUT_SECONDS,
@@ -67,6 +68,7 @@ class Exchange:
             "SCRIPT_NAME": "",
         }
         self._renders = renders
+        self._limit = TokenBucket(*config.rate_limit) if config.rate_limit else None
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
         self._checking: dict[str, asyncio.Future[str | None]] = {}  # credentials in bcrypt, by header
 
@@ -117,6 +119,10 @@ class Exchange:
         if request.method not in (b"GET", b"HEAD"):
             return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
         environ = self._environ(request, client)
+        if self._limit is not None and environ["PATH_INFO"] != TRAFFIC_PATH and not self._limit.allow():
+            return Answer(
+                429, "Too Many Requests", [("Content-Type", "text/plain; charset=utf-8")], b"Too Many Requests\n"
+            )
         if self._auth is not None and environ["PATH_INFO"] not in self._excluded:
             refused = await self._authenticate(self._auth, environ)
             if refused is not None:

@@ -8,13 +8,11 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from se_exporter.config.files import show
 from se_exporter.config.schema import field_problem
-from se_exporter.errors import ConfigError
 from se_exporter.web.tls_context import CIPHER_SUITES, TLSServerConfig, normalize_ip
 
 log = logging.getLogger(__name__)
@@ -26,17 +24,13 @@ _INSECURE_TLS_VERSIONS = ("TLS10", "TLS11")
 
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
 
-_REFUSED = {
-    "cert": "inline certificates are not supported by se-exporter; use cert_file",
-    "key": "inline keys are not supported by se-exporter; use key_file",
-    "client_ca": "inline client CAs are not supported by se-exporter; use client_ca_file",
-}
+# Inline PEM beside a file: exporter-toolkit reads the file; so does se-exporter, saying the text is unused.
+_INLINE_TWINS = (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file"))
 
 
 class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
     """``tls_server_config`` as written; ``""`` means unset, as in exporter-toolkit."""
 
-    __refused_keys__ = tuple(_REFUSED)
     cert_file: str | None = None
     key_file: str | None = None
     client_auth_type: str | None = None
@@ -47,19 +41,16 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
     cipher_suites: tuple[str, ...] = ()
     prefer_server_cipher_suites: bool = True
     curve_preferences: tuple[str, ...] = ()
-    cert: Any = msgspec.UNSET
-    key: Any = msgspec.UNSET
-    client_ca: Any = msgspec.UNSET
+    cert: str | None = None  # inline PEM, as exporter-toolkit takes it (the file wins when both are set)
+    key: str | None = None
+    client_ca: str | None = None
 
     def __post_init__(self) -> None:
-        for key, why in _REFUSED.items():
-            if getattr(self, key) is not msgspec.UNSET:
-                raise field_problem(key, why)
         if self.empty:
             return  # plain HTTP
-        for key in ("cert_file", "key_file"):
-            if not getattr(self, key):
-                raise field_problem(key, "is required")
+        for inline, file in _INLINE_TWINS[:2]:
+            if not getattr(self, file) and not getattr(self, inline):
+                raise field_problem(file, f"is required (or {inline}: the PEM inline)")
         self._check_client_auth()
         _known("cipher_suites", self.cipher_suites, tuple(CIPHER_SUITES))
         _known("curve_preferences", self.curve_preferences, CURVES)
@@ -85,10 +76,9 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
             )
         if auth not in CLIENT_AUTH_TYPES:
             raise field_problem("client_auth_type", f"must be one of {', '.join(CLIENT_AUTH_TYPES)}, got {show(auth)}")
-        if self.client_ca_file and auth == "NoClientCert":
-            raise field_problem(
-                "client_ca_file", "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert"
-            )
+        ca_key = "client_ca_file" if self.client_ca_file else "client_ca"
+        if (self.client_ca_file or self.client_ca) and auth == "NoClientCert":
+            raise field_problem(ca_key, "is set but client_auth_type is NoClientCert: set RequireAndVerifyClientCert")
         if self.client_allowed_sans and auth != "RequireAndVerifyClientCert":
             raise field_problem("client_allowed_sans", "requires client_auth_type RequireAndVerifyClientCert")
 
@@ -98,7 +88,13 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
     if spec is None or spec.empty:
         return None
     auth = spec.client_auth_type or "NoClientCert"
-    if auth != "NoClientCert" and not spec.client_ca_file:
+    for inline, file in _INLINE_TWINS:
+        if getattr(spec, inline) and getattr(spec, file):
+            log.warning(
+                f"web config: tls_server_config.{inline} is unused: {file} is set too, and is read instead",
+                extra={"file": source},
+            )
+    if auth != "NoClientCert" and not spec.client_ca_file and not spec.client_ca:
         log.warning(
             f"web config: tls_server_config.client_auth_type {auth} without client_ca_file: client certificates "
             "are verified against the system's trust store, so any publicly trusted certificate passes; set "
@@ -111,11 +107,12 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
             "groups are used",
             extra={"file": source},
         )
-    if not spec.cert_file or not spec.key_file:  # the schema's __post_init__ refuses this already
-        raise ConfigError(f"web config {source}: tls_server_config: cert_file and key_file are required")
     return TLSServerConfig(
-        cert_file=_resolve(base, spec.cert_file),
-        key_file=_resolve(base, spec.key_file),
+        cert_file=_resolve(base, spec.cert_file) if spec.cert_file else None,
+        key_file=_resolve(base, spec.key_file) if spec.key_file else None,
+        cert=None if spec.cert_file else spec.cert,
+        key=None if spec.key_file else spec.key,
+        client_ca=None if spec.client_ca_file else spec.client_ca,
         client_auth_type=spec.client_auth_type or "NoClientCert",
         client_ca_file=_resolve(base, spec.client_ca_file) if spec.client_ca_file else None,
         client_allowed_sans=tuple(normalize_ip(san) for san in spec.client_allowed_sans),  # once, not per handshake

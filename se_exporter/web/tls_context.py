@@ -4,9 +4,12 @@ the ``client_allowed_sans`` check of a verified client certificate."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import ssl
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -35,10 +38,14 @@ CIPHER_SUITES: Mapping[str, str | None] = {
 
 @dataclass(frozen=True, slots=True)
 class TLSServerConfig:
-    """``tls_server_config`` with absolute paths; ``ssl_context()`` builds the server context."""
+    """``tls_server_config`` with absolute paths (or the PEM inline); ``ssl_context()`` builds the server
+    context."""
 
-    cert_file: Path
-    key_file: Path
+    cert_file: Path | None
+    key_file: Path | None
+    cert: str | None = field(default=None, repr=False)  # inline PEM when no cert_file
+    key: str | None = field(default=None, repr=False)  # inline PEM when no key_file: a secret, never shown
+    client_ca: str | None = field(default=None, repr=False)  # inline PEM when no client_ca_file
     client_auth_type: str = "NoClientCert"
     client_ca_file: Path | None = None
     client_allowed_sans: tuple[str, ...] = ()  # IP addresses in canonical form (parse_tls)
@@ -51,7 +58,7 @@ class TLSServerConfig:
     @property
     def files(self) -> tuple[Path, ...]:
         """The files the context is built from (watched for certificate rotation)."""
-        return (self.cert_file, self.key_file, *((self.client_ca_file,) if self.client_ca_file else ()))
+        return tuple(path for path in (self.cert_file, self.key_file, self.client_ca_file) if path is not None)
 
     def ssl_context(self) -> ssl.SSLContext:
         """A fresh server context from the files as they are now; ``ConfigError`` if one is unusable."""
@@ -72,10 +79,12 @@ class TLSServerConfig:
         context.set_alpn_protocols(["http/1.1"])  # http2 is accepted in the file but not served
         self._load_certificate(context)
         if self.client_auth_type != "NoClientCert":
-            if self.client_ca_file is None:  # as exporter-toolkit: the system's trust store (a warning at load)
+            if self.client_ca_file is not None:
+                self._load_client_ca(context, _read_text(self, "client_ca_file", self.client_ca_file), "client_ca_file")
+            elif self.client_ca is not None:
+                self._load_client_ca(context, self.client_ca, "client_ca")
+            else:  # as exporter-toolkit: the system's trust store (a warning at load)
                 context.load_default_certs(ssl.Purpose.CLIENT_AUTH)
-            else:
-                self._load_client_ca(context, self.client_ca_file)
             context.verify_mode = (
                 ssl.CERT_REQUIRED if self.client_auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
             )
@@ -93,39 +102,73 @@ class TLSServerConfig:
         }
         return not names.isdisjoint(self.client_allowed_sans)
 
-    def _load_client_ca(self, context: ssl.SSLContext, path: Path) -> None:
-        ca_text = _read_text(self, "client_ca_file", path)
+    def _load_client_ca(self, context: ssl.SSLContext, ca_text: str, key: str) -> None:
+        what = self.client_ca_file if key == "client_ca_file" else "the inline PEM"
         if "-----BEGIN CERTIFICATE-----" not in ca_text:
-            self._fail("client_ca_file", f"{path} contains no PEM certificate")
+            self._fail(key, f"{what} contains no PEM certificate")
         try:
-            context.load_verify_locations(cafile=str(path))
-        except (ssl.SSLError, OSError) as exc:
-            self._fail("client_ca_file", f"cannot load {path}: {_ssl_problem(exc)}")
+            context.load_verify_locations(cadata=ca_text)  # from memory: the same text that was checked
+        except (ssl.SSLError, ValueError) as exc:
+            self._fail(key, f"cannot load {what}: {_ssl_problem(exc)}")
 
     def _load_certificate(self, context: ssl.SSLContext) -> None:
-        cert_text = _read_text(self, "cert_file", self.cert_file)
+        cert_key, cert_text = self._pem("cert_file", self.cert_file, "cert", self.cert)
+        cert_what = self.cert_file or "the inline PEM"
         if "-----BEGIN CERTIFICATE-----" not in cert_text:
-            self._fail("cert_file", f"{self.cert_file} contains no PEM certificate")
-        try:  # parse the certificates alone first, so a broken one is blamed on cert_file
+            self._fail(cert_key, f"{cert_what} contains no PEM certificate")
+        try:  # parse the certificates alone first, so a broken one is blamed on the certificate
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=cert_text)
         except (ssl.SSLError, ValueError) as exc:
-            self._fail("cert_file", f"{self.cert_file} is not a valid PEM certificate: {_ssl_problem(exc)}")
-        key_text = _read_text(self, "key_file", self.key_file)
+            self._fail(cert_key, f"{cert_what} is not a valid PEM certificate: {_ssl_problem(exc)}")
+        key_key, key_text = self._pem("key_file", self.key_file, "key", self.key)
+        key_what = self.key_file or "the inline PEM"
         if "PRIVATE KEY-----" not in key_text:
-            self._fail("key_file", f"{self.key_file} contains no PEM private key")
+            self._fail(key_key, f"{key_what} contains no PEM private key")
         if "ENCRYPTED" in key_text:
-            self._fail("key_file", f"{self.key_file} is encrypted; se-exporter needs an unencrypted key")
+            self._fail(key_key, f"{key_what} is encrypted; se-exporter needs an unencrypted key")
 
         def no_password() -> str:  # never prompt on the terminal
             raise ConfigError("encrypted key")
 
         try:
-            context.load_cert_chain(str(self.cert_file), str(self.key_file), password=no_password)
+            if self.cert_file is not None and self.key_file is not None:
+                context.load_cert_chain(str(self.cert_file), str(self.key_file), password=no_password)
+            else:  # the ssl module loads a chain from files only
+                with private_pem_file(cert_text + "\n" + key_text) as chain:
+                    context.load_cert_chain(chain, password=no_password)
         except (ssl.SSLError, OSError, ConfigError) as exc:
-            self._fail("key_file", f"cannot use {self.key_file} with {self.cert_file}: {_ssl_problem(exc)}")
+            self._fail(key_key, f"cannot use {key_what} with {cert_what}: {_ssl_problem(exc)}")
+
+    def _pem(self, file_key: str, path: Path | None, inline_key: str, inline: str | None) -> tuple[str, str]:
+        """(the key it comes from, the PEM text) of the file, else of the inline text."""
+        if path is not None:
+            return file_key, _read_text(self, file_key, path)
+        return inline_key, inline or ""
 
     def _fail(self, key: str, problem: str) -> NoReturn:
         raise ConfigError(f"web config {self.source}: tls_server_config.{key}: {problem}")
+
+
+@contextlib.contextmanager
+def private_pem_file(text: str) -> Iterator[str]:
+    """A path holding ``text`` that only this process can read, gone on exit: a memory file on Linux
+    (/proc/self/fd, never on a disk), else a 0600 temporary file, removed at once."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fd = os.memfd_create("se-exporter-tls", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.write(fd, text.encode("ascii", "replace"))
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    fd, path = tempfile.mkstemp(prefix="se-exporter-tls-", suffix=".pem")  # 0600, as mkstemp makes it
+    try:
+        with os.fdopen(fd, "w", encoding="ascii", errors="replace") as file:
+            file.write(text)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:

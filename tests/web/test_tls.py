@@ -6,6 +6,7 @@ import contextlib
 import shutil
 import socket
 import ssl
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from cryptography import x509
 from se_exporter.web import tls as web
 from se_exporter.web.config import WebConfig
 from se_exporter.web.server import WebServer
+from se_exporter.web.tls_context import private_pem_file
 from tests.web.conftest import client_context
 from tests.web.pki import PKI
 
@@ -225,3 +227,35 @@ def test_without_client_ca_file_client_certificates_are_verified_against_the_sys
     untrusted = serve(write_config(text))
     with pytest.raises(httpx.TransportError):
         https_get(untrusted, client_context(pki, "client"))
+
+
+def test_inline_cert_key_and_client_ca_serve_mutual_tls(
+    serve: Serve, write_config: WriteConfig, pki: PKI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exporter-toolkit's tls_config_noAuth_tlsInline case, with mutual TLS: the PEM in the YAML itself."""
+
+    def inline(name: str) -> str:
+        return "|\n" + "".join(f"    {line}\n" for line in pki.path(name).read_text().splitlines())
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # where a temporary PEM file would go
+    config = (
+        f"tls_server_config:\n  cert: {inline('server.crt')}  key: {inline('server.key')}"
+        f"  client_ca: {inline('ca.crt')}  client_auth_type: RequireAndVerifyClientCert\n"
+    )
+    loaded = write_config(config)
+    assert loaded.tls is not None and "PRIVATE KEY" not in repr(loaded)
+    server = serve(loaded)
+    assert https_get(server, client_context(pki, "client")).status_code == 200
+    with pytest.raises(httpx.TransportError):
+        https_get(server, client_context(pki, "rogue"))
+    assert list(temporary.iterdir()) == [], "the key was left in a file"
+
+
+def test_a_private_pem_file_is_readable_by_this_process_alone_and_gone_after(tmp_path: Path) -> None:
+    with private_pem_file("-----BEGIN CERTIFICATE-----\n") as path:
+        assert Path(path).read_text() == "-----BEGIN CERTIFICATE-----\n"
+        if not path.startswith("/proc/self/fd/"):
+            assert Path(path).stat().st_mode & 0o077 == 0
+    assert not Path(path).exists() or path.startswith("/proc/self/fd/")

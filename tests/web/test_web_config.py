@@ -71,7 +71,7 @@ def test_full_config_resolves_relative_paths_against_its_directory(
         config = load_web_config(Path("..") / "conf" / "web.yml")
     tls = config.tls
     assert tls is not None
-    assert tls.cert_file.resolve() == (config_dir / "server.crt").resolve()
+    assert tls.cert_file is not None and tls.cert_file.resolve() == (config_dir / "server.crt").resolve()
     assert tls.client_ca_file is not None and tls.client_ca_file.resolve() == (config_dir / "ca.crt").resolve()
     assert tls.client_auth_type == "RequireAndVerifyClientCert"
     assert (tls.min_version, tls.max_version) == (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3)
