@@ -37,13 +37,13 @@ from se_exporter.poller import Poller, PollSink
 from se_exporter.process import StopRequest
 from se_exporter.store import EventStore
 from se_exporter.web.endpoints import make_app
+from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
 if TYPE_CHECKING:  # OpenTelemetry: imported at run time only when it is configured
     from opentelemetry import trace
 
-    from se_exporter.web.config import WebConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -129,6 +129,8 @@ class Exporter:
             tracer=tracer,
             after_poll=self.textfile.poll_done if self.textfile else None,
         )
+        # The web config in force: the whole file re-read when it changes (web/live_config.py).
+        live_web = LiveWebConfig(config.web_config_file, web_config) if web_config is not None else None
         snapshot = SnapshotCollector(
             store=store,
             poller=self.poller,
@@ -139,14 +141,15 @@ class Exporter:
             state=self.persistence if config.state_file else None,
             approvals=approver,
             textfile=self.textfile,
+            web_config=live_web,
         )
         self.registry = exporter_registry(snapshot)
         if self.textfile is not None:
             self.textfile.registry.register(snapshot)
-        self.web = self._web_server(config, web_config, store, clock) if config.listen_port is not None else None
+        self.web = self._web_server(config, live_web, store, clock) if config.listen_port is not None else None
 
     def _web_server(
-        self, config: ExporterConfig, web_config: WebConfig | None, store: EventStore, clock: Clock
+        self, config: ExporterConfig, web_config: LiveWebConfig | None, store: EventStore, clock: Clock
     ) -> WebServer:
         gate = TrafficGate(
             store,

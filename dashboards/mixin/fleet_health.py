@@ -180,6 +180,20 @@ def health_row(lay: Layout, job_selector: str) -> None:
         8,
     )
     lay.add(
+        stat(
+            "Web configs not in force",
+            "Exporters whose --web.config.file changed and no longer parses "
+            "(azure_scheduled_events_web_config_last_reload_successful == 0): they refuse every request but "
+            "/-/healthy and /-/traffic until it is mended, so over HTTP this shows in 'Targets up / down'; a "
+            "textfile or a scrape just after the fix shows it here.",
+            f"count({m('web_config_last_reload_successful')}{{{SEL}}} == 0) or vector(0)",
+            "short",
+            steps=thresholds((None, "green"), (1, "red")),
+        ),
+        4,
+        8,
+    )
+    lay.add(
         table(
             "Unhealthy exporters",
             "Exporters that are down, fail to poll IMDS or have not polled successfully for over a minute, "

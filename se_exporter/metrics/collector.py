@@ -57,6 +57,13 @@ class CountsErrors(Protocol):
     def errors(self) -> int: ...
 
 
+class ReloadsConfig(Protocol):
+    """The web config in force, as far as /metrics is concerned."""
+
+    @property
+    def reload_successful(self) -> bool: ...
+
+
 class SnapshotCollector(Collector):
     def __init__(
         self,
@@ -70,6 +77,7 @@ class SnapshotCollector(Collector):
         state: CountsErrors | None = None,
         approvals: HasApprovals | None = None,
         textfile: CountsErrors | None = None,
+        web_config: ReloadsConfig | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -82,6 +90,7 @@ class SnapshotCollector(Collector):
         self._state = state
         self._approvals = approvals
         self._textfile = textfile
+        self._web_config = web_config
         self._cached: _Cached | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -101,6 +110,12 @@ class SnapshotCollector(Collector):
             errors.add_metric([reason], count)
         yield errors
         yield self._persistence_errors()
+        if self._web_config is not None:
+            yield GaugeMetricFamily(
+                PREFIX + "web_config_last_reload_successful",
+                "1 while the --web.config.file in force parsed; 0 after a change that did not (requests fail).",
+                value=int(self._web_config.reload_successful),
+            )
         if self._spool is not None:
             yield GaugeMetricFamily(
                 PREFIX + "log_spool_depth",

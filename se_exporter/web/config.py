@@ -158,14 +158,16 @@ class WebConfig:
         return "https" if self.tls else "http"
 
 
-def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
-    """Read, validate and return the web configuration at ``path``; ``ConfigError`` on any problem."""
+def load_web_config(path: str | os.PathLike[str], *, check_files: bool = True) -> WebConfig:
+    """Read, validate and return the web configuration at ``path``; ``ConfigError`` on any problem.
+    ``check_files``: load the certificate, key and client CA too (at start; a reload leaves them to
+    ``web/tls.py``, which keeps the previous ones when a renewal is broken)."""
     source = str(path)
     text = read_text(f"{KIND} {source}", path)
     config = parse_web_config(text, source=source, base_dir=Path(path).resolve().parent)
     if config.basic_auth_users and importlib.util.find_spec("bcrypt") is None:
         raise ConfigError(f"{KIND} {source}: basic_auth_users: needs the Python package bcrypt, not installed")
-    if config.tls:
+    if config.tls and check_files:
         config.tls.ssl_context()  # load the certificate, key and client CA now: fail before listening
     _log_summary(config)
     return config

@@ -25,14 +25,16 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 from wsgiref.types import WSGIApplication
 
 import h11
 
-from se_exporter.config.values import TRAFFIC_PATH
+from se_exporter.config.values import HEALTHY_PATH, TRAFFIC_PATH
 from se_exporter.web.auth import BasicAuthenticator
 from se_exporter.web.config import WebConfig
+from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.ratelimit import TokenBucket
 from se_exporter.web.renders import Renders
 from se_exporter.web.wire import (
@@ -47,16 +49,16 @@ from se_exporter.web.wire import (
 
 log = logging.getLogger("se_exporter.web.server")
 MAX_AUTH_WAITING = 4
+PLAIN_TEXT = ("Content-Type", "text/plain; charset=utf-8")
 
 
 class Exchange:
     """What the server does with a request: shared by every connection (its threads and bounds too)."""
 
-    def __init__(self, app: WSGIApplication, config: WebConfig, port: int, scheme: str, renders: Renders) -> None:
+    def __init__(self, app: WSGIApplication, config: LiveWebConfig, port: int, scheme: str, renders: Renders) -> None:
         self._app = app
-        self._auth = BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
-        self._excluded = config.auth_excluded_paths | {TRAFFIC_PATH}  # a load balancer's probe sends no password
-        self._extra = list(config.headers)
+        self._config = config
+        self._rules = _Rules.of(config.current() or WebConfig(), None)
         self._base = {
             "SERVER_PORT": str(port),
             "wsgi.url_scheme": scheme,
@@ -68,7 +70,6 @@ class Exchange:
             "SCRIPT_NAME": "",
         }
         self._renders = renders
-        self._limit = TokenBucket(*config.rate_limit) if config.rate_limit else None
         self._bcrypt = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web-auth")
         self._checking: dict[str, asyncio.Future[str | None]] = {}  # credentials in bcrypt, by header
 
@@ -100,36 +101,56 @@ class Exchange:
             if request is None:
                 return
             idle(False)
+            rules = self._rules_now()
+            with_extra = rules.with_extra if rules is not None else _as_is
             if refusal is not None:
-                forbidden = Answer(
-                    403, "Forbidden", [("Content-Type", "text/plain; charset=utf-8")], f"{refusal}\n".encode()
-                )
-                await write_answer(
-                    http, writer, self._with_extra(forbidden), head=request.method == b"HEAD", close=True
-                )
+                forbidden = Answer(403, "Forbidden", [PLAIN_TEXT], f"{refusal}\n".encode())
+                await write_answer(http, writer, with_extra(forbidden), head=request.method == b"HEAD", close=True)
                 return
-            answer = await self._answer(request, client, lambda: reader.at_eof() or writer.transport.is_closing())
-            await write_answer(http, writer, self._with_extra(answer), head=request.method == b"HEAD", close=False)
+            answer = await self._answer(
+                request, client, rules, lambda: reader.at_eof() or writer.transport.is_closing()
+            )
+            await write_answer(http, writer, with_extra(answer), head=request.method == b"HEAD", close=False)
             if http.our_state is not h11.DONE or http.their_state is not h11.DONE:
                 return
             http.start_next_cycle()
             deadline = time.monotonic() + IDLE_TIMEOUT_SECONDS
 
-    async def _answer(self, request: h11.Request, client: str, gone: Callable[[], bool]) -> Answer:
+    def _rules_now(self) -> _Rules | None:
+        """What the web config in force says of requests (rebuilt when it changed); None: nothing is in force."""
+        config = self._config.current()
+        if config is None:
+            return None
+        if config is not self._rules.config:
+            self._rules = _Rules.of(config, self._rules)
+        return self._rules
+
+    async def _answer(
+        self, request: h11.Request, client: str, rules: _Rules | None, gone: Callable[[], bool]
+    ) -> Answer:
         if request.method not in (b"GET", b"HEAD"):
             return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
         environ = self._environ(request, client)
-        if self._limit is not None and environ["PATH_INFO"] != TRAFFIC_PATH and not self._limit.allow():
-            return Answer(
-                429, "Too Many Requests", [("Content-Type", "text/plain; charset=utf-8")], b"Too Many Requests\n"
-            )
-        if self._auth is not None and environ["PATH_INFO"] not in self._excluded:
-            refused = await self._authenticate(self._auth, environ)
-            if refused is not None:
-                return refused
+        refused = await self._refused(rules, environ)
+        if refused is not None:
+            return refused
         if environ["PATH_INFO"] in self._renders.paths:
             return await self._renders.answer(self._app, environ, gone)
         return call_app(self._app, environ)  # the probes and the landing page: at once, never behind a render
+
+    async def _refused(self, rules: _Rules | None, environ: dict[str, Any]) -> Answer | None:
+        """Why the web config in force refuses this request (None: it may go on)."""
+        path = environ["PATH_INFO"]
+        if rules is None:  # the web config does not parse: fail closed, as exporter-toolkit does
+            if path in (HEALTHY_PATH, TRAFFIC_PATH):  # but the process is alive, and a probe must not drop it
+                return None
+            log.debug("request refused: the web config does not parse", extra={"client": environ["REMOTE_ADDR"]})
+            return Answer(500, "Internal Server Error", [PLAIN_TEXT], b"Internal Server Error\n")
+        if rules.limit is not None and path != TRAFFIC_PATH and not rules.limit.allow():
+            return Answer(429, "Too Many Requests", [PLAIN_TEXT], b"Too Many Requests\n")
+        if rules.auth is not None and path not in rules.excluded:
+            return await self._authenticate(rules.auth, environ)
+        return None
 
     async def _authenticate(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Answer | None:
         """None when the request may go on (``REMOTE_USER`` set), else the refusal."""
@@ -172,10 +193,47 @@ class Exchange:
             environ[key] = f"{environ[key]},{text}" if key in environ else text
         return environ
 
-    def _with_extra(self, answer: Answer) -> Answer:
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """What one web config says of requests: who may ask, what is added to every answer, how often."""
+
+    config: WebConfig
+    auth: BasicAuthenticator | None
+    excluded: frozenset[str]
+    extra: tuple[tuple[str, str], ...]
+    limit: TokenBucket | None
+
+    @classmethod
+    def of(cls, config: WebConfig, before: _Rules | None) -> _Rules:
+        """The rules of ``config``; the authenticator (its cache) and the bucket of ``before`` are kept while
+        the users and the rate limit are the same."""
+        users_kept = before is not None and before.config.basic_auth_users == config.basic_auth_users
+        limit_kept = before is not None and before.config.rate_limit == config.rate_limit
+        return cls(
+            config,
+            before.auth if before is not None and users_kept else _authenticator(config),
+            config.auth_excluded_paths | {TRAFFIC_PATH},  # a load balancer's probe sends no password
+            config.headers,
+            before.limit if before is not None and limit_kept else _bucket(config),
+        )
+
+    def with_extra(self, answer: Answer) -> Answer:
         present = {name.lower() for name, _ in answer.headers}  # the application's own headers win, as in Go
-        extra = [header for header in self._extra if header[0].lower() not in present]
+        extra = [header for header in self.extra if header[0].lower() not in present]
         return Answer(answer.status, answer.reason, answer.headers + extra, answer.body) if extra else answer
+
+
+def _as_is(answer: Answer) -> Answer:
+    return answer
+
+
+def _authenticator(config: WebConfig) -> BasicAuthenticator | None:
+    return BasicAuthenticator(config.basic_auth_users) if config.basic_auth_users else None
+
+
+def _bucket(config: WebConfig) -> TokenBucket | None:
+    return TokenBucket(*config.rate_limit) if config.rate_limit else None
 
 
 def close_quietly(writer: asyncio.StreamWriter) -> None:

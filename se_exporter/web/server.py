@@ -24,6 +24,7 @@ from wsgiref.types import WSGIApplication
 
 from se_exporter.web.config import WebConfig
 from se_exporter.web.exchange import Exchange, close_quietly
+from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.renders import ClientGone, Renders
 from se_exporter.web.sockets import bind, client_name, forget_traceback, readable
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, handshake, is_tls_hello
@@ -49,8 +50,9 @@ _LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 class WebServer:
     """Serves ``app`` on a background thread; ``port`` is the bound port (useful with port 0).
 
-    ``web_config`` (from ``load_web_config``, ``--web.config.file``) adds TLS, basic auth on every path
-    but the excluded ones, and extra response headers; None serves plain HTTP. ``scheme`` is "https" or
+    ``web_config`` (from ``load_web_config``, ``--web.config.file``; a ``LiveWebConfig`` follows the file's
+    changes) adds TLS, basic auth on every path but the excluded ones, extra response headers and a rate
+    limit; None serves plain HTTP. ``scheme`` is "https" or
     "http".
     """
 
@@ -59,20 +61,21 @@ class WebServer:
         app: WSGIApplication,
         host: str,
         port: int,
-        web_config: WebConfig | None = None,
+        web_config: WebConfig | LiveWebConfig | None = None,
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS,
         render_paths: frozenset[str] = frozenset({"/metrics"}),
         snapshot: Callable[[], object] | None = None,  # what /metrics is made of, replaced whole by each poll
     ) -> None:
-        config = web_config or WebConfig()
-        self._tls = TLSAcceptor(config.tls, handshake_timeout) if config.tls else None
+        live = web_config if isinstance(web_config, LiveWebConfig) else LiveWebConfig(None, web_config or WebConfig())
+        config = live.current() or WebConfig()
+        self._tls = TLSAcceptor(config.tls, handshake_timeout, live) if config.tls else None
         each = TLS_CONNECTION_BYTES if self._tls else PLAIN_CONNECTION_BYTES
         self.max_connections = min(MAX_CONNECTIONS, CONNECTION_BUDGET_BYTES // each)
         self._listener = bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
-        self._exchange = Exchange(app, config, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
+        self._exchange = Exchange(app, live, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
         self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
         self._thread = threading.Thread(
             target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True

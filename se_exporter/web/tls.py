@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from se_exporter.errors import ConfigError
+from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.tls_context import TLSServerConfig
 
 log = logging.getLogger(__name__)
@@ -32,11 +33,15 @@ class TLSAcceptor:
     Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
     certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
     new set is logged and the previous context kept, so a half-written renewal never takes the port down.
+    The TLS settings themselves follow the web config in force (``live``): a changed ``tls_server_config``
+    rebuilds the context too; while the file does not parse, handshakes go on with the last one (every
+    request is then refused, ``web/exchange.py``).
     """
 
-    def __init__(self, config: TLSServerConfig, handshake_timeout: float) -> None:
+    def __init__(self, config: TLSServerConfig, handshake_timeout: float, live: LiveWebConfig | None = None) -> None:
         self.config = config
         self.handshake_timeout = handshake_timeout
+        self._live = live
         self._stamp = _stamp(config.files)
         self._context = config.ssl_context()
         self._checked = time.monotonic()
@@ -44,7 +49,11 @@ class TLSAcceptor:
 
     def context(self) -> ssl.SSLContext:
         now = time.monotonic()
+        in_force = self._live.current() if self._live is not None else None
         with self._lock:
+            if in_force is not None and in_force.tls is not None and in_force.tls != self.config:
+                self.config, self._checked = in_force.tls, now - CERT_RELOAD_CHECK_SECONDS  # rebuilt below
+                self._stamp = ()
             if now - self._checked >= CERT_RELOAD_CHECK_SECONDS:
                 self._checked = now
                 stamp = _stamp(self.config.files)
@@ -58,7 +67,7 @@ class TLSAcceptor:
                             extra={"err": str(exc)},
                         )
                     else:
-                        log.info("TLS certificate reloaded", extra={"cert_file": str(self.config.cert_file)})
+                        log.info("TLS context reloaded", extra={"cert_file": str(self.config.cert_file or "inline")})
             return self._context
 
 

@@ -39,6 +39,10 @@ EXPECTED_ABSENT: dict[str, str] = {
         "nothing is approved in the scene: its policy's hook fails, to show approval failures (an approved "
         "event's series: tests/approval/test_approval_exporter.py; the alerts on it: alerts/tests)"
     ),
+    "azure_scheduled_events_web_config_last_reload_successful": (
+        "the scene's exporter runs without --web.config.file (the gauge with one: tests/web/test_live_config.py "
+        "and tests/web/test_exporter_web_config.py)"
+    ),
 }
 
 
@@ -116,6 +120,7 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (FLEET, "Targets up / down", "B"): EMPTY,  # no target is down
         (FLEET, "Transition-log spool", "A"): DATA,  # OTLP is configured: the spool exists
         (FLEET, "Transition-log spool", "B"): equals(0),  # the receiver is up: nothing dropped
+        (FLEET, "Web configs not in force", "A"): equals(0),  # no --web.config.file: the vector(0)
         (FLEET, "Failed durable writes", "A"): EMPTY,  # --state.file on a healthy disk: no exporter failing
         (FLEET, "Unhealthy exporters", "A"): EMPTY,  # everything is healthy
         (FLEET, "Unhealthy exporters", "B"): EMPTY,

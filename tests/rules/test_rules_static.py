@@ -209,7 +209,9 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
         counters.on_poll(PollResult(document, store.reconcile(document, now), (), True, VMIdentity(), now))
     counters.observe_response("GET", "200", 0.01)
     approvals = SimpleNamespace(approved={"S": 1e9})  # the Approver's snapshot: S approved, still Scheduled
-    text = render(store, counters, PollStatus(up=True, last_success=1e9), spool=Spool(None), approvals=approvals)
+    web_config = SimpleNamespace(reload_successful=True)  # --web.config.file given
+    status = PollStatus(up=True, last_success=1e9)
+    text = render(store, counters, status, spool=Spool(None), approvals=approvals, web_config=web_config)
     exposed = {
         family.name + ("_total" if family.type == "counter" else ""): family.type
         for family in text_string_to_metric_families(text)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.metrics.collector import HasApprovals, SnapshotCollector, SpoolGauge
+from se_exporter.metrics.collector import HasApprovals, ReloadsConfig, SnapshotCollector, SpoolGauge
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollStatus
 from se_exporter.store import EventStore
@@ -49,6 +49,7 @@ def render(
     version: str = "test",
     spool: SpoolGauge | None = None,
     approvals: HasApprovals | None = None,
+    web_config: ReloadsConfig | None = None,
 ) -> str:
     """/metrics as the exporter renders it from these parts (text format; without the process collectors)."""
     registry = CollectorRegistry(auto_describe=False)
@@ -60,6 +61,7 @@ def render(
         version=version,
         spool=spool,
         approvals=approvals,
+        web_config=web_config,
     )
     registry.register(collector)
     return generate_latest(registry).decode("utf-8")

@@ -50,3 +50,33 @@ def test_bad_web_config_stops_start_up(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"web config {web}: basic_auth_users.prometheus" in result.stderr
+
+
+def test_a_rotated_password_takes_effect_without_a_restart(
+    config_dir: Path, fake_imds: FakeIMDS, start_exporter: Callable[..., ExporterProcess]
+) -> None:
+    """A Kubernetes Secret update: the new password is in force within seconds; a broken file in between fails
+    every scrape, says so once in the log, and the gauge says whether the file in force parsed."""
+    import bcrypt
+
+    web = config_dir / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prometheus: {HASH}\n")
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", f"--web.config.file={web}")
+    url = f"http://127.0.0.1:{exporter.port}/metrics"
+
+    def status(password: str) -> int:
+        return httpx.get(url, auth=("prometheus", password), trust_env=False, timeout=5).status_code
+
+    wait_for(lambda: status(PASSWORD) == 200, 20, "the first scrape")
+    new_hash = bcrypt.hashpw(b"rotated", bcrypt.gensalt(rounds=4)).decode()
+    (config_dir / "web.new").write_text(f"basic_auth_users:\n  prometheus: {new_hash}\n")
+    (config_dir / "web.new").replace(web)
+    wait_for(lambda: status("rotated") == 200, 20, "the rotated password in force")
+    assert status(PASSWORD) == 401
+    web.write_text("basic_auth_users: [\n")
+    wait_for(lambda: status("rotated") == 500, 20, "every request failing while the file does not parse")
+    assert exporter.logs().count("web config changed and cannot be used") == 1
+    web.write_text(f"basic_auth_users:\n  prometheus: {new_hash}\n")
+    wait_for(lambda: status("rotated") == 200, 20, "the mended file in force")
+    scraped = httpx.get(url, auth=("prometheus", "rotated"), trust_env=False, timeout=5).text
+    assert "azure_scheduled_events_web_config_last_reload_successful 1.0" in scraped
