@@ -176,8 +176,25 @@ def test_a_nul_in_a_command_is_a_config_error_naming_the_key(
             "tls_server_config:\n  cert_file: 5\nbasic_auth_users: []\nheaders: 3\n",
             ["tls_server_config.cert_file", "basic_auth_users", "headers"],
         ),
+        (  # issue 53: every problem inside one section too, not the first one per file
+            "--web.config.file",
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+            "  client_auth_type: RequireAndVerifyClientCert\n  cipher_suites: [TLS_INVENTED]\n"
+            "  curve_preferences: [CurveP999]\n  min_version: TLS99\n  nonsense: 1\n"
+            "http_server_config:\n  headers:\n    X-Frame-Options: maybe\n"
+            "basic_auth_users:\n  alice: plaintext\nrate_limit:\n  interval: soon\n  burst: 1\n",
+            [
+                "tls_server_config.nonsense",
+                "tls_server_config.cipher_suites[0]",
+                "tls_server_config.curve_preferences[0]",
+                "tls_server_config.min_version",
+                "http_server_config.headers.X-Frame-Options",
+                "rate_limit.interval",
+                "basic_auth_users.alice",
+            ],
+        ),
     ],
-    ids=["actions", "policy", "web"],
+    ids=["actions", "policy", "web", "web-one-section"],
 )
 def test_every_independent_problem_of_a_file_is_its_own_line(
     flag: str, text: str, keys: list[str], tmp_path: Path

@@ -14,6 +14,7 @@ Checks that types cannot express live in the structs' ``__post_init__``: raising
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any, TypeVar
@@ -30,6 +31,7 @@ _TOKEN = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+|\.\.\.)\]")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
+MAX_PROBLEMS = 64  # a file checked again at most this many times, each without the key found wrong
 
 
 CommandWord = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]  # a word of a hook's or an action's command
@@ -86,7 +88,7 @@ def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret
     info = types.type_info(schema)
     if not isinstance(data, dict) or not isinstance(info, types.StructType):
         return []
-    fields = {f.encode_name: f for f in info.fields}
+    fields = {f.encode_name: f for f in info.fields}  # the lists of ``each`` are checked item by item
     lines: list[str] = []
     # msgspec checks keys in the file's order: the lists go last, so that every other key is seen first.
     current = {k: v for k, v in data.items() if k not in each} | {k: v for k, v in data.items() if k in each}
@@ -105,20 +107,46 @@ def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret
             except UnicodeEncodeError:
                 continue
         current[key] = valid
-    for _ in range(len(data)):
+    for _ in range(MAX_PROBLEMS):
         try:
             msgspec.convert(current, schema, strict=True)
             break
         except (msgspec.ValidationError, UnicodeEncodeError) as problem:
             line = _line(problem, current, schema, secret_keys)
-            key = re.split(r"[.\[:]", line, maxsplit=1)[0]
-            if key in each:  # what is left of a list whose items were checked one by one: said already
+            tokens = _tokens(line.split(": ", 1)[0])
+            if tokens and tokens[0] in each:  # what is left of a list whose items were checked one by one: said
                 break
             lines.append(line)
-            if key not in current or (key in fields and fields[key].required):
-                break  # nothing more can be learned without it
-            del current[key]
+            smaller = _without(current, tokens, info)
+            if smaller is None:
+                break  # nothing more can be learned without the key
+            current = smaller
     return lines
+
+
+def _tokens(path: str) -> list[str]:
+    """``tls_server_config.cipher_suites[0]`` as ``["tls_server_config", "cipher_suites", "0"]``."""
+    return [m.group("key") or m.group("index") for m in _TOKEN.finditer("." + path)] if path != "(top level)" else []
+
+
+def _without(data: dict[str, Any], tokens: Sequence[str], info: types.Type) -> dict[str, Any] | None:
+    """A copy of ``data`` without the innermost key on ``tokens`` that its struct does not require (or does
+    not know): checked again without it, the file says its next problem, in that section or another. None
+    when no key on the path can go."""
+    for depth in range(len(tokens) - 1, -1, -1):
+        key = tokens[depth]
+        parent = _bare(_type_at(info, tokens[:depth]))
+        if key.isdigit() or not isinstance(parent, types.StructType):
+            continue
+        field = next((f for f in parent.fields if f.encode_name == key), None)
+        if field is not None and field.required:
+            continue
+        copied = copy.deepcopy(data)
+        container = _value_at(copied, tokens[:depth])
+        if isinstance(container, dict) and key in container:
+            del container[key]
+            return copied
+    return None
 
 
 def _at(problem: msgspec.ValidationError, where: str) -> Exception:
