@@ -13,13 +13,16 @@ connection's error holds is let go with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import SupportsIndex
 from wsgiref.types import WSGIApplication
 
 from se_exporter.web.config import WebConfig
@@ -45,6 +48,48 @@ MAX_CONNECTIONS = 256
 # each closed connection's buffers that long: a flood of clients held four times the connections allowed).
 TLS_SHUTDOWN_SECONDS = 2.0
 _LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ROOM_CHECK_SECONDS = 0.1  # at the bound, how often open connections are looked at again for an idle one
+_HEAD_END = b"\r\n\r\n"
+_TLS_RECORD = 0x16
+
+
+class _Reader(asyncio.StreamReader):
+    """A connection's reader that knows whether a whole request head has arrived since ``next_request``."""
+
+    head_arrived = False
+    _tail = b""
+
+    def next_request(self) -> None:
+        self.head_arrived, self._tail = False, b""
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if not self.head_arrived:
+            seen = self._tail + bytes(data)[: 1 << 16]  # the transport hands bytes: no copy but the slice
+            self.head_arrived = _HEAD_END in seen
+            self._tail = seen[-3:]
+        super().feed_data(data)
+
+
+@dataclass(slots=True)
+class _Open:
+    """An open connection, as the server sees it when it needs room."""
+
+    sock: socket.socket
+    reader: _Reader
+    waiting: bool = True  # waiting for a request: nothing of one, or a part of its head, has arrived
+
+    def idle(self) -> bool:
+        """Whether it may be closed to make room: waiting, without a whole request head read or still in the
+        socket (a whole HTTP head, or a TLS handshake's first record, is a request sent)."""
+        if not self.waiting or self.reader.head_arrived:
+            return False
+        try:
+            sent = self.sock.recv(1 << 12, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return True  # gone already
+        return not sent or (sent[0] != _TLS_RECORD and _HEAD_END not in sent)
 
 
 class WebServer:
@@ -81,7 +126,8 @@ class WebServer:
             target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
         )
         self._stopping: asyncio.Event | None = None
-        self._open: OrderedDict[asyncio.Task[None], bool] = OrderedDict()  # connection -> waiting for a request
+        self._open: OrderedDict[asyncio.Task[None], _Open] = OrderedDict()  # oldest first
+        self._room = asyncio.Event()  # set when a connection ends
 
     def start(self) -> None:
         self._thread.start()
@@ -111,10 +157,11 @@ class WebServer:
     async def _accept_loop(self) -> None:
         self._listener.setblocking(False)
         while True:
+            await self._room_for_one()
             try:
                 sock, address = await self._loop.sock_accept(self._listener)
             except OSError as error:  # out of file descriptors, say: make room, or the loop would spin
-                if error.errno in _LIMITS and self._close_oldest_waiting():
+                if error.errno in _LIMITS and self._close_oldest_idle():
                     continue
                 log.warning("cannot accept a connection: %s", error)
                 await asyncio.sleep(0.1)
@@ -125,38 +172,46 @@ class WebServer:
                 log.exception("could not take a connection")
                 sock.close()
 
+    async def _room_for_one(self) -> None:
+        """Until one more connection may be open: at the bound, the oldest idle one is closed; when every
+        open connection is working, none is accepted (the next wait in the listen backlog) until one ends or
+        turns idle. A request a client has sent is never cut to make room."""
+        while len(self._open) >= self.max_connections and not self._close_oldest_idle():
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), ROOM_CHECK_SECONDS)  # or one of them turned idle
+
     def _admit(self, sock: socket.socket, client: str) -> None:
-        if len(self._open) >= self.max_connections and not self._close_oldest_waiting():
-            sock.close()  # every open connection is busy answering (each for seconds at most)
-            return
-        task = asyncio.create_task(self._connection(sock, client))
-        self._open[task] = True
+        reader = _Reader(limit=1 << 16)
+        task = asyncio.create_task(self._connection(sock, reader, client))
+        self._open[task] = _Open(sock, reader)
         task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._open.pop(task, None)
+        self._room.set()
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("error serving a connection", exc_info=error)
 
-    def _close_oldest_waiting(self) -> bool:
-        oldest = next((task for task, waiting in self._open.items() if waiting and not task.done()), None)
+    def _close_oldest_idle(self) -> bool:
+        oldest = next((task for task, state in self._open.items() if state.idle() and not task.done()), None)
         if oldest is None:
             return False
         oldest.cancel()
         self._open.pop(oldest, None)
         return True
 
-    async def _connection(self, sock: socket.socket, client: str) -> None:
+    async def _connection(self, sock: socket.socket, reader: _Reader, client: str) -> None:
         task = asyncio.current_task()
 
         def idle(waiting: bool) -> None:  # the oldest idle connections are the first to go
-            if task is not None and task in self._open:
-                self._open[task] = waiting
+            if task is not None and (state := self._open.get(task)) is not None:
+                state.waiting = waiting
                 if waiting:
+                    reader.next_request()
                     self._open.move_to_end(task)
 
         deadline = time.monotonic() + HEAD_TIMEOUT_SECONDS
-        reader = asyncio.StreamReader(limit=1 << 16)
         writer: asyncio.StreamWriter | None = None
         ended_well = False
         try:

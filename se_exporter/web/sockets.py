@@ -48,12 +48,17 @@ def client_name(address: object) -> str:
     return str(address[0]) if isinstance(address, tuple) and address else str(address)
 
 
+# Connections the kernel holds for us while every open one is working (web/server.py stops accepting then):
+# 300 clients at once must wait there, not be refused (Linux caps it at net.core.somaxconn).
+BACKLOG = 1024
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket: ``""`` and ``"::"`` take every address, IPv4 too (like Go's ":port")."""
     if host in ("", "::") and socket.has_ipv6:
         with contextlib.suppress(OSError, ValueError):  # ValueError: no dual-stack sockets here
-            return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128)
+            return socket.create_server(("::", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=BACKLOG)
         if host == "::":
             raise OSError(errno.EAFNOSUPPORT, "IPv6 is not available", host)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host or "0.0.0.0", port), family=family, backlog=128)
+    return socket.create_server((host or "0.0.0.0", port), family=family, backlog=BACKLOG)
