@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import email
+import json
 import re
 import subprocess
+import sys
 import tarfile
 import tomllib
 import zipfile
@@ -95,3 +97,20 @@ def test_the_changelog_keeps_a_changelog_and_leads_with_this_version() -> None:
             text,
             flags=re.M,
         ), version
+
+
+def _install_plan(requirement: str, report: Path) -> set[str]:
+    """The distributions pip would install for ``requirement`` into an empty environment (nothing is installed)."""
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report"]
+    result = subprocess.run([*command, str(report), requirement], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
+
+
+def test_a_plain_install_brings_no_grpc_and_the_grpc_extra_does(built: Distributions, tmp_path: Path) -> None:
+    """Issue 56: the OTLP meta-package brought grpcio (10 MB) to every install; gRPC is the [grpc] extra now."""
+    plain = _install_plan(str(built.wheel), tmp_path / "plain.json")
+    assert "opentelemetry-exporter-otlp-proto-http" in plain
+    assert not {"grpcio", "opentelemetry-exporter-otlp-proto-grpc", "opentelemetry-exporter-otlp"} & plain
+    with_grpc = _install_plan(f"{built.wheel}[grpc]", tmp_path / "grpc.json")
+    assert {"grpcio", "opentelemetry-exporter-otlp-proto-grpc"} <= with_grpc

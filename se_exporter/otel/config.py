@@ -33,6 +33,7 @@ from se_exporter.errors import ConfigError
 SIGNALS = ("traces", "logs")
 ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+GRPC_INSTALL = "pip install 'azure-scheduled-events-exporter[grpc]'"
 OTLP_EXPORTERS = frozenset(OTLP_BY_PROTOCOL.values())
 DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch processor's and ours
 # The span processor's queue and batch where OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE are not set: the
@@ -149,6 +150,8 @@ def _installed(variable: str, raw: str, signal: str, exporters: tuple[str, ...])
 
     available = {point.name for point in entry_points(group=ENTRY_POINT_GROUPS[signal])}
     missing = [name for name in exporters if name not in available]
+    if missing == [OTLP_BY_PROTOCOL["grpc"]]:  # OTLP over gRPC is an extra: say which
+        raise ConfigError(f"OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc) needs the grpc extra: {GRPC_INSTALL}")
     if missing:
         choices = ", ".join(sorted({"otlp", "none", *available}))
         raise ConfigError(

@@ -12,9 +12,8 @@ from typing import Any
 
 from se_exporter.errors import ConfigError
 from se_exporter.otel.answers import MAX_ANSWER_BYTES, Answers, grpc_exporter_class
-from se_exporter.otel.config import ENTRY_POINT_GROUPS, SignalConfig
+from se_exporter.otel.config import ENTRY_POINT_GROUPS, GRPC_INSTALL, SignalConfig
 
-GRPC_HINT = "pip install 'azure-scheduled-events-exporter[grpc]'"
 # A collector's gRPC answer, decompressed, at most this (gRPC's own default is 4 MiB): as OTLP/HTTP's bound.
 _GRPC_ANSWER_BOUND = (("grpc.max_receive_message_length", MAX_ANSWER_BYTES),)
 
@@ -39,7 +38,7 @@ def _one(signal: str, name: str, timeout: float | None) -> Built:
         if name == "otlp_proto_grpc":
             import grpc  # noqa: F401 - what it needs, even if its module was loaded already
     except ImportError as error:
-        hint = f" ({GRPC_HINT})" if name == "otlp_proto_grpc" else ""
+        hint = f" ({GRPC_INSTALL})" if name == "otlp_proto_grpc" else ""
         raise ConfigError(f"the {signal} exporter {name!r} cannot be loaded: {error}{hint}") from None
     if name == "otlp_proto_http":
         from se_exporter.otel.collector_http import CollectorSession

@@ -3,7 +3,10 @@ bounded where the user set no limit (point 6)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +120,27 @@ def test_a_huge_description_reaches_the_collector_cut_on_spans_and_span_events(
     (received,) = otlp_receiver.wait_for_spans(timeout=20)
     assert received.attributes["scheduled_event.description"] == "d" * kept
     assert received.events[0].attributes["scheduled_event.description"] == "d" * kept_on_events
+
+
+def test_grpc_without_the_extra_is_one_line_naming_it() -> None:
+    """Issue 56: without the [grpc] extra its exporter is not installed: the exporter says which extra, exit 2.
+    The real command line, in a process where the SDK's entry point of the gRPC exporter is not found."""
+    hide = (
+        "import importlib.metadata as m, sys\n"
+        "real = m.entry_points\n"
+        "m.entry_points = lambda **kw: [p for p in real(**kw) if p.name != 'otlp_proto_grpc']\n"
+        "from se_exporter.cli import main\n"
+        "sys.exit(main(['--imds.url=http://127.0.0.1:9', '--web.listen-address=127.0.0.1:0']))\n"
+    )
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+        "OTEL_SDK_DISABLED": "false",
+    }
+    result = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "se-exporter: error: OTLP over gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc) needs the grpc extra: "
+        "pip install 'azure-scheduled-events-exporter[grpc]'"
+    ]
