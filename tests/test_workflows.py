@@ -30,7 +30,7 @@ def uses(job: dict[str, Any]) -> list[str]:
 
 def test_ci_runs_the_readmes_test_command_on_a_clean_debian() -> None:
     ci = workflow("ci.yml")
-    assert set(ci["on"]) == {"push", "pull_request"}
+    assert set(ci["on"]) == {"push", "pull_request", "workflow_call"}  # workflow_call: the release's
     linux = ci["jobs"]["linux"]
     assert linux["container"]["image"].startswith("debian:") and linux["timeout-minutes"] <= 90
     assert "--privileged" in linux["container"]["options"], "the tmpfs (full disk) tests mount file systems"
@@ -54,6 +54,10 @@ def test_ci_runs_the_unit_tests_on_windows_and_macos() -> None:
 def test_release_builds_publishes_and_pushes_the_version_it_was_tagged_with() -> None:
     release = workflow("release.yml")
     assert release["on"] == {"push": {"tags": ["v*"]}}
+    # Issue 56: nothing is released from a commit whose CI has not passed.
+    assert release["jobs"]["ci"] == {"uses": "./.github/workflows/ci.yml"}
+    publishing = [name for name, job in release["jobs"].items() if name not in ("ci", "version")]
+    assert publishing and all("ci" in release["jobs"][name]["needs"] for name in publishing)
     assert release["env"]["IMAGE"] == IMAGE
     version_step = "\n".join(runs(release["jobs"]["version"]))
     assert "se_exporter.__version__" in version_step and '"v$version" = "$GITHUB_REF_NAME"' in version_step
