@@ -80,7 +80,8 @@ class _Open:
 
     def idle(self) -> bool:
         """Whether it may be closed to make room: waiting, without a whole request head read or still in the
-        socket (a whole HTTP head, or a TLS handshake's first record, is a request sent)."""
+        socket (a whole HTTP head, or a TLS handshake's first record, is a request sent). On Linux a new
+        connection reaches us only once it sent something, or stayed silent for long (``sockets.bind``)."""
         if not self.waiting or self.reader.head_arrived:
             return False
         try:

@@ -18,6 +18,18 @@ from tests.web.conftest import HASH, PASSWORD
 Serve = Callable[..., WebServer]
 
 
+def closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (what is left of an earlier answer is read first)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:  # reset: closed too
+        return True
+    return True
+
+
 def parallel_requests(server: WebServer, count: int) -> list[int | str]:
     """``count`` clients, each on a connection of its own, released at once; their status codes or errors."""
     start = threading.Barrier(count)
@@ -66,7 +78,7 @@ def test_idle_connections_make_room_first(serve: Serve) -> None:
     try:
         response = httpx.get(f"http://127.0.0.1:{server.port}/metrics", trust_env=False, timeout=5)
         assert response.status_code == 200
-        assert idle[0].recv(1) == b"", "the oldest idle connection made room"
+        assert closed(idle[0]), "the oldest idle connection made room"
     finally:
         for sock in idle:
             sock.close()

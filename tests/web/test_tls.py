@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import ssl
@@ -18,6 +19,7 @@ from cryptography import x509
 from se_exporter.web import tls as web
 from se_exporter.web.config import WebConfig
 from se_exporter.web.server import WebServer
+from se_exporter.web.sockets import DEFER_SECONDS
 from se_exporter.web.tls_context import private_pem_file
 from tests.web.conftest import client_context
 from tests.web.pki import PKI
@@ -148,14 +150,16 @@ def test_a_silent_client_neither_blocks_others_nor_keeps_its_thread(
     serve: Serve, write_config: WriteConfig, pki: PKI
 ) -> None:
     server = serve(write_config(TLS_CONFIG), handshake_timeout=0.5)
-    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(3)]
     try:
         started = time.monotonic()
         assert https_get(server, client_context(pki)).status_code == 200  # accepted despite the silent ones
         assert time.monotonic() - started < 2
         for conn in silent:
             assert conn.recv(1) == b""  # the server hung up after the handshake timeout
-        assert time.monotonic() - started < 4
+        # On Linux the kernel holds a silent connection for DEFER_SECONDS before the server sees it (web/sockets.py);
+        # then the handshake's 0.5 s. A bound of twice that: the point is that it ends, not how fast.
+        assert time.monotonic() - started < 2 * (DEFER_SECONDS + 4)
     finally:
         for conn in silent:
             conn.close()
@@ -256,6 +260,6 @@ def test_inline_cert_key_and_client_ca_serve_mutual_tls(
 def test_a_private_pem_file_is_readable_by_this_process_alone_and_gone_after(tmp_path: Path) -> None:
     with private_pem_file("-----BEGIN CERTIFICATE-----\n") as path:
         assert Path(path).read_text() == "-----BEGIN CERTIFICATE-----\n"
-        if not path.startswith("/proc/self/fd/"):
+        if os.name == "posix" and not path.startswith("/proc/self/fd/"):  # Windows: the user's own Temp
             assert Path(path).stat().st_mode & 0o077 == 0
     assert not Path(path).exists() or path.startswith("/proc/self/fd/")
