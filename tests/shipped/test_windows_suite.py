@@ -29,6 +29,11 @@ NOT_UNDER_WINE = (
     # Eight scrapes at once with bcrypt: under Wine one was once refused 429 (its checks queue behind Wine's
     # slow thread hand-offs past the server's wait). Unverified on Windows (docs/windows.md).
     "--deselect=tests/web/test_basic_auth.py::test_concurrent_scrapes_with_auth",
+    # 300 clients at once past the connection bound: Windows has no TCP_DEFER_ACCEPT, so a client that connects
+    # and writes its request later may lose its connection at the bound (docs/reliability.md), and under Wine
+    # 300 client threads write seconds after connecting (13 of 300 were cut once). Linux holds both.
+    "--deselect=tests/web/test_connection_cap.py::test_every_one_of_300_requests_at_once_is_answered",
+    "--deselect=tests/web/test_exporter_toolkit_table.py::test_basic_auth_cache",
 )
 
 
