@@ -63,6 +63,19 @@ def read_bounded(path: str | os.PathLike[str]) -> bytes:
     return data
 
 
+FileStamp = tuple[int, ...] | None
+
+
+def stamp(path: str | os.PathLike[str]) -> FileStamp:
+    """What changes when the file at ``path`` is rewritten or replaced (through links: a Kubernetes Secret's
+    update swaps the link's target); None while it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+
+
 def read_text(prefix: str, path: str | os.PathLike[str], error: type[Exception] = ConfigError) -> str:
     """The file's text; ``error("<prefix>: cannot read the file: ...")`` saying why it cannot be read."""
     try:

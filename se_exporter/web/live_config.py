@@ -15,12 +15,12 @@ the previous one when a renewal is broken.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from se_exporter.config.files import stamp
 from se_exporter.errors import ConfigError
 from se_exporter.web.config import WebConfig, load_web_config
 
@@ -43,7 +43,7 @@ class LiveWebConfig:
         self._path, self._clock, self._check_every = path, clock, check_every
         self._current: WebConfig | None = loaded
         self._tls = loaded.tls is not None  # the listening socket's mode, fixed at start
-        self._stamp = _stamp(path) if path is not None else None
+        self._stamp = stamp(path) if path is not None else None
         self._checked = clock()
         self._lock = threading.Lock()
         self.problem: str | None = None  # why nothing is in force
@@ -60,8 +60,8 @@ class LiveWebConfig:
             now = self._clock()
             if now - self._checked >= self._check_every:
                 self._checked = now
-                if (stamp := _stamp(self._path)) != self._stamp:
-                    self._stamp = stamp
+                if (now_stamp := stamp(self._path)) != self._stamp:
+                    self._stamp = now_stamp
                     self._reload(self._path)
             return self._current
 
@@ -77,11 +77,3 @@ class LiveWebConfig:
             return
         self._current, self.problem = config, None
         log.info("web config reloaded", extra={"file": str(path)})
-
-
-def _stamp(path: Path) -> tuple[int, ...] | None:
-    try:
-        st = os.stat(path)  # through a symbolic link: a Kubernetes Secret's update swaps the link's target
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from se_exporter.config.files import FileStamp, stamp
 from se_exporter.errors import ConfigError
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.tls_context import TLSServerConfig
@@ -42,7 +42,7 @@ class TLSAcceptor:
         self.config = config
         self.handshake_timeout = handshake_timeout
         self._live = live
-        self._stamp = _stamp(config.files)
+        self._stamp = _stamps(config.files)
         self._context = config.ssl_context()
         self._checked = time.monotonic()
         self._lock = threading.Lock()
@@ -51,14 +51,15 @@ class TLSAcceptor:
         now = time.monotonic()
         in_force = self._live.current() if self._live is not None else None
         with self._lock:
-            if in_force is not None and in_force.tls is not None and in_force.tls != self.config:
-                self.config, self._checked = in_force.tls, now - CERT_RELOAD_CHECK_SECONDS  # rebuilt below
-                self._stamp = ()
-            if now - self._checked >= CERT_RELOAD_CHECK_SECONDS:
+            settings = in_force.tls if in_force is not None else None
+            settings_changed = False
+            if settings is not None and settings != self.config:
+                self.config, settings_changed = settings, True
+            if settings_changed or now - self._checked >= CERT_RELOAD_CHECK_SECONDS:
                 self._checked = now
-                stamp = _stamp(self.config.files)
-                if stamp != self._stamp:
-                    self._stamp = stamp
+                files = _stamps(self.config.files)
+                if settings_changed or files != self._stamp:
+                    self._stamp = files
                     try:
                         self._context = self.config.ssl_context()
                     except ConfigError as exc:
@@ -148,13 +149,5 @@ def answer_plain_http(sock: socket.socket) -> None:
         sock.send(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)  # small: fits any socket buffer
 
 
-def _stamp(files: Iterable[Path]) -> tuple[tuple[int, ...] | None, ...]:
-    stamps: list[tuple[int, ...] | None] = []
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            stamps.append(None)
-        else:
-            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev))
-    return tuple(stamps)
+def _stamps(files: Iterable[Path]) -> tuple[FileStamp, ...]:
+    return tuple(stamp(path) for path in files)
