@@ -16,7 +16,7 @@ import socket
 import ssl
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,6 @@ from se_exporter.web.config import load_web_config
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer
 from se_exporter.web.tls_context import CIPHER_SUITES
-from tests.web.conftest import tiny_app
 from tests.web.toolkit_testdata import CLIENT2_SANS, make_testdata
 
 OK = "ok"
@@ -289,19 +288,9 @@ def testdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def serve_config(testdata: Path) -> Iterator[Callable[[str | None], WebServer]]:
-    servers: list[WebServer] = []
-
-    def start(name: str | None) -> WebServer:
-        config = None if name is None else load_web_config(testdata / name)
-        server = WebServer(tiny_app(), "127.0.0.1", 0, config)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+def serve_config(testdata: Path, serve: Callable[..., WebServer]) -> Callable[[str | None], WebServer]:
+    """A real server (the web tests' ``serve``) with a config of the testdata, loaded as the exporter loads it."""
+    return lambda name: serve(None if name is None else load_web_config(testdata / name))
 
 
 def client_context(testdata: Path, case: Case) -> ssl.SSLContext:
@@ -389,7 +378,7 @@ def test_every_difference_is_a_case_and_said_in_security_md() -> None:
     assert len(names) == len(CASES), "a case named twice"
 
 
-def test_config_reloading(testdata: Path, tmp_path: Path) -> None:
+def test_config_reloading(testdata: Path, tmp_path: Path, serve: Callable[..., WebServer]) -> None:
     """TestConfigReloading: a blocking config (a client certificate required), then the good one swapped in: a
     client without a certificate is refused, then accepted, without a restart."""
     path = tmp_path / "web.yml"
@@ -397,16 +386,12 @@ def test_config_reloading(testdata: Path, tmp_path: Path) -> None:
         (tmp_path / name).write_bytes((testdata / name).read_bytes())
     path.write_text((testdata / "web_config_noAuth.good.blocking.yml").read_text())
     clock = [0.0]
-    server = WebServer(tiny_app(), "127.0.0.1", 0, LiveWebConfig(path, load_web_config(path), clock=lambda: clock[0]))
-    server.start()
-    try:
-        plain = Case("", "", OK, tls=True)
-        assert _tls_outcome(server, client_context(testdata, plain), plain) != OK
-        path.write_text((testdata / "web_config_noAuth.good.yml").read_text() + "# swapped\n")
-        clock[0] += 1
-        assert _tls_outcome(server, client_context(testdata, plain), plain) == OK
-    finally:
-        server.stop()
+    server = serve(LiveWebConfig(path, load_web_config(path), clock=lambda: clock[0]))
+    plain = Case("", "", OK, tls=True)
+    assert _tls_outcome(server, client_context(testdata, plain), plain) != OK
+    path.write_text((testdata / "web_config_noAuth.good.yml").read_text() + "# swapped\n")
+    clock[0] += 1
+    assert _tls_outcome(server, client_context(testdata, plain), plain) == OK
 
 
 def test_basic_auth_cache(testdata: Path, serve_config: Callable[[str | None], WebServer]) -> None:

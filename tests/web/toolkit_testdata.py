@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.web.pki import key_usage
+
 _DAY = datetime.timedelta(days=1)
 USERS = {"alice": "alice123", "bob": "bob123", "carol": "carol123", "dave": "dave123"}
 CLIENT2_SANS = ("client2.example", "Test-Client2")
@@ -67,20 +69,7 @@ def _cert(
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         # What a strict verifier asks (Python 3.13's default context on Windows sets VERIFY_X509_STRICT):
         # key usages, and the key identifiers that chain a certificate to its issuer.
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=ca,
-                crl_sign=ca,
-                content_commitment=False,
-                key_encipherment=not ca,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(key_usage(ca=ca), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
     )
