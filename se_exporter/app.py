@@ -34,7 +34,6 @@ from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment
 from se_exporter.otel.resource import resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Poller, PollSink
-from se_exporter.process import StopRequest
 from se_exporter.store import EventStore
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.live_config import LiveWebConfig
@@ -62,10 +61,10 @@ class Exporter:
         tracer_provider: trace.TracerProvider | None = None,
         extra_sinks: Sequence[PollSink] = (),
         environ: Mapping[str, str] | None = None,  # OTEL_* variables; None: no OpenTelemetry pipeline
-        stop: StopRequest | None = None,  # a stop during start-up cuts the start-up IMDS request short
+        stop: threading.Event | None = None,  # once set, a GET to IMDS in flight ends (start-up's too)
     ) -> None:
         self.config = config
-        self._stop = stop or StopRequest()
+        self._stop = stop or threading.Event()
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
         web_config, policy, actions = files.web_config, files.policy, files.actions
@@ -92,8 +91,10 @@ class Exporter:
         if otel is not None and otel.enabled:  # the resource needs the identity: learn it first
             from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
 
-            probe = IMDSClient(settings, limiter, transport=transport, on_response=self.counters.observe_response)
-            identity = parts.startup_identity(probe, self._stop, identity)
+            probe = IMDSClient(
+                settings, limiter, transport=transport, on_response=self.counters.observe_response, stop=self._stop
+            )
+            identity = parts.startup_identity(probe, identity)
             self.telemetry = build_telemetry(
                 otel, resource_attributes(identity, __version__), _spool_path(config.state_file), __version__
             )
@@ -111,7 +112,12 @@ class Exporter:
             self.persistence.track("lifecycle", lifecycle)
             sinks.append(lifecycle)
         self.client = IMDSClient(
-            settings, limiter, transport=transport, on_response=self.counters.observe_response, tracer=tracer
+            settings,
+            limiter,
+            transport=transport,
+            on_response=self.counters.observe_response,
+            tracer=tracer,
+            stop=self._stop,
         )
         approver = parts.approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
         runner = parts.action_runner(actions, self.persistence, clock) if actions is not None else None
@@ -198,10 +204,6 @@ class Exporter:
         host = self.config.listen_host
         host = "localhost" if host in ("", "::", "0.0.0.0") else f"[{host}]" if ":" in host else host
         return f"{self.web.scheme}://{host}:{self.web.port}{self.config.telemetry_path}"
-
-    def waiting_on_imds(self) -> bool:
-        """Whether the calling thread (the poll loop's, when asked from a signal handler) waits on IMDS."""
-        return self.poller.client.is_waiting(threading.get_ident())
 
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set (blocks)."""

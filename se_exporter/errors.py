@@ -8,7 +8,8 @@
         ├── IMDSHTTPError           a non-2xx answer                         reason "http_4xx",
         │                                                                    "http_5xx", "throttled"
         │                           (1xx and 3xx, which IMDS never sends:    "invalid_document")
-        └── InvalidDocument         2xx, but not a Scheduled Events document reason "invalid_document"
+        ├── InvalidDocument         2xx, but not a Scheduled Events document reason "invalid_document"
+        └── IMDSStopped             a GET cut short by the exporter's stop   (never counted: not a failure)
 
 The poll loop catches ``IMDSError`` only: anything else is a bug and is allowed to surface.
 """
@@ -73,3 +74,9 @@ class InvalidDocument(IMDSError):
     """The body is not a valid Scheduled Events document; no state is changed."""
 
     reason = "invalid_document"
+
+
+class IMDSStopped(IMDSError):
+    """A GET ended early because the exporter is stopping: IMDS did nothing wrong, nothing is recorded."""
+
+    reason = "stopped"

@@ -6,7 +6,6 @@ identity at start-up (for the OpenTelemetry resource). ``app.py`` puts them toge
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from se_exporter.config.files import os_problem
-from se_exporter.errors import ConfigError, IMDSError
+from se_exporter.errors import ConfigError, IMDSError, IMDSStopped
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.metrics.textfile import TextfileWriter
-from se_exporter.process import StopRequest
 from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
 
@@ -104,12 +102,13 @@ def action_runner(actions: Actions, persistence: Persistence, clock: Callable[[]
     return runner
 
 
-def startup_identity(probe: IMDSClient, stop: StopRequest, given: VMIdentity | None) -> VMIdentity | None:
-    """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown."""
-    thread = threading.get_ident()
+def startup_identity(probe: IMDSClient, given: VMIdentity | None) -> VMIdentity | None:
+    """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown (or
+    if the exporter was stopped meanwhile: the stop follows at once)."""
     try:
-        with stop.interruptible(lambda: probe.is_waiting(thread)):
-            learned = probe.get_identity()
+        learned = probe.get_identity()
+    except IMDSStopped:
+        return given
     except IMDSError as error:
         log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s", error)
         return given

@@ -40,7 +40,7 @@ STAGES: dict[str, int] = {
     "cli": 8,  # the command line: run, demo, check
     "__main__": 8,
 }
-SIMULATOR_MAY_USE = {"errors", "logs", "common", "platform", "config", "simulator", "__init__"}
+SIMULATOR_MAY_USE = {"errors", "logs", "common", "platform", "process", "config", "simulator", "__init__"}
 
 
 def module_name(path: Path) -> str:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import random
 import socket
+import threading
 from pathlib import Path
 
 import pytest
 
-from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSTimeout, InvalidDocument
+from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSStopped, IMDSTimeout, InvalidDocument
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import Backoff, RateLimiter
@@ -24,12 +25,13 @@ EVENTS = "/metadata/scheduledevents"
 class Client(IMDSClient):
     """The real client, remembering what it told the metrics about each answer."""
 
-    def __init__(self, url: str, **settings: object) -> None:
+    def __init__(self, url: str, stop: threading.Event | None = None, **settings: object) -> None:
         self.responses: list[tuple[str, str]] = []
         super().__init__(
             ClientSettings(base_url=url, **settings),  # type: ignore[arg-type]
             RateLimiter(min_interval=0),
             on_response=lambda m, c, _s: self.responses.append((m, c)),
+            stop=stop,
         )
 
 
@@ -52,6 +54,35 @@ def test_the_first_call_may_take_long_then_the_timeout_holds(fake_imds: FakeIMDS
     with pytest.raises(IMDSTimeout, match="timed out"):
         client.get_document()
     assert client.responses == [("GET", "200"), ("GET", "error")]
+
+
+@pytest.mark.parametrize("answer", [Answer(body=b"{}", delay=600), Answer(body=b" " * 10_000 + b"{}", drip=0.05)])
+def test_a_stop_ends_a_get_under_way_as_stopped_not_as_a_failure(fake_imds: FakeIMDS, answer: Answer) -> None:
+    """Held (no byte for 10 minutes) or dripped (a byte every 50 ms, every read succeeding): the stop, set by
+    another thread once IMDS has the request, ends the GET, whose 2-minute first-call deadline is far off."""
+    asked, stop = threading.Event(), threading.Event()
+
+    def respond(_seen: object) -> Answer:
+        asked.set()
+        return answer
+
+    fake_imds.respond = respond
+    client = Client(fake_imds.url, stop=stop)
+    outcome: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            client.get_document()
+        except IMDSStopped as error:
+            outcome.append(error)
+
+    getter = threading.Thread(target=get)
+    getter.start()
+    assert asked.wait(60)
+    stop.set()
+    getter.join(60)  # the deadline is 120 s away: an ended thread means the stop ended it
+    assert not getter.is_alive() and "the exporter is stopping" in str(outcome[0])
+    assert client.responses == [("GET", "error")]
 
 
 def test_approve_posts_start_requests(fake_imds: FakeIMDS) -> None:

@@ -273,11 +273,29 @@ def test_serve_listens_to_the_platforms_stop_requests() -> None:
     assert seen and seen[0] < 5 and closed == [True]
 
 
+def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_stops_it() -> None:
+    """CI once hung here: the signal came while the poll loop's ``Event.wait`` held the event's lock, and a
+    handler that called ``Event.set`` waited for that lock on the same thread, for ever. The handler now does
+    nothing; the stopping thread sets the event once the lock is free."""
+    from se_exporter.process import StopRequest
+
+    stop = StopRequest().install((SIGINT,))
+    try:
+        with stop.event._cond:  # type: ignore[attr-defined]  # the lock Event.wait and Event.set take
+            signal.raise_signal(SIGINT)  # Python runs the handler here, on this thread, the lock held
+            assert not stop.event.is_set()
+        assert stop.event.wait(30), "the stopping thread never set the stop"
+        assert stop.signal_name == "SIGINT"
+    finally:
+        stop.restore()
+
+
 def test_a_stop_requested_before_the_start_closes_without_starting() -> None:
     from se_exporter.process import StopRequest, serve
 
     stop = StopRequest().install((SIGINT,))
     signal.raise_signal(SIGINT)  # during start-up, before serve() (os.kill would end the process on Windows)
+    assert stop.event.wait(30), "the stopping thread never set the stop"
     calls: list[str] = []
     assert serve(stop, lambda: calls.append("start"), lambda _: calls.append("run"), lambda: calls.append("close")) == 0
     assert calls == ["close"] and stop.signal_name == "SIGINT"

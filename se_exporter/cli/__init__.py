@@ -100,7 +100,6 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
 
         return simulator_command.run(args, stop.event)
     from se_exporter.errors import ConfigError
-    from se_exporter.process import StopNow
 
     _configure_logging(getattr(args, "log_level", "warn"), getattr(args, "log_format", "logfmt"))
     try:
@@ -115,9 +114,6 @@ def _command(argv: list[str], environ: Mapping[str, str], stop: StopRequest) -> 
         for line in str(error).splitlines():  # one line per problem
             report(line)
         return 2
-    except StopNow:  # while asking IMDS who this VM is, before anything was started
-        log.info("stopped during start-up")
-        return 0
 
 
 def _check(args: argparse.Namespace, stop: StopRequest) -> int:
@@ -150,11 +146,11 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
             "reported and approved; the real IMDS is http://169.254.169.254 (SECURITY.md)",
             config.imds_url,
         )
-    exporter = Exporter(config, environ=environ, stop=stop)
+    exporter = Exporter(config, environ=environ, stop=stop.event)
     # Start-up objects live forever: keep them out of every later full collection (its pauses
     # showed up as the per-poll p99 at 1000 events, see BENCHMARKS.md).
     gc.freeze()
-    return serve(stop, exporter.start, exporter.run, exporter.close, waiting=exporter.waiting_on_imds)
+    return serve(stop, exporter.start, exporter.run, exporter.close)
 
 
 def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest)
     config = dataclasses.replace(config_from_args(args), imds_url=simulator.url)
     if config.approval_config is None:  # show approvals too: the user's reboot is approved at once
         config = dataclasses.replace(config, approval_config=DEMO_POLICY)
-    exporter = Exporter(config, environ=environ, stop=stop)
+    exporter = Exporter(config, environ=environ, stop=stop.event)
 
     def start() -> None:
         exporter.start()
@@ -97,4 +97,4 @@ def run(args: argparse.Namespace, environ: Mapping[str, str], stop: StopRequest)
         exporter.close()
         simulator.stop()
 
-    return serve(stop, start, exporter.run, close, waiting=exporter.waiting_on_imds)
+    return serve(stop, start, exporter.run, close)

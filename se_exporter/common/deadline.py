@@ -6,6 +6,9 @@ for ever, since every read succeeds.
 httpcore's network backend (its documented extension point, ``httpcore.NetworkBackend``) is where every
 connect, TLS handshake, read and write happens, so each is given at most the time left until the deadline
 of the request on this thread (``within``), and one that would start past it fails at once as a timeout.
+A request given a stop event ends within ``STOP_CHECK_SECONDS`` of it being set: its reads wait in slices
+that short, and none starts once it is set (the exporter's stop, set by another thread, so that a first
+IMDS answer taking two minutes never holds up a service stop).
 httpx offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`` is an
 ``httpx.BaseTransport`` (httpx's documented way to bring a transport) that owns an ``httpcore.ConnectionPool``
 on that backend; httpx keeps the rest (its request and answer models, its exception tree).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -25,21 +29,34 @@ import httpx
 
 from se_exporter.errors import TOO_SLOW
 
+STOP_CHECK_SECONDS = 0.25  # how long a read waits before it looks at the stop event again
+STOPPED = "cut short: the exporter is stopping"
 _DEADLINE: ContextVar[float | None] = ContextVar("se_exporter_http_deadline", default=None)
+_STOP: ContextVar[threading.Event | None] = ContextVar("se_exporter_http_stop", default=None)
 
 
 @contextlib.contextmanager
-def within(deadline: float) -> Iterator[None]:
-    """Every connect, read and write of this thread's requests ends by ``deadline`` (a ``time.monotonic``)."""
-    token = _DEADLINE.set(deadline)
+def within(deadline: float, stop: threading.Event | None = None) -> Iterator[None]:
+    """Every connect, read and write of this thread's requests ends by ``deadline`` (a ``time.monotonic``),
+    or soon after ``stop`` is set."""
+    deadline_token, stop_token = _DEADLINE.set(deadline), _STOP.set(stop)
     try:
         yield
     finally:
-        _DEADLINE.reset(token)
+        _STOP.reset(stop_token)
+        _DEADLINE.reset(deadline_token)
+
+
+def stopping() -> bool:
+    """Whether this thread's request has a stop event, set."""
+    stop = _STOP.get()
+    return stop is not None and stop.is_set()
 
 
 def _time_left(timeout: float | None, error: type[Exception]) -> float | None:
     """``timeout``, cut to the time left before this thread's deadline; ``error`` once it has passed."""
+    if stopping():
+        raise error(STOPPED)
     deadline = _DEADLINE.get()
     if deadline is None:
         return timeout
@@ -59,6 +76,19 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._stream = stream
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if _STOP.get() is None:
+            return self._read(max_bytes, timeout)
+        while True:  # in slices, each followed by a look at the stop event; a slice that times out read nothing
+            limit = _time_left(timeout, httpcore.ReadTimeout)
+            if limit is not None and limit <= STOP_CHECK_SECONDS:
+                return self._read(max_bytes, limit)
+            try:
+                return self._read(max_bytes, STOP_CHECK_SECONDS)
+            except httpcore.ReadTimeout:
+                if timeout is not None:
+                    timeout -= STOP_CHECK_SECONDS
+
+    def _read(self, max_bytes: int, timeout: float | None) -> bytes:
         try:
             return self._stream.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
         except httpcore.ReadTimeout:

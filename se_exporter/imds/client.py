@@ -6,7 +6,8 @@ have to be sent again, and approving again is the approver's decision after a fr
 never the transport's). Neither reads the environment (``trust_env=False``): IMDS is link-local and
 rejects proxied requests. Every request passes the shared rate limiter, has one total deadline
 (``common/deadline.py``) and a bounded body (``imds/body.py``), is timed into ``on_response`` (the metrics)
-and traced as an HTTP client span. httpx's exceptions become ``errors.IMDSError``'s.
+and traced as an HTTP client span; a GET also ends soon after the ``stop`` event is set. httpx's
+exceptions become ``errors.IMDSError``'s.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import TYPE_CHECKING, NamedTuple
 import httpx
 
 from se_exporter import __version__
-from se_exporter.common.deadline import DeadlineTransport, root_cause, within
+from se_exporter.common.deadline import STOPPED, DeadlineTransport, root_cause, within
 from se_exporter.common.tracing import client_kind, mark_error
-from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSTimeout
+from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSStopped, IMDSTimeout
 from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
@@ -65,8 +66,10 @@ class IMDSClient:
         transport: httpx.BaseTransport | None = None,  # tests and benchmarks pass their own
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
+        stop: threading.Event | None = None,  # the exporter's stop: a GET in flight ends, IMDSStopped
     ) -> None:
         self.settings = settings
+        self._stop = stop
         self._limiter = limiter
         self._on_response = on_response or (lambda _m, _c, _s: None)
         self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
@@ -78,16 +81,10 @@ class IMDSClient:
         keep_one = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=30.0)
         self._gets = _client(settings, transport or DeadlineTransport(keep_one))
         self._posts = _client(settings, transport or DeadlineTransport(httpx.Limits(max_keepalive_connections=0)))
-        self._waiting: set[int] = set()  # threads with a request in flight (see ``is_waiting``)
 
     def close(self) -> None:
         self._gets.close()
         self._posts.close()
-
-    def is_waiting(self, thread_id: int) -> bool:
-        """Whether that thread waits on IMDS now: a stop request may then cut the request short, since IMDS
-        may take up to 2 minutes to answer (more if it drips) and a service stop must not wait that long."""
-        return thread_id in self._waiting
 
     def get_document(self) -> Document:
         timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
@@ -167,20 +164,26 @@ class IMDSClient:
             timeout=httpx.Timeout(read, connect=min(read, CONNECT_TIMEOUT_SECONDS)),
         )
         deadline = time.monotonic() + read  # the whole answer, not each read
-        self._waiting.add(threading.get_ident())
+        # A GET may wait up to 2 minutes (more if IMDS drips): a stop cuts it short. A POST is never cut:
+        # whether IMDS took an approval must not depend on when a stop came (it is one --imds.timeout).
+        stop = self._stop if content is None else None
         try:
-            with within(deadline):
+            with within(deadline, stop):
                 status, body = _fetch(client, request, deadline, what)
-        except httpx.TimeoutException as exc:
-            detail = f": {exc}" if str(exc) and "timed out" not in str(exc) else f" ({type(exc).__name__})"
-            raise IMDSTimeout(f"{what} timed out{detail}") from None
         except httpx.TransportError as exc:
-            raise IMDSConnectionError(f"{what} failed: {type(exc).__name__}: {_cause(exc)}") from None
-        finally:
-            self._waiting.discard(threading.get_ident())
+            if stop is not None and stop.is_set():
+                raise IMDSStopped(f"{what}: {STOPPED}") from None
+            raise _as_imds_error(what, exc) from None
         if not 200 <= status < 300:
             raise IMDSHTTPError(status, _explain(method, target, status, body))
         return body, status
+
+
+def _as_imds_error(what: str, exc: httpx.TransportError) -> IMDSError:
+    if isinstance(exc, httpx.TimeoutException):
+        detail = f": {exc}" if str(exc) and "timed out" not in str(exc) else f" ({type(exc).__name__})"
+        return IMDSTimeout(f"{what} timed out{detail}")
+    return IMDSConnectionError(f"{what} failed: {type(exc).__name__}: {_cause(exc)}")
 
 
 _STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.common.tracing import mark_error
-from se_exporter.errors import IMDSError
+from se_exporter.errors import IMDSError, IMDSStopped
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
@@ -140,6 +140,8 @@ class Poller:
             return
         try:
             identity = self.client.get_identity()
+        except IMDSStopped:
+            return
         except IMDSError as error:
             delay, first = self._identity_retry, self._identity_retry == IDENTITY_RETRY_FIRST_SECONDS
             self._next_identity_attempt = self._monotonic() + delay
@@ -166,6 +168,9 @@ class Poller:
     def _poll(self, span: trace.Span | None) -> IMDSError | None:
         try:
             document = self.client.get_document()
+        except IMDSStopped:  # nothing was read and nothing went wrong: the loop ends at its pause
+            log.info("stopped while waiting on IMDS")
+            return None
         except IMDSError as error:
             self._on_failure(error)
             if span is not None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import sys
 import threading
 
 from se_exporter.config import flags
 from se_exporter.config.files import socket_problem
 from se_exporter.platform import current
+from se_exporter.process import StopRequest
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.enablement import EnablementTimes
 from se_exporter.simulator.flags import add_arguments, build_faults, no_scenario_hint
@@ -81,13 +81,15 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
 
 
 def _serve_until(server: SimulatorServer, stop: threading.Event | None) -> int:
-    event = stop or threading.Event()
+    signals = StopRequest()
     if stop is None and threading.current_thread() is threading.main_thread():
-        for signum in current().stop_signals:
-            signal.signal(signum, lambda *_: event.set())
-    with server:
-        print(f"listening on {server.url}", flush=True)
-        event.wait()
+        signals.install(current().stop_signals)
+    try:
+        with server:
+            print(f"listening on {server.url}", flush=True)
+            (stop or signals.event).wait()
+    finally:
+        signals.restore()
     return 0
 
 
