@@ -22,6 +22,7 @@ BENCHMARKS = {
     "poll": "benchmarks.bench_poll",  # cost per poll, fetch excluded
     "actions": "benchmarks.bench_actions",  # poll latency and CPU with actions configured vs not
     "metrics": "benchmarks.bench_metrics",  # /metrics latency
+    "scrape": "benchmarks.bench_scrape",  # /metrics as Prometheus scrapes: over HTTP, each a fresh render
     "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
     "startup": "benchmarks.bench_startup",  # spawn → ready, import time
     "series": "benchmarks.bench_series",  # series per VM, fleet cost

@@ -25,6 +25,7 @@ EXPECTED = {
     "poll": "### Cost per poll, fetch excluded",
     "actions": "### Poll with and without actions",
     "metrics": "### /metrics over HTTP vs a plain prometheus_client server",
+    "scrape": "### /metrics over HTTP, every scrape a fresh render",
     "detection": "### Detection latency at 1 s polling",
     "startup": "### Start-up: spawn → ready",
     "series": "### Series per VM and for a 10,000-VM fleet",

@@ -273,6 +273,25 @@ def test_serve_listens_to_the_platforms_stop_requests() -> None:
     assert seen and seen[0] < 5 and closed == [True]
 
 
+@pytest.mark.skipif(os.name == "nt", reason="SIGUSR1")
+def test_a_signal_the_stop_request_does_not_catch_is_no_stop() -> None:
+    """The wakeup socket receives every signal with a Python handler: SIGUSR1 for another handler (the
+    heap benchmark's dump) once stopped the exporter."""
+    from se_exporter.process import StopRequest
+
+    dumped = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: dumped.set())
+    stop = StopRequest().install((SIGINT,))
+    try:
+        signal.raise_signal(signal.SIGUSR1)
+        assert dumped.wait(30)
+        signal.raise_signal(SIGINT)  # then a stop: the stopping thread has read the bytes before it
+        assert stop.event.wait(30) and stop.signal_name == "SIGINT"
+    finally:
+        stop.restore()
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_a_stop_signal_while_the_main_thread_holds_the_stop_events_lock_stops_it() -> None:
     """CI once hung here: the signal came while the poll loop's ``Event.wait`` held the event's lock, and a
     handler that called ``Event.set`` waited for that lock on the same thread, for ever. The handler now does

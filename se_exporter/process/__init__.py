@@ -73,7 +73,8 @@ class StopRequest:
             for signum in received:
                 if signum == _FINISHED:
                     return
-                if not self.event.is_set():
+                # The interpreter writes here every signal that has a Python handler, not only ours.
+                if signum in self._previous and not self.event.is_set():
                     self.signal_name = _name(signum)
                     log.info("received %s, shutting down", self.signal_name)
                     self.event.set()

@@ -21,12 +21,12 @@ from tests.deploy.support import (
     EXPORTER_PORT,
     REPO,
     Stage,
-    free_port,
     healthcheck_command,
     key_values,
     parse_dockerfile,
     project_version,
 )
+from tests.support.exporter_process import bound_port, refused_port
 from tests.support.tools import require
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -220,7 +220,13 @@ def installed_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def exporter(installed_venv: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], int, dict[str, str]]]:
-    port, closed_port = free_port(), free_port()  # nothing listens on closed_port: IMDS unreachable
+    with refused_port() as closed_port:  # IMDS unreachable
+        yield from _installed_exporter(installed_venv, tmp_path, closed_port)
+
+
+def _installed_exporter(
+    installed_venv: Path, tmp_path: Path, closed_port: int
+) -> Iterator[tuple[subprocess.Popen[str], int, dict[str, str]]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
     env |= {
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -234,7 +240,7 @@ def exporter(installed_venv: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
         [
             str(installed_venv / "bin" / "se-exporter"),
             "--web.listen-address",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
             "--imds.url",
             f"http://127.0.0.1:{closed_port}",
         ],
@@ -250,8 +256,9 @@ def exporter(installed_venv: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
             if process.poll() is not None:
                 log.seek(0)
                 pytest.fail(f"se-exporter exited with {process.returncode}:\n{log.read()[-3000:]}")
+            port = bound_port((tmp_path / "exporter.log").read_text(errors="replace"))
             try:
-                if _get(f"http://127.0.0.1:{port}/-/healthy") == 200:
+                if port is not None and _get(f"http://127.0.0.1:{port}/-/healthy") == 200:
                     break
             except OSError:
                 pass
@@ -259,6 +266,7 @@ def exporter(installed_venv: Path, tmp_path: Path) -> Iterator[tuple[subprocess.
                 log.seek(0)
                 pytest.fail(f"/-/healthy did not answer 200 within 60 s:\n{log.read()[-3000:]}")
             time.sleep(0.2)
+        assert port is not None
         yield process, port, env
     finally:
         if process.poll() is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -21,7 +22,6 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.support.exporter_process import free_port
 from tests.support.quiet_server import QuietHTTPServer
 from tests.support.tools import require
 from tests.support.wait import wait_for
@@ -39,16 +39,51 @@ def tail(path: Path, chars: int = 4000) -> str:
         return f"<cannot read {path}: {error}>"
 
 
+# What exporter-toolkit's servers (Prometheus, Alertmanager, node_exporter) log once bound: the address they
+# got, so they are started on port 0 and no port is chosen here and left for another process to take.
+TOOLKIT_LISTENING = re.compile(r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
+
+
 class ManagedProcess:
     """A long-running binary: started with its output in a log file, always stopped (TERM, then KILL)."""
 
     name = "process"
+    listening = TOOLKIT_LISTENING  # how the process says which port it bound
 
     def __init__(self, argv: Sequence[str], log_path: Path) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self._port: int | None = None
+        self._http: httpx.Client | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it bound (its log line, waited for)."""
+        if self._port is None:
+            self._port = wait_for(self._bound_port, 30, f"{self.name}'s 'listening' line", retry_on=())
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.url, timeout=30, trust_env=False)
+        return self._http
+
+    def _bound_port(self) -> int | None:
+        self.alive()
+        found = self.listening.search(tail(self.log_path, 1 << 20))
+        return int(found.group(1)) if found else None
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+        self.stop()
 
     def alive(self) -> bool:
         if self.proc.poll() is not None:
@@ -75,15 +110,12 @@ class Prometheus(ManagedProcess):
     name = "prometheus"
 
     def __init__(self, binary: str, config: Path, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=10, trust_env=False)
         super().__init__(
             [
                 binary,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",
                 "--log.level=info",
             ],
             workdir / "prometheus.log",
@@ -115,25 +147,18 @@ class Prometheus(ManagedProcess):
     def query_range(self, expr: str, start: float, end: float, step: float = 1.0) -> list[dict[str, Any]]:
         return list(self.api("query_range", query=expr, start=start, end=end, step=step)["result"])
 
-    def close(self) -> None:
-        self.http.close()
-        self.stop()
-
 
 class Alertmanager(ManagedProcess):
     name = "alertmanager"
 
     def __init__(self, binary: str, config: Path, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=10, trust_env=False)
         (workdir / "am-data").mkdir(exist_ok=True)
         super().__init__(
             [
                 binary,
                 f"--config.file={config}",
                 f"--storage.path={workdir / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",
                 "--cluster.listen-address=",  # no gossip: a single, isolated instance
             ],
             workdir / "alertmanager.log",
@@ -146,10 +171,6 @@ class Alertmanager(ManagedProcess):
         response = self.http.get("/api/v2/alerts")
         response.raise_for_status()
         return list(response.json())
-
-    def close(self) -> None:
-        self.http.close()
-        self.stop()
 
 
 @dataclass

@@ -13,12 +13,11 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from se_exporter import __version__
+from tests.deploy.support import free_port
 from tests.e2e.processes import ManagedProcess, Prometheus
-from tests.support.exporter_process import free_port
 from tests.support.quiet_server import QuietHTTPServer
 from tests.support.tools import require
 from tests.support.wait import wait_for
@@ -31,13 +30,11 @@ class VictoriaMetrics(ManagedProcess):
     name = "victoria-metrics"
 
     def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=30, trust_env=False)
+        port = free_port()  # VictoriaMetrics logs the address it was given, not the port 0 gave it
         super().__init__(
             [
                 require("victoria-metrics"),
-                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-httpListenAddr=127.0.0.1:{port}",
                 f"-storageDataPath={workdir / 'vm-data'}",
                 "-search.latencyOffset=1s",  # the default 30 s hides the newest samples from instant queries
                 "-search.disableCache",  # every query sees what was written since the last one
@@ -45,6 +42,7 @@ class VictoriaMetrics(ManagedProcess):
             ],
             workdir / "victoria-metrics.log",
         )
+        self._port = port
 
     def wait_ready(self, timeout: float = 30) -> None:
         wait_for(lambda: self.alive() and self.http.get("/health").status_code == 200, timeout, "VictoriaMetrics up")
@@ -56,10 +54,6 @@ class VictoriaMetrics(ManagedProcess):
         data = body["data"]
         return [{"metric": {}, "value": data["result"]}] if data["resultType"] == "scalar" else list(data["result"])
 
-    def close(self) -> None:
-        self.http.close()
-        self.stop()
-
 
 class VMAlert(ManagedProcess):
     """vmalert evaluating rule files on VictoriaMetrics, writing recording rules back, alerting Alertmanager."""
@@ -67,8 +61,7 @@ class VMAlert(ManagedProcess):
     name = "vmalert"
 
     def __init__(self, rules: Sequence[Path], engine: str, alertmanager: str, workdir: Path) -> None:
-        self.port = free_port()
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10, trust_env=False)
+        port = free_port()  # as VictoriaMetrics: vmalert logs the address it was given
         super().__init__(
             [
                 require("vmalert"),
@@ -80,11 +73,12 @@ class VMAlert(ManagedProcess):
                 # Queries at now-5s: a VM's sample may still be on its way (a scrape a second, a remote-write
                 # batch a second); at "now" the engine sees some series a moment late, and alerts flap.
                 "-datasource.lookback=5s",
-                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-httpListenAddr=127.0.0.1:{port}",
                 "-loggerLevel=WARN",
             ],
             workdir / "vmalert.log",
         )
+        self._port = port
 
     def wait_ready(self, timeout: float = 30) -> None:
         wait_for(lambda: self.alive() and self.http.get("/health").status_code == 200, timeout, "vmalert up")
@@ -93,10 +87,6 @@ class VMAlert(ManagedProcess):
         """The labels of every firing alert of that name."""
         alerts = self.http.get("/api/v1/alerts").json()["data"]["alerts"]
         return [a["labels"] for a in alerts if a["name"] == alertname and a["state"] == "firing"]
-
-    def close(self) -> None:
-        self.http.close()
-        self.stop()
 
 
 Event = tuple[str, str, str, str, float]  # id, type, impact, cause, NotBefore (Unix time)

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable
 
-from tests.support.exporter_process import ExporterProcess, free_port
+from tests.support.exporter_process import ExporterProcess, refused_port
 from tests.support.exposition import series, value
 from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
@@ -49,14 +49,14 @@ def test_an_unreachable_imds_says_what_to_check_once_and_on_ready(
     start_exporter: Callable[..., ExporterProcess],
 ) -> None:
     """Issue 29, point 7: on AKS with the IMDS restriction a pod was just 'not ready', with no hint why."""
-    closed = free_port()  # nothing listens: connection refused, as a blocked link-local address answers
-    exporter = start_exporter(f"--imds.url=http://127.0.0.1:{closed}", "--poll.interval=250ms", "--vm.name=vm-a")
-    exporter.wait_listening()
-    wait_for(lambda: "IMDS restriction" in exporter.get("/-/ready").text, 10, "the hint on /-/ready")
-    ready = exporter.get("/-/ready")
-    assert ready.status_code == 503
-    assert "podLinkLocalAccess: None" in ready.text and "hostNetwork: true" in ready.text
-    errors = "azure_scheduled_events_poll_errors_total"
-    wait_for(lambda: (value(exporter.metrics(), errors, reason="connection") or 0) >= 3, 30, "three failed polls")
-    assert exporter.logs().count("IMDS cannot be reached") == 1, "said once, not once a poll"
-    assert exporter.stop() == 0
+    with refused_port() as closed:  # connection refused, as a blocked link-local address answers
+        exporter = start_exporter(f"--imds.url=http://127.0.0.1:{closed}", "--poll.interval=250ms", "--vm.name=vm-a")
+        exporter.wait_listening()
+        wait_for(lambda: "IMDS restriction" in exporter.get("/-/ready").text, 10, "the hint on /-/ready")
+        ready = exporter.get("/-/ready")
+        assert ready.status_code == 503
+        assert "podLinkLocalAccess: None" in ready.text and "hostNetwork: true" in ready.text
+        errors = "azure_scheduled_events_poll_errors_total"
+        wait_for(lambda: (value(exporter.metrics(), errors, reason="connection") or 0) >= 3, 30, "three failed polls")
+        assert exporter.logs().count("IMDS cannot be reached") == 1, "said once, not once a poll"
+        assert exporter.stop() == 0

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.processes import ManagedProcess
-from tests.support.exporter_process import ExporterProcess, free_port
+from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import samples, series, value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.tools import require
@@ -30,21 +30,20 @@ class NodeExporter(ManagedProcess):
     name = "node_exporter"
 
     def __init__(self, directory: Path, log_path: Path) -> None:
-        self.port = free_port()
         super().__init__(
             [
                 require("prometheus-node-exporter", "node_exporter"),
                 "--collector.disable-defaults",
                 "--collector.textfile",
                 f"--collector.textfile.directory={directory}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",
             ],
             log_path,
         )
 
     def metrics(self) -> str:
         self.alive()
-        return httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5, trust_env=False).text
+        return httpx.get(f"{self.url}/metrics", timeout=5, trust_env=False).text
 
 
 @pytest.fixture

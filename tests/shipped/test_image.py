@@ -1,6 +1,7 @@
 """The image ``Dockerfile`` builds, run with podman as a user of it would (issue 28, part 1).
 
-Containers share the host's network (``--network host``): the exporter's port is chosen by each test,
+Containers share the host's network (``--network host``): the exporter binds port 0 and the test reads
+the port from its "listening on" line (the HEALTHCHECK's test alone gives ports: the probe follows them),
 and the fake IMDS it polls listens on the host's loopback, so no traffic leaves the machine.
 """
 
@@ -16,6 +17,7 @@ import httpx
 
 from tests.deploy.support import free_port, project_version
 from tests.shipped.containers import Podman
+from tests.support.exporter_process import LISTENING
 from tests.support.exposition import series
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
@@ -36,6 +38,17 @@ def healthy(podman: Podman, name: str) -> bool:
     return podman.run("healthcheck", "run", name, check=False).returncode == 0
 
 
+def bound(podman: Podman, name: str, starts: int = 1) -> int:
+    """The port the exporter in that container bound at its ``starts``-th start (its "listening on" line)."""
+
+    def port() -> int | None:
+        logs = podman.run("logs", name)
+        found = LISTENING.findall(logs.stdout + logs.stderr)
+        return int(found[starts - 1]) if len(found) >= starts else None
+
+    return wait_for(port, 90, f"{name} listening")
+
+
 def transitions(podman: Podman, name: str) -> list[str]:
     logs = podman.run("logs", name)
     return re.findall(r"transition=(\w+)", logs.stdout + logs.stderr)
@@ -49,8 +62,9 @@ def test_version_is_the_package_version(podman: Podman, image: str) -> None:
 def test_demo_on_a_read_only_root_as_uid_10160_serves_metrics_and_stops_on_sigterm(
     podman: Podman, image: str, container_name: Name
 ) -> None:
-    name, port = container_name(), free_port()
-    start(podman, name, "--read-only", image, "demo", f"--web.listen-address=127.0.0.1:{port}")
+    name = container_name()
+    start(podman, name, "--read-only", image, "demo", "--web.listen-address=127.0.0.1:0")
+    port = bound(podman, name)
     wait_for(lambda: "azure_scheduled_events_event_info{" in get(port, "/metrics").text, 90, "a demo event listed")
     status = podman.run("exec", name, "cat", "/proc/1/status").stdout
     uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
@@ -91,7 +105,7 @@ def test_healthcheck_follows_the_listen_address_flag_and_variable(
 def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     podman: Podman, image: str, container_name: Name, fake_imds: FakeIMDS
 ) -> None:
-    name, port = container_name(), free_port()
+    name = container_name()
     volume = name  # removed with the container by the fixture
     podman.run("volume", "create", volume)
     fake_imds.respond = lambda seen: document(1, EVENT)
@@ -100,7 +114,7 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
         f"{volume}:/var/lib/se-exporter",
         "--read-only",
         image,
-        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.listen-address=127.0.0.1:0",
         f"--imds.url={fake_imds.url}",
         "--poll.interval=250ms",
     )
@@ -110,6 +124,7 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     assert '"C1"' in saved, "the state file in the volume holds the event"
     podman.run("stop", "--time", "10", name, timeout=30)
     podman.run("start", name)
+    port = bound(podman, name, starts=2)
     wait_for(lambda: get(port, "/-/ready").status_code == 200, 60, "ready after the restart")
     restarted = get(port, "/metrics").text
     assert [s["event_id"] for s in series(restarted, "azure_scheduled_events_event_info")] == ["C1"]
@@ -137,7 +152,7 @@ def test_an_init_reaps_what_an_action_leaves_behind(
     )
     actions.chmod(0o644)
     fake_imds.respond = lambda seen: document(1, *(scheduled_event(f"Z{n}") for n in range(3)))
-    name, port = container_name(), free_port()
+    name = container_name()
     start(
         podman,
         name,
@@ -145,12 +160,13 @@ def test_an_init_reaps_what_an_action_leaves_behind(
         "--volume",
         f"{actions}:/etc/se-exporter/actions.yaml:ro",
         image,
-        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.listen-address=127.0.0.1:0",
         f"--imds.url={fake_imds.url}",
         "--vm.name=vm-a",
         "--actions.config=/etc/se-exporter/actions.yaml",
     )
     ran = 'azure_scheduled_events_actions_total{action="leave-a-child",result="succeeded",transition="scheduled"} 3.0'
+    port = bound(podman, name)
     wait_for(lambda: ran in get(port, "/metrics").text, 60, "three runs succeeded")
     assert podman.run("exec", name, "cat", "/proc/1/comm").stdout.strip() == "tini"
 

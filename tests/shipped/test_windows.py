@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from se_exporter.simulator import SELF, EventPlan, SimClock, SimulatedVM, SimulatorServer, SimWorld
-from tests.deploy.support import free_port
 from tests.shipped.wine import WindowsPython, windows_path, windows_python
+from tests.support.exporter_process import bound_port
 from tests.support.exposition import series, value
 from tests.support.wait import wait_for
 
@@ -60,8 +60,8 @@ class WindowsExporter:
     def __init__(
         self, python: WindowsPython, *args: str, env: dict[str, str] | None = None, port: int | None = None
     ) -> None:
-        self.port = port or free_port()
-        self.proc = python.popen("-m", "se_exporter", *args, f"--web.listen-address=127.0.0.1:{self.port}", env=env)
+        self._port = port  # None: port 0, the port it got read from its "listening on" line
+        self.proc = python.popen("-m", "se_exporter", *args, f"--web.listen-address=127.0.0.1:{port or 0}", env=env)
         self._output = bytearray()
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
@@ -74,6 +74,18 @@ class WindowsExporter:
 
     def output(self) -> str:
         return bytes(self._output).decode(errors="replace")
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            self._port = wait_for(self._bound_port, WINE_START_SECONDS, "the 'listening on' line", retry_on=())
+        return self._port
+
+    def _bound_port(self) -> int | None:
+        if self.proc.poll() is not None:
+            self._reader.join(5)
+            raise AssertionError(f"exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
+        return bound_port(self.output())
 
     def get(self, path: str) -> httpx.Response:
         return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=10, trust_env=False)

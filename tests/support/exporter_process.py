@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,10 +25,24 @@ REPO = Path(__file__).resolve().parents[2]
 STOP_SECONDS = 2 * SAVE_WAIT_SECONDS + 15
 
 
-def free_port() -> int:
+# The exporter binds port 0 and logs the address it got (``app.py``: "listening on <url>"): no port is
+# chosen here and left free for another process to take before the exporter binds it.
+LISTENING = re.compile(r"listening on https?://[^\s\"]+?:(\d+)/")
+
+
+def bound_port(logs: str) -> int | None:
+    """The port of an exporter's "listening on" line in ``logs``, None before it."""
+    found = LISTENING.search(logs)
+    return int(found.group(1)) if found else None
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound, never listening, so that no
+    other process can take it meanwhile (a port found free and closed could be anyone's a moment later)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 class ExporterProcess:
@@ -33,8 +50,7 @@ class ExporterProcess:
         self, *args: str, env: dict[str, str] | None = None, log_path: Path, command: str = "run", serve: bool = True
     ) -> None:
         """``serve=False``: ``--web.listen-address=`` (no port; with ``--textfile.path``)."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._port: int | None = None
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
         full_env["PYTHONFAULTHANDLER"] = "1"  # a SIGABRT writes every thread's stack to the log (see ``stop``)
@@ -46,7 +62,7 @@ class ExporterProcess:
                 "-m",
                 "se_exporter",
                 command,
-                f"--web.listen-address=127.0.0.1:{self.port}" if serve else "--web.listen-address=",
+                "--web.listen-address=127.0.0.1:0" if serve else "--web.listen-address=",
                 *args,
             ],
             cwd=REPO,
@@ -54,6 +70,21 @@ class ExporterProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+
+    @property
+    def port(self) -> int:
+        """The port the exporter bound, from its "listening on" line (waited for)."""
+        if self._port is None:
+            self._port = wait_for(self._bound_port, 20, "the exporter's 'listening on' line", retry_on=())
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _bound_port(self) -> int | None:
+        self._alive()
+        return bound_port(self.logs())
 
     def get(self, path: str) -> httpx.Response:
         return httpx.get(self.url + path, timeout=5, trust_env=False)

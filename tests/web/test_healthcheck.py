@@ -15,7 +15,7 @@ import pytest
 from se_exporter.web.config import WebConfig
 from se_exporter.web.healthcheck import Target, exporter_argv, probe, target
 from se_exporter.web.server import WebServer
-from tests.deploy.support import free_port
+from tests.support.exporter_process import refused_port
 from tests.web.conftest import HASH
 
 
@@ -63,8 +63,8 @@ def test_the_target_is_where_the_exporter_listens(argv: list[str], environ: dict
 def test_a_plain_server_is_healthy_and_nothing_listening_is_not(serve: Callable[..., WebServer]) -> None:
     server = serve(None)
     assert probe(Target("127.0.0.1", server.port, None)) is None
-    unused = free_port()
-    problem = probe(Target("127.0.0.1", unused, None))
+    with refused_port() as unused:
+        problem = probe(Target("127.0.0.1", unused, None))
     assert problem is not None and f"http://127.0.0.1:{unused}/-/healthy" in problem
 
 
