@@ -7,9 +7,11 @@ exports them and ``ack``s them once the collector accepted them. On disk it is a
 its IOPS cap takes seconds per fsync): what it appends, and what the shipper acknowledges, is written by
 the shipper's own ``sync``, in order, and a record is shipped only once its write was made (``peek``).
 
-Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
-and on disk alike: past either bound the oldest records are dropped, counted and logged; a journal
-found larger at start-up is replayed within the same bounds. ``uid``s of pending and recently finished
+A pending record is held encoded (msgpack, a few hundred bytes), not as objects (its dict of attributes
+and their strings cost several times that; BENCHMARKS.md measures a thousand waiting). ``peek`` decodes
+the few it hands out. Bounded by records and by bytes (what the encoded records hold), in memory and on disk
+alike: past either bound the oldest records are dropped, counted and logged; a journal found larger at
+start-up is replayed within the same bounds. ``uid``s of pending and recently finished
 records are remembered, so a record appended twice (a transition re-emitted after a crash between the
 append and the state save) is sent once.
 
@@ -28,13 +30,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from se_exporter.audit.journal import Journal
 from se_exporter.audit.records import AuditRecord
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000
-DEFAULT_MAX_BYTES = 8 << 20  # of memory (AuditRecord.memory_size); the journal on disk takes about as much
+DEFAULT_MAX_BYTES = 8 << 20  # of memory (``_held``); the journal on disk takes about twice as much (JSON)
 COMPACT_AFTER_GARBAGE_BYTES = 1 << 20
+HELD_OVERHEAD_BYTES = 160  # a pending record's bytes object, its uid and their entries in the spool's dicts
+JOURNAL_BYTES_PER_HELD_BYTE = 2  # a journal line (JSON) against the record's msgpack: about twice
+_ENCODE = msgspec.msgpack.Encoder()
+_DECODE = msgspec.msgpack.Decoder(AuditRecord)
 
 
 class Spool:
@@ -47,9 +55,8 @@ class Spool:
         self.capacity = capacity
         self.max_bytes = max_bytes
         self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
-        self._pending: OrderedDict[str, AuditRecord] = OrderedDict()
-        self._weights: dict[str, int] = {}  # memory_size of each pending record (computed once)
-        self._bytes = 0  # their sum
+        self._pending: OrderedDict[str, bytes] = OrderedDict()  # uid -> the record, msgpack-encoded
+        self._bytes = 0  # what they hold (``_held``)
         self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
         self._cond = threading.Condition()
         self._garbage = 0  # journal bytes that no longer describe a pending record
@@ -103,10 +110,10 @@ class Spool:
         """The oldest pending records whose write was made (after ``sync``), still pending until acknowledged."""
         with self._cond:
             records: list[AuditRecord] = []
-            for uid, record in self._pending.items():
+            for uid, encoded in self._pending.items():
                 if len(records) >= limit or uid in self._fresh:
                     break
-                records.append(record)
+                records.append(_DECODE.decode(encoded))
             return records
 
     def sync(self) -> None:
@@ -176,18 +183,17 @@ class Spool:
             self._cond.notify_all()
 
     def _add(self, record: AuditRecord) -> None:
-        self._pending[record.uid] = record
-        self._weights[record.uid] = size = record.memory_size
-        self._bytes += size
+        self._pending[record.uid] = encoded = _ENCODE.encode(record)
+        self._bytes += _held(encoded)
 
     def _enforce_bounds(self, quietly: bool = False) -> None:
         excess: list[str] = []
         count, size = len(self._pending), self._bytes
-        for uid in self._pending:
+        for uid, encoded in self._pending.items():
             if count <= self.capacity and size <= self.max_bytes:
                 break
             excess.append(uid)
-            count, size = count - 1, size - self._weights[uid]
+            count, size = count - 1, size - _held(encoded)
         if excess:
             self._drop(excess)
         if excess and not quietly:
@@ -212,9 +218,9 @@ class Spool:
 
     def _finish(self, uids: Sequence[str]) -> None:
         for uid in uids:
-            record = self._pending.pop(uid)
-            self._bytes -= self._weights.pop(uid)
-            self._garbage += record.approximate_size + 64
+            encoded = self._pending.pop(uid)
+            self._bytes -= _held(encoded)
+            self._garbage += len(encoded) * JOURNAL_BYTES_PER_HELD_BYTE + 64
             self._finished[uid] = None
         while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
             self._finished.popitem(last=False)
@@ -237,8 +243,8 @@ class Spool:
     def _everything(self) -> Iterator[dict[str, Any]]:
         if self._finished:
             yield {"seen": list(self._finished)}
-        for record in self._pending.values():
-            yield {"add": record.to_json()}
+        for encoded in self._pending.values():
+            yield {"add": _DECODE.decode(encoded).to_json()}
 
     def _load(self, journal: Journal) -> None:
         for entry in journal.replay():
@@ -268,6 +274,11 @@ class Spool:
                 self._add(record)
             return
         for uid in [str(uid) for uid in entry.get("ack") or entry.get("drop") or entry["seen"]]:
-            if self._pending.pop(uid, None) is not None:
-                self._bytes -= self._weights.pop(uid)
+            if (encoded := self._pending.pop(uid, None)) is not None:
+                self._bytes -= _held(encoded)
             self._finished[uid] = None
+
+
+def _held(encoded: bytes) -> int:
+    """What a pending record holds in memory: its encoded bytes and the containers around them."""
+    return len(encoded) + HELD_OVERHEAD_BYTES
