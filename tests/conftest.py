@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS
-from tests.support.markers import needs_debian
+from tests.support.markers import asks_for_debian
 from tests.support.packaging import Distributions, build_distributions
 
 pytest_plugins = ["tests.otlp.fixtures"]  # the real OTLP receivers (HTTP and gRPC)
@@ -21,6 +21,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("soak", "the long soak test (tests/soak)")
     group.addoption("--soak", action="store_true", default=False, help="run the long soak (10 minutes)")
     group.addoption("--soak-minutes", type=float, default=None, help="run the long soak for this many minutes")
+    tiers = parser.getgroup("tiers", "which tests plain `pytest` runs (docs/development.md)")
+    tiers.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help="every tier: engines, the image, the chart's pod, Wine (the README's test command); without it and "
+        "without paths or -m, plain `pytest` runs the quick tier",
+    )
 
 
 @pytest.fixture
@@ -55,67 +63,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Distributions:
     return build_distributions(tmp_path_factory.mktemp("dist"))
 
 
-# Where the suite runs on other platforms (the upstream CI's Windows and macOS jobs, `-m "not debian and
-# not posix"`), these are deselected, and on Windows a posix test is skipped with its reason. Node ids by
-# prefix: a module, or one test of it.
-NEEDS_DEBIAN = (  # promtool, prometheus, alertmanager, amtool or systemd-analyze (the README's test command)
-    "tests/rules/test_promtool.py",
-    "tests/e2e/",
-    "tests/deploy/test_compose.py",
-    "tests/deploy/test_systemd.py",
-    "tests/deploy/test_kubernetes.py::test_prometheusrule_structure",
-    "tests/hostile/",
-    "tests/deploy/test_deploy_docs.py::test_azure_sd_scrape_config",
-    "tests/test_dashboards_static.py::test_dashboard_queries_parse_with_promtool",
-    "tests/test_metrics.py::test_golden_exposition_passes_promtool_check_metrics",
-    "tests/integration/test_against_simulator.py",
-    "tests/web/test_exporter_web_config.py",
-    "tests/rules/test_alertmanager_recipes.py",
-    "tests/deploy/test_helm_chart.py",  # helm: the Linux binary of the wheel the README's command installs
-    "tests/deploy/test_helm_objects.py",
-    "tests/shipped/",  # podman, mmdebstrap and wine
-)
-NEEDS_POSIX = (  # the exporter or the simulator as a process stopped by SIGTERM/SIGKILL, POSIX shells and groups
-    "tests/approval/test_approval_exporter.py",
-    "tests/approval/test_approval_hook.py",
-    "tests/approval/test_approval_approver.py",
-    "tests/approval/test_approval_policy.py::test_valid_policies_load",
-    "tests/approval/test_approval_policy.py::test_all_keys_are_parsed",
-    "tests/integration/",
-    "tests/otel/test_export.py",
-    "tests/otel/test_modes.py",
-    "tests/otel/test_outage.py",
-    "tests/otel/test_quiet.py",
-    "tests/soak/",
-    "tests/simulator/test_command.py",
-    "tests/hostile/",
-    "tests/e2e/",
-    "tests/deploy/test_dockerfile.py",
-    "tests/web/test_exporter_web_config.py",
-    "tests/test_benchmarks_smoke.py",
-    "tests/fuzz/test_atheris.py",
-    "tests/test_cli.py::test_simulate_without_a_scenario",
-    "tests/test_cli.py::test_an_unwritable_state_file",
-    "tests/test_platform.py::test_serve_listens",
-    "tests/actions/test_actions_exporter.py",
-    "tests/approval/test_policy_cost.py",
-    "tests/otel/test_batches.py",
-    "tests/web/test_connection_flood.py",
-    "tests/web/test_traffic.py",
-    "tests/test_check.py::test_a_hook_that_is_not_executable_is_refused_as_at_start",
-    "tests/shipped/",
-    "tests/otel/test_impact_everywhere.py",  # stops the exporter with SIGTERM and expects a clean exit
-    "tests/actions/test_actions_config.py::test_the_docs_example_loads_with_its_defaults",  # /bin/true in testdata
-    "tests/actions/test_actions_config.py::test_every_key_loads",  # /bin/sh in testdata
-    "tests/test_check.py::test_the_actions_file_is_checked_like_the_others",  # /bin/true in testdata
-    "tests/test_check.py::test_files_are_read_with_bounds[fifo]",  # os.mkfifo
-    "tests/test_check.py::test_sigterm_ends_check_at_once",  # SIGTERM, /proc
-    "tests/test_check.py::test_files_are_read_with_bounds[dev-zero]",  # /dev/zero
-    # -X importtime writes to the C library's stderr, buffered on Windows and lost when the test ends the
-    # exporter there (TerminateProcess): what was imported last is missing
-    "tests/test_imports.py::test_what_is_configured_is_imported",
-    "tests/test_imports.py::test_otlp_over_http_brings_neither_requests_nor_grpc",
-)
+# Each module marks its own tests (``pytestmark``): ``debian`` (Debian's engines and tools: Prometheus,
+# Alertmanager, promtool, node_exporter, VictoriaMetrics, systemd-analyze, or the Linux helm binary),
+# ``posix`` (processes stopped by signals, POSIX shells and groups), ``shipped`` (the image, the chart's pod,
+# Windows CPython under Wine), ``full`` (slower than the quick tier allows). Where the suite runs on other
+# platforms (the upstream CI's Windows and macOS jobs, ``-m "not debian and not posix"``), a test marked so
+# is also skipped with its reason. Plain ``pytest`` is the quick tier (pyproject's addopts).
 WHY = {
     "debian": "needs Debian's prometheus, prometheus-alertmanager or systemd packages, or the Linux helm binary "
     "(the README's test command)",
@@ -123,15 +76,40 @@ WHY = {
 }
 
 
+QUICK_TIER_LEAVES_OUT = ("debian", "shipped", "full")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_the_debian_marks(items)
     for item in items:
-        if item.nodeid.startswith("tests/shipped/"):
-            item.add_marker(pytest.mark.shipped)
-        if needs_debian(item, NEEDS_DEBIAN):
-            item.add_marker(pytest.mark.debian)
-            if sys.platform != "linux":
-                item.add_marker(pytest.mark.skip(reason=WHY["debian"]))
-        if item.nodeid.startswith(NEEDS_POSIX):
-            item.add_marker(pytest.mark.posix)
-            if os.name == "nt":
-                item.add_marker(pytest.mark.skip(reason=WHY["posix"]))
+        if item.get_closest_marker("debian") and sys.platform != "linux":
+            item.add_marker(pytest.mark.skip(reason=WHY["debian"]))
+        if item.get_closest_marker("posix") and os.name == "nt":
+            item.add_marker(pytest.mark.skip(reason=WHY["posix"]))
+    if getattr(config.option, "quick_tier", False):
+        left_out = [item for item in items if any(item.get_closest_marker(m) for m in QUICK_TIER_LEAVES_OUT)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            kept = set(items) - set(left_out)
+            items[:] = [item for item in items if item in kept]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Decided where the command line is (xdist's controller), and handed to the workers with the options.
+    if not hasattr(config, "workerinput"):
+        config.option.quick_tier = _quick_tier(config)
+
+
+def _quick_tier(config: pytest.Config) -> bool:
+    """Plain `pytest`: no --full, no paths or node ids, no -m (a path or a -m selects what it names)."""
+    named = config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+    return not (config.getoption("--full") or named or config.getoption("markexpr"))
+
+
+def _check_the_debian_marks(items: list[pytest.Item]) -> None:
+    unmarked = [item.nodeid for item in items if not item.get_closest_marker("debian") and asks_for_debian(item)]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests ask for Debian's tools but are not marked debian (pytestmark = pytest.mark.debian):\n  "
+            + "\n  ".join(unmarked)
+        )

@@ -28,7 +28,9 @@ def test_the_readme_has_exactly_two_set_up_commands() -> None:
     demo, test = (block.strip() for block in blocks)
     assert demo == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/se-exporter demo"
     assert test == marked(README, "test-command").strip()
-    assert "prometheus prometheus-alertmanager" in test and test.endswith(".venv/bin/python -m pytest")
+    assert "prometheus prometheus-alertmanager" in test and test.endswith(
+        ".venv/bin/python -m pytest --full --durations=30"
+    )
 
 
 def anchors(page: Path) -> set[str]:

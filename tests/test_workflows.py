@@ -37,7 +37,7 @@ def test_ci_runs_the_readmes_test_command_on_a_clean_debian() -> None:
     assert runs(linux)[-1] == "bash .ci/run"
     ci_run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "test-command" in ci_run and "README.md" in ci_run, ".ci/run reads the README's command"
-    assert marked(README, "test-command").strip().endswith(".venv/bin/python -m pytest")
+    assert marked(README, "test-command").strip().endswith(".venv/bin/python -m pytest --full --durations=30")
 
 
 def test_ci_runs_the_unit_tests_on_windows_and_macos() -> None:

@@ -1,10 +1,11 @@
-"""Which tests need Debian's tools, found from what they call as well as from a list.
+"""Whether a test asks for Debian's tools, found from what it calls: the check of the ``debian`` marks.
 
-The ``debian`` marker deselects a test where Debian's packages cannot be (the upstream CI's Windows job and
-the Windows suite under Wine, ``-m "not debian"``). A list of node ids alone was forgotten once: the issue-40
-rule tests called promtool and Alertmanager, were not listed, and failed the Wine run under CI. So a test is
-also marked when its own body, a fixture it uses, or a helper of the suite either calls (followed from
-module to module), asks for one of those tools by name.
+Each module marks its own tests (``pytestmark``, or a mark on the test). The ``debian`` marker deselects a
+test where Debian's packages cannot be (the upstream CI's Windows job and the Windows suite under Wine,
+``-m "not debian"``) and keeps it out of the quick tier. A mark alone was forgotten once: the issue-40 rule
+tests called promtool and Alertmanager, were not marked, and failed the Wine run under CI. So collection
+fails for a test that is not marked ``debian`` while its own body, a fixture it uses, or a helper of the
+suite either calls (followed from module to module) asks for one of those tools by name.
 """
 
 from __future__ import annotations
@@ -71,14 +72,21 @@ def _asks(function: Callable[..., Any]) -> bool:
     return asks_for_debian_tools(with_helpers(function))
 
 
-def needs_debian(item: pytest.Item, listed: tuple[str, ...]) -> bool:
-    """Listed, or the test's function or a fixture it uses asks for a Debian tool."""
-    if item.nodeid.startswith(listed):
-        return True
+def _fixture_functions(item: pytest.Function) -> Iterator[Callable[..., Any]]:
+    """The functions of the fixtures ``item`` uses, found by name (pytest's public ``fixturenames``) in its
+    module and in the conftest modules and plugins the suite registered."""
+    wanted = set(item.fixturenames)
+    places = [item.module, *item.config.pluginmanager.get_plugins()]
+    for place in places:
+        for value in list(getattr(place, "__dict__", {}).values()):
+            if not hasattr(value, "__wrapped__"):  # what @pytest.fixture returns wraps the fixture's function
+                continue
+            if isinstance(name := getattr(value, "name", None), str) and name in wanted:
+                yield inspect.unwrap(value)
+
+
+def asks_for_debian(item: pytest.Item) -> bool:
+    """Whether the test's function, or a fixture it uses, asks for a Debian tool (its helpers followed)."""
     if not isinstance(item, pytest.Function):
         return False
-    # _fixtureinfo: pytest has no public way to the fixture functions of an item; plugins read it too
-    fixtures = (
-        definition.func for definitions in item._fixtureinfo.name2fixturedefs.values() for definition in definitions
-    )
-    return _asks(item.function) or any(map(_asks, fixtures))
+    return _asks(item.function) or any(map(_asks, _fixture_functions(item)))
