@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.tools import require
 
+pytestmark = pytest.mark.posix
+
 REPO = Path(__file__).resolve().parents[1]
 
 # benchmark → the title of a table it must print
@@ -55,6 +57,7 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
         assert "\n| " in table and "|---" in table, f"benchmark {name}: malformed table:\n{table[:2000]}"
 
 
+@pytest.mark.debian
 @pytest.mark.timeout(240)
 def test_the_fleet_benchmark_on_the_engine_starts_and_prints_its_tables() -> None:
     """Opt-in (``--only fleet_engine``): the fleet through vmagent's remote_write to VictoriaMetrics."""

@@ -64,6 +64,7 @@ def test_every_problem_of_every_file_is_one_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.posix
 def test_a_hook_that_is_not_executable_is_refused_as_at_start(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(GOOD_POLICY + "hook:\n  command: [/no/such/drain]\n")
     result = check(f"--approval.config={tmp_path / 'policy.yaml'}")
@@ -102,6 +103,7 @@ def test_on_windows_a_bare_check_checks_the_interpreter_the_service_runs() -> No
     assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr  # the suite's Python: all users
 
 
+@pytest.mark.posix
 def test_the_actions_file_is_checked_like_the_others(tmp_path: Path) -> None:
     shipped = Path(__file__).resolve().parent / "testdata" / "actions" / "notify.yaml"
     assert check(f"--actions.config={shipped}").stdout == "ok\n"
@@ -219,8 +221,16 @@ def _billion_laughs() -> str:
     ("make", "problem"),
     [
         (lambda p: p.mkdir(), "cannot read the file: it is a directory, not a regular file"),
-        (lambda p: os.mkfifo(p), "cannot read the file: it is a named pipe, not a regular file"),
-        (lambda p: p.symlink_to("/dev/zero"), "cannot read the file: it is a character device, not a regular file"),
+        pytest.param(
+            lambda p: os.mkfifo(p),
+            "cannot read the file: it is a named pipe, not a regular file",
+            marks=pytest.mark.posix,  # os.mkfifo
+        ),
+        pytest.param(
+            lambda p: p.symlink_to("/dev/zero"),
+            "cannot read the file: it is a character device, not a regular file",
+            marks=pytest.mark.posix,  # /dev/zero
+        ),
         (lambda p: p.write_bytes(b"#" * (1 << 20) + b"\n"), "cannot read the file: it is larger than 1 MiB"),
         (lambda p: p.write_text(_billion_laughs()), "too large: more than 100000 values once its aliases are expanded"),
     ],
@@ -244,6 +254,7 @@ def _catches_sigterm(pid: int) -> bool | None:
     return bool(mask & (1 << (signal.SIGTERM - 1)))
 
 
+@pytest.mark.posix
 def test_sigterm_ends_check_at_once(tmp_path: Path) -> None:
     """Issue 29, point 4: check ignored SIGTERM and Ctrl-C (the exporter's stop request caught them)."""
     names = "".join(f"    - W{n:06d}\n" for n in range(50_000))  # a valid file of about a second's parsing

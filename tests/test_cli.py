@@ -184,6 +184,7 @@ def test_one_error_prefix_for_every_command(args: list[str]) -> None:
     assert result.stderr.startswith("se-exporter: error: ") and result.stderr.count("\n") == 1, result.stderr
 
 
+@pytest.mark.posix
 def test_an_unwritable_state_file_is_one_line(tmp_path: Path) -> None:
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("")
@@ -236,6 +237,7 @@ def test_demo_does_not_offer_a_flag_it_would_ignore() -> None:
     assert "--imds.url" in se_exporter("run", "--help").stdout
 
 
+@pytest.mark.posix
 def test_simulate_without_a_scenario_says_how_to_pick_one() -> None:
     with subprocess.Popen(
         [sys.executable, "-m", "se_exporter", "simulate", "--web.listen-address=127.0.0.1:0"],

@@ -204,6 +204,7 @@ def test_query_helper_returns_every_query() -> None:
     assert any(q.instant for q in queries) and any(not q.instant for q in queries)
 
 
+@pytest.mark.debian
 def test_dashboard_queries_parse_with_promtool(tmp_path: Path) -> None:
     """Every query, variables substituted, parses: each becomes a recording rule for promtool."""
     promtool = require("promtool")

@@ -96,6 +96,7 @@ def test_the_designs_stack_does_the_protocol_work(fake_imds: FakeIMDS, tmp_path:
     assert stack | {"asyncio", "h11", "hashlib"} <= modules
 
 
+@pytest.mark.posix
 @pytest.mark.parametrize("what", ["otlp", "policy"])
 def test_what_is_configured_is_imported(fake_imds: FakeIMDS, tmp_path: Path, what: str) -> None:
     policy = tmp_path / "policy.yaml"

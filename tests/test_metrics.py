@@ -7,6 +7,8 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.document import Document, ScheduledEvent, parse_document
@@ -178,6 +180,7 @@ def promtool() -> str:
     return require("promtool")
 
 
+@pytest.mark.debian
 def test_golden_exposition_passes_promtool_check_metrics() -> None:
     result = subprocess.run(
         [promtool(), "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=60

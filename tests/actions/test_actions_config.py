@@ -17,6 +17,7 @@ PREFIX = "actions config <actions>: "
 MINIMAL = {"name": "a", "transitions": ["scheduled"], "command": ["true"]}
 
 
+@pytest.mark.posix
 def test_the_docs_example_loads_with_its_defaults() -> None:
     actions = load_actions(TESTDATA / "notify.yaml")
     (notify,) = actions.actions
@@ -49,6 +50,7 @@ def test_every_documented_action_speaks_only_for_this_vm() -> None:
     assert [(doc, action["name"]) for doc, action in actions if action.get("affects_this_vm") is not True] == []
 
 
+@pytest.mark.posix
 def test_every_key_loads() -> None:
     actions = load_actions(TESTDATA / "every-key.yaml")
     cordon, updates = actions.actions

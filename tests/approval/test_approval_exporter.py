@@ -34,6 +34,8 @@ from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 StartExporter = Callable[..., ExporterProcess]
 
 POLL = 0.25  # --poll.interval

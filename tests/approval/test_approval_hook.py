@@ -17,6 +17,8 @@ from se_exporter.approval.hook import HookRunner, hook_environment
 from se_exporter.approval.policy import Hook
 from tests.approval.helpers import VM, event, wait_until
 
+pytestmark = pytest.mark.posix
+
 DUMP_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
 
 
@@ -130,9 +132,8 @@ def test_timeout_kills_the_whole_process_group_and_polling_is_not_blocked(tmp_pa
     )
     runner = HookRunner(python_hook(code, str(pid_file), timeout=1.0), kill_grace_seconds=0.3)
     try:
-        started = time.monotonic()
         future = runner.submit(event(), VM, "r")
-        assert time.monotonic() - started < 0.2  # submit never waits for the hook
+        assert not future.done()  # submit never waits for the hook: it runs for 60 s, until killed at 1 s
         wait_until(pid_file.exists, what="the hook's child to start")
         assert not future.done()
         result = future.result(timeout=10)
@@ -141,7 +142,8 @@ def test_timeout_kills_the_whole_process_group_and_polling_is_not_blocked(tmp_pa
     assert result.timed_out and not result.ok and result.exit_code is None
     assert result.summary == "timed out after 1 s; its processes were stopped"
     assert result.last_output == "draining"
-    assert 1.0 <= result.duration_seconds < 5
+    # Its 1 s timeout, then a 0.3 s grace: the upper bound only tells that from the hook's own 60 s.
+    assert 1.0 <= result.duration_seconds < 30
     child = int(pid_file.read_text(encoding="utf-8"))
     wait_until(lambda: not alive(child), what="the hook's child to be killed with its group")
 

@@ -79,6 +79,7 @@ def test_unreadable_file(tmp_path: Path, setup: object, expected: str) -> None:
         load_policy(path)
 
 
+@pytest.mark.posix
 @pytest.mark.parametrize("path", VALID, ids=[p.stem for p in VALID])
 def test_valid_policies_load(path: Path) -> None:
     policy = load_policy(path)
@@ -86,6 +87,7 @@ def test_valid_policies_load(path: Path) -> None:
     assert policy.source == str(path)
 
 
+@pytest.mark.posix
 def test_all_keys_are_parsed() -> None:
     policy = load_policy(TESTDATA / "valid" / "all-keys.yaml")
     assert policy.dry_run is True

@@ -11,9 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS, scheduled_event
+
+pytestmark = pytest.mark.posix
 
 POLICY = "rules:\n  - name: backtracking\n    description_pattern: '^(a|aa)*c$'\n"
 
@@ -43,7 +46,9 @@ def test_a_pathological_pattern_and_description_never_hold_the_exporter(
         began = time.monotonic()
         assert httpx.get(f"{exporter.url}/-/healthy", timeout=5, trust_env=False).status_code == 200
         slowest = max(slowest, time.monotonic() - began)
-    assert slowest < 0.5, f"/-/healthy took {slowest:.2f} s while the policy matched"
+    # The chart's probe timeout: a slower /-/healthy gets the pod restarted (a backtracking regex on these
+    # Descriptions held the GIL for seconds at every poll).
+    assert slowest < 3, f"/-/healthy took {slowest:.2f} s while the policy matched"
     lines = [json.loads(line) for line in exporter.logs().splitlines() if line.startswith("{")]
     skips = [line["scheduled_event.id"] for line in lines if line.get("scheduled_event.approval.result") == "skipped"]
     assert sorted(skips) == sorted(str(e["EventId"]) for e in events), "each event skipped once, not at every poll"

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.deploy.support import REPO
@@ -110,6 +111,7 @@ def _page(scope: dict[str, str], vms: int, where: str, dashboard: str) -> dict[s
     }
 
 
+@pytest.mark.debian
 def test_a_wave_of_200_vms_pages_once_per_cluster_and_a_single_vm_once(tmp_path: Path) -> None:
     series = [s for n in range(WAVE) for s in _vm("se-exporter", f"vm-{n:03}:10160", "prod")]
     series += _vm("se-exporter", "dev-0:10160", "dev") + _vm("vm-se-exporter", "lone:10160", None)

@@ -22,6 +22,8 @@ from tests.deploy.support import (
 )
 from tests.support.tools import require
 
+pytestmark = pytest.mark.debian
+
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"
 
 # Default listening port of each image's HTTP server (overridable by the flags handled below).

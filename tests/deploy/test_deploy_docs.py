@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from se_exporter import __version__
@@ -29,6 +30,7 @@ def test_yaml_snippets_parse() -> None:
         yaml.safe_load(block)
 
 
+@pytest.mark.debian
 def test_azure_sd_scrape_config(tmp_path: Path) -> None:
     promtool = require("promtool")
     (block,) = [b for b in _blocks("yaml") if "azure_sd_configs" in b]
@@ -51,6 +53,7 @@ def test_paths_mentioned_exist() -> None:
         assert (REPO / path).exists(), f"docs/deploy.md names {path}, which does not exist"
 
 
+@pytest.mark.debian
 def test_the_helm_docs_push_the_image_the_install_then_pulls(helm: Helm) -> None:
     """Issue 40: docs/helm.md installed an image from a registry where nothing is published, and said
     nowhere how to build and push one. The image pushed by its build block is the one its install renders."""

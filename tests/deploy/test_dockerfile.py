@@ -29,6 +29,8 @@ from tests.deploy.support import (
 from tests.support.exporter_process import bound_port, refused_port
 from tests.support.tools import require
 
+pytestmark = pytest.mark.posix
+
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 

@@ -19,6 +19,8 @@ from tests.deploy.helm import CHART, CI_VALUES, NAMESPACE, Helm, Rendered
 from tests.deploy.support import DASHBOARDS_DIR, REPO, load_yaml
 from tests.support.tools import require
 
+pytestmark = pytest.mark.debian
+
 EVERYTHING = CHART / "ci" / "everything-values.yaml"
 OPERATOR_MODELS: dict[str, type[BaseModel]] = {
     "ServiceMonitor": operator.ServiceMonitor,

@@ -16,6 +16,8 @@ from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import ExporterConfig, config_from_args
 from tests.deploy.helm import CHART, Helm, container, env_of
 
+pytestmark = pytest.mark.debian
+
 CI = CHART / "ci"
 
 

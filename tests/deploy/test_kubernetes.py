@@ -250,6 +250,7 @@ _RULE_KEYS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "an
 _GROUP_KEYS = {"name", "interval", "rules", "limit", "partial_response_strategy", "query_offset", "labels"}
 
 
+@pytest.mark.debian
 def test_prometheusrule_structure(objects: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     rule = objects["PrometheusRule"]
     assert rule["apiVersion"] == CRD_GROUP

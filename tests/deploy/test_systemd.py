@@ -8,10 +8,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.deploy.support import SYSTEMD_DIR
 from tests.support.packaging import Distributions, install_into_clean_venv
 from tests.support.readme import DOCS, marked
 from tests.support.tools import require, unavailable
+
+pytestmark = pytest.mark.debian
 
 UNIT = SYSTEMD_DIR / "se-exporter.service"
 ENV_FILE = SYSTEMD_DIR / "se-exporter.env"

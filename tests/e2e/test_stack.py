@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.processes import OVERRIDE_LABEL, require_binary
@@ -26,6 +27,8 @@ from tests.rules.dashboard_queries import DashboardQuery, dashboard_queries
 from tests.rules.promql import PROMETHEUS_METRICS, metric_names
 from tests.support.exposition import samples, value
 from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.debian, pytest.mark.posix]
 
 RATE_INTERVAL = "15s"  # >= 4 scrapes at 1s, as Grafana's $__rate_interval guarantees
 DATA_DEADLINE = 30.0  # seconds for rate()-based panels to get their data

@@ -29,10 +29,13 @@ SEEDS = {
     "state": [],
 }
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("atheris") is None,
-    reason="atheris is not installed (pip install atheris; see the test extras)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("atheris") is None,
+        reason="atheris is not installed (pip install atheris; see the test extras)",
+    ),
+    pytest.mark.posix,
+]
 
 
 @pytest.mark.parametrize("target", sorted(SEEDS))

@@ -18,7 +18,7 @@ from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
 from tests.support.tmpfs import fill, small_tmpfs
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.debian]
 ERRORS = "azure_scheduled_events_persistence_errors_total"
 POLICY = "rules:\n  - name: user-initiated\n    causes: [user]\n"
 

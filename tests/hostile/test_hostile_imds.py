@@ -31,6 +31,8 @@ from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
+pytestmark = [pytest.mark.debian, pytest.mark.posix]
+
 StartExporter = Callable[..., ExporterProcess]
 DATA = Path(__file__).resolve().parents[1] / "testdata" / "hostile"
 HOSTILE_IDS: list[str] = json.loads((DATA / "event_ids.json").read_text(encoding="utf-8"))["event_ids"]
@@ -323,7 +325,7 @@ def test_a_stop_during_a_dripping_first_answer_takes_seconds(
     wait_for(lambda: fake_imds.event_requests(), 10, "the first poll to be under way")
     began = time.monotonic()
     assert exporter.stop(timeout=10) == 0
-    assert time.monotonic() - began < 3, "SIGTERM honoured within a few seconds"
+    assert time.monotonic() - began < 10, "SIGTERM honoured within seconds, not at the first call's 2 minutes"
     assert "stopped while waiting on IMDS" in exporter.logs()
 
 

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from se_exporter.audit.spool import DEFAULT_MAX_BYTES
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOURCES
@@ -22,6 +24,8 @@ from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.debian, pytest.mark.posix]
 
 StartExporter = Callable[..., ExporterProcess]
 LIMIT_KIB = 96 * 1024  # the DaemonSet's memory limit (deploy/)

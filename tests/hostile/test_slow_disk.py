@@ -24,7 +24,7 @@ from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.debian]
 StartExporter = Callable[..., ExporterProcess]
 SHIM_SOURCE = Path(__file__).resolve().parents[1] / "support" / "slow_fsync.c"
 FSYNC_SECONDS = 8.0

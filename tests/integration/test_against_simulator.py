@@ -19,6 +19,8 @@ from tests.support.exposition import samples, series, value
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
+pytestmark = [pytest.mark.debian, pytest.mark.posix]
+
 StartExporter = Callable[..., ExporterProcess]
 T = "azure_scheduled_events_transitions_total"
 

@@ -11,6 +11,8 @@ from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document, scheduled_event
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 FAST = ("--poll.interval=250ms", "--imds.timeout=500ms", "--vm.name=vm-a")
 REBOOT = scheduled_event("E1", EventSource="Platform")
 StartExporter = Callable[..., ExporterProcess]

@@ -26,6 +26,8 @@ from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 Start = Callable[..., ExporterProcess]
 API_VERSION = "2026-05-01"  # newer than any se-exporter knows
 TRANSITIONS = "azure_scheduled_events_transitions_total"

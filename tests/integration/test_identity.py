@@ -12,10 +12,14 @@ import json
 import time
 from collections.abc import Callable
 
+import pytest
+
 from tests.support.exporter_process import ExporterProcess, refused_port
 from tests.support.exposition import series, value
 from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 
 def compute_requests(fake: FakeIMDS) -> int:

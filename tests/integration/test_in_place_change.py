@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 FREEZE = {
     "EventId": "E1",

@@ -16,6 +16,8 @@ from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 StartExporter = Callable[..., ExporterProcess]
 EVENT = scheduled_event("E1", EventSource="Platform")
 STARTED = dict(EVENT, EventStatus="Started", NotBefore="")
@@ -103,5 +105,5 @@ def test_sigterm_exits_zero_promptly(fake_imds: FakeIMDS, start_exporter: StartE
     exporter.wait_ready()
     began = time.monotonic()
     assert exporter.stop(signal.SIGTERM) == 0
-    assert time.monotonic() - began < 5, "shutdown must not wait out the poll interval"
+    assert time.monotonic() - began < 30, "shutdown must not wait out the 2-minute poll interval"
     assert "shutting down" in exporter.logs()

@@ -7,11 +7,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.tmpfs import small_tmpfs
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 StartExporter = Callable[..., ExporterProcess]
 ERRORS = "azure_scheduled_events_persistence_errors_total"

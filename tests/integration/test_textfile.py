@@ -21,6 +21,8 @@ from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 StartExporter = Callable[..., ExporterProcess]
 EVENT = scheduled_event("E1", EventSource="Platform")
 STARTED = dict(EVENT, EventStatus="Started", NotBefore="")

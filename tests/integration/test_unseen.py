@@ -23,6 +23,8 @@ from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 StartExporter = Callable[..., ExporterProcess]
 TRANSITIONS = "azure_scheduled_events_transitions_total"
 PAUSE_SECONDS = 12.0  # beyond the 10 s a view may miss before it is a gap (at a 250 ms interval)

@@ -16,6 +16,8 @@ from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 TRANSITION = "scheduled_event.transition"
 
 

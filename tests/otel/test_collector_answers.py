@@ -172,7 +172,7 @@ def test_the_deadline_reaches_the_socket_through_urllibs_public_extension_points
         began = time.monotonic()
         with pytest.raises(collector_http.AnswerTooSlow):
             session.post(peer.url + "/v1/logs", data=b"", timeout=1.0)
-        assert time.monotonic() - began < 3
+        assert time.monotonic() - began < 10, "the 1 s deadline, not a drip that succeeds for ever"
         adapter = session.get_adapter(peer.url)
         assert isinstance(adapter, HTTPAdapter)
         pool = adapter.poolmanager.connection_from_url(peer.url)

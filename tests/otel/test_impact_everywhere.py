@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.simulator import SimWorld, builtin_names, builtin_scenario
@@ -12,6 +13,8 @@ from se_exporter.simulator.clock import ManualClock
 from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPReceiver
 from tests.otlp.records import ReceivedLog, ReceivedSpan
+
+pytestmark = pytest.mark.posix
 
 TRANSITION = "scheduled_event.transition"
 EXPECTED = {  # scenario -> (impact, cause), each scenario played while the exporter watches

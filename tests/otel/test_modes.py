@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from se_exporter.simulator import EventPlan, SimWorld
 from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPHttpReceiver
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 TRANSITION = "scheduled_event.transition"
 

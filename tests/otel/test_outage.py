@@ -6,12 +6,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import pytest
+
 from se_exporter.simulator import EventPlan, SimWorld
 from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 TRANSITION = "scheduled_event.transition"
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from se_exporter.otel.config import HOW_TO_ENABLE
 from se_exporter.simulator import EventPlan, SimWorld
 from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPReceiver
 from tests.support.exposition import value
 from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.posix
 
 REQUESTS = "azure_scheduled_events_imds_requests_total"
 WINDOW = 10.0  # seconds watched: the old default logged its first export error within 5-12 s
@@ -35,7 +39,8 @@ def test_without_otel_variables_nothing_is_exported_and_sigterm_is_immediate(
     )
     stopping = time.monotonic()
     assert exporter.stop() == 0
-    assert time.monotonic() - stopping < 1.0, "nothing to ship: SIGTERM exits at once"
+    # Nothing to ship: no flush waits (a flush that did would give up only after 5 s).
+    assert time.monotonic() - stopping < 4, "nothing to ship: SIGTERM exits at once"
     logs = exporter.logs()
     assert logs.count(HOW_TO_ENABLE) == 1, logs
     assert "level=error" not in logs and "Traceback" not in logs, logs
@@ -74,4 +79,4 @@ def test_sigterm_with_everything_delivered_is_immediate(
     wait_for(lambda: value(exporter.metrics(), "azure_scheduled_events_log_spool_depth") == 0, 15, "delivered")
     stopping = time.monotonic()
     assert exporter.stop() == 0
-    assert time.monotonic() - stopping < 1.5
+    assert time.monotonic() - stopping < 4, "everything delivered: nothing waits for the 5 s flush give-up"

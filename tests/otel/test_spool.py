@@ -108,8 +108,8 @@ def test_wait_returns_when_records_arrive_and_never_blocks_after_wake() -> None:
     spool.ack(["uid-1"])
     spool.wake()  # the shipper is stopping; its next wait, even one that starts later, must not sleep
     began = time.monotonic()
-    assert spool.wait() is False
-    assert time.monotonic() - began < 1.0
+    assert spool.wait(timeout=60) is False
+    assert time.monotonic() - began < 30, "it slept its timeout"
 
 
 def big(n: int, description_bytes: int) -> AuditRecord:

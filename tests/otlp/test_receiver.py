@@ -233,7 +233,7 @@ def test_unavailable_then_recovers(otlp_receiver: OTLPReceiver) -> None:
         otlp_receiver.set_unavailable(True, retry_after=0)
         start = time.monotonic()
         assert log_exporter.export(telemetry.logs) is LogRecordExportResult.FAILURE
-        assert time.monotonic() - start < 3
+        assert time.monotonic() - start < 15, "Retry-After: 0 honoured (the exporters' own backoff: 31 s)"
         rejected = otlp_receiver.requests
         assert len(rejected) == 6  # both exporters give up after 6 attempts
         expected_status = 503 if isinstance(otlp_receiver, OTLPHttpReceiver) else "UNAVAILABLE"
@@ -308,10 +308,8 @@ def test_wait_for_logs_wakes_up_on_background_export(otlp_http_receiver: OTLPHtt
         BatchLogRecordProcessor(HttpLogExporter(endpoint=otlp_http_receiver.url("logs")), schedule_delay_millis=100)
     )
     try:
-        start = time.monotonic()
         provider.get_logger("bg").emit(body="hello", event_name="bg.event", attributes={"n": 1})
-        (log,) = otlp_http_receiver.wait_for_logs(event_name="bg.event", timeout=5)
-        assert time.monotonic() - start < 3
+        (log,) = otlp_http_receiver.wait_for_logs(event_name="bg.event", timeout=30)  # the batch: 100 ms
         assert log.attributes == {"n": 1} and log.body == "hello"
     finally:
         provider.shutdown()
@@ -323,7 +321,7 @@ def test_wait_timeout_describes_what_was_received(otlp_grpc_receiver: OTLPGrpcRe
     start = time.monotonic()
     with pytest.raises(ReceiverTimeout) as excinfo:
         otlp_grpc_receiver.wait_for_logs(event_name="nope", timeout=0.3)
-    assert 0.3 <= time.monotonic() - start < 2
+    assert 0.3 <= time.monotonic() - start < 2  # its 0.3 s, and at most about 7 times that
     message = str(excinfo.value)
     assert "expected >= 1 log(s)" in message and "got 0" in message
     assert "scheduled_event.transition" in message  # lists what did arrive

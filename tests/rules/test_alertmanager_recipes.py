@@ -7,10 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.e2e.processes import Alertmanager, WebhookReceiver
 from tests.support.wait import wait_for
 
 from .recipes import firing
+
+pytestmark = pytest.mark.debian
 
 MAINTENANCE = "AzureScheduledEventMaintenanceWindow"
 DESCRIPTION = (

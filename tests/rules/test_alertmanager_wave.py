@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.processes import Alertmanager, WebhookReceiver
 from tests.support.wait import wait_for
 
 from .recipes import ALERTS, firing, running
+
+pytestmark = pytest.mark.debian
 
 VMS = 200
 PAGER, CHAT = "/pager/pagerduty", "/chat/slack"

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 import yaml
 
 from .promql import REPO_ROOT
@@ -189,6 +190,7 @@ def _expected(minute: int, pick: str) -> dict[str, object]:
     }
 
 
+@pytest.mark.debian
 def test_each_event_gets_the_alerts_the_paging_policy_says_and_no_more(tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_bytes((REPO_ROOT / "alerts" / "se-exporter.rules.yml").read_bytes())
     suite = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.rules.dashboard_queries import dashboard_queries
@@ -54,6 +55,7 @@ def _query(title: str, ref: str) -> str:
     return query
 
 
+@pytest.mark.debian
 def test_the_fleet_says_when_and_which_vm(tmp_path: Path) -> None:
     cases = [
         # Soonest NotBefore: the Reboot's 600 s, not the live migration's 60 nor another VM's 30.

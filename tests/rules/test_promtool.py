@@ -11,6 +11,8 @@ import pytest
 from .promql import REPO_ROOT
 from .tools import require, run
 
+pytestmark = pytest.mark.debian
+
 ALERTS = REPO_ROOT / "alerts"
 RULES = ALERTS / "se-exporter.rules.yml"
 ALERTMANAGER = ALERTS / "alertmanager.yml"

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.processes import Alertmanager, Prometheus, WebhookReceiver
@@ -39,6 +40,7 @@ def targets(tmp_path: Path) -> dict[str, dict[str, str]]:
         prometheus.stop()
 
 
+@pytest.mark.debian
 def test_both_jobs_name_each_vm_alike(tmp_path: Path) -> None:
     labels = targets(tmp_path)
     for vm in ("vm-1", "vm-2"):
@@ -46,6 +48,7 @@ def test_both_jobs_name_each_vm_alike(tmp_path: Path) -> None:
         assert ours["instance"] == node["instance"] == f"{vm}.example.internal"
 
 
+@pytest.mark.debian
 def test_a_vm_in_maintenance_silences_node_exporters_instance_down_of_that_vm(
     tmp_path: Path, alertmanager: tuple[Alertmanager, WebhookReceiver]
 ) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.deploy.support import free_port, project_version
 from tests.shipped.containers import Podman
@@ -21,6 +22,8 @@ from tests.support.exporter_process import LISTENING
 from tests.support.exposition import series
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
 
 Name = Callable[[], str]
 EVENT = scheduled_event("C1")

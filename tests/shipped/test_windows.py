@@ -29,7 +29,8 @@ from tests.support.exporter_process import bound_port
 from tests.support.exposition import series, value
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.xdist_group("wine")  # one Wine server, one worker: the prefix is shared
+# One Wine server, one worker: the prefix is shared.
+pytestmark = [pytest.mark.xdist_group("wine"), pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
 WINE_START_SECONDS = 90  # a cold Wine prefix; warm, the exporter is ready in a few seconds
 
 

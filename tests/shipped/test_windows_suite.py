@@ -14,7 +14,7 @@ import pytest
 from tests.shipped.containers import CACHE
 from tests.shipped.wine import windows_python
 
-pytestmark = pytest.mark.xdist_group("wine")
+pytestmark = [pytest.mark.xdist_group("wine"), pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
 NOT_UNDER_WINE = (
     "--deselect=tests/test_lint.py",  # ruff and mypy: Linux tools reading the same files
     "--deselect=tests/test_platform.py::test_mypy_checks_the_package_as_windows_sees_it",  # the same
@@ -48,8 +48,16 @@ PYTEST = ("-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-p", "no:
 def test_the_windows_capable_unit_tests_pass_on_windows_cpython() -> None:
     python = windows_python()
     code, output = python.run(  # addopts=: no xdist workers under Wine: one interpreter, as the Windows job
-        *PYTEST, "--tb=short", "-rfE", "-m", "not debian and not posix and not shipped", *NOT_UNDER_WINE, timeout=1400
+        *PYTEST,
+        "--tb=short",
+        "-rfE",
+        "--durations=25",  # what costs most under Wine, in CACHE / windows-suite.log
+        "-m",
+        "not debian and not posix and not shipped",
+        *NOT_UNDER_WINE,
+        timeout=1400,
     )
+    (CACHE / "windows-suite.log").write_text(output)
     summary = output.strip().splitlines()[-1] if output.strip() else ""
     if code != 0 and (again := wine_faults_only(output)):
         code, rerun = python.run(*PYTEST, "--tb=short", "-rfE", *again, timeout=600)

@@ -15,6 +15,8 @@ import pytest
 
 from tests.simulator.conftest import API, EVENTS_PATH, eventually
 
+pytestmark = pytest.mark.posix
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

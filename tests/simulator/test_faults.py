@@ -99,16 +99,13 @@ def test_connection_reset(faults: FaultPlan, world: SimWorld, client: httpx.Clie
 
 def test_slow_first_answer(faults: FaultPlan, world: SimWorld, client: httpx.Client) -> None:
     faults.set_first_response_delay(0.4)
-    began = time.monotonic()
     assert client.get("/metadata/instance/compute", params=COMPUTE).status_code == 200
-    assert time.monotonic() - began < 0.4  # only scheduled events are slow to wake up
     began = time.monotonic()
     assert client.get(EVENTS_PATH, params=API).status_code == 200
-    assert time.monotonic() - began >= 0.4
-    began = time.monotonic()
+    assert time.monotonic() - began >= 0.4  # a lower bound: no load makes it shorter
     assert client.get(EVENTS_PATH, params=API).status_code == 200
-    assert time.monotonic() - began < 0.4
-    assert world.truth.requests()[1].fault == "first_response_delay:0.4s"
+    # Only Scheduled Events is slow to wake up, and only at its first call: what the simulator did, by its truth.
+    assert [r.fault for r in world.truth.requests()] == [None, "first_response_delay:0.4s", None]
 
 
 def test_delay_causes_a_client_timeout_then_recovers(faults: FaultPlan, client: httpx.Client) -> None:
@@ -125,7 +122,7 @@ def test_stop_does_not_wait_for_a_delayed_answer(world: SimWorld) -> None:
         httpx.get(server.url + EVENTS_PATH, params=API, headers={"Metadata": "true"}, timeout=0.2, trust_env=False)
     began = time.monotonic()
     server.stop()
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < 30, "the stop waited for the 60 s delay"
 
 
 def test_rate_limit(faults: FaultPlan, client: httpx.Client) -> None:

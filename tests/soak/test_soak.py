@@ -20,6 +20,8 @@ from tests.soak.chaos import SoakConfig, run_soak, write_summary
 from tests.soak.checks import all_checks, summarise
 from tests.support.exporter_process import ExporterProcess
 
+pytestmark = pytest.mark.posix
+
 StartExporter = Callable[..., ExporterProcess]
 SEED = int(os.environ.get("SE_SOAK_SEED", "20240617"))
 MINUTES = float(os.environ.get("SE_SOAK_MINUTES") or 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,10 +40,10 @@ def test_idle_connections_hold_no_thread_and_scrapes_get_through(
     try:
         for _ in range(CONNECTIONS):
             idle.append(socket.create_connection(("127.0.0.1", exporter.port), timeout=5))
-        started = time.monotonic()
+        # Answered while every idle connection is still open and silent (they never send a byte): a scrape
+        # that waited behind them would wait for ever, past the client's 10 s.
         scrape = httpx.get(f"{exporter.url}/metrics", timeout=10)
         assert scrape.status_code == 200 and "azure_scheduled_events_imds_up 1.0" in scrape.text
-        assert time.monotonic() - started < 2, "the scrape waited behind idle connections"
         threads = status(exporter.proc.pid, "Threads")
         assert threads <= threads_before + 2, f"{threads} threads for {CONNECTIONS} idle connections"
         assert status(exporter.proc.pid, "VmRSS") < 96 * 1024

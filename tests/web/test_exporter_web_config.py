@@ -9,12 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.exporter_process import REPO, ExporterProcess
 from tests.support.fake_imds import FakeIMDS
 from tests.support.wait import wait_for
 from tests.web.conftest import HASH, PASSWORD
 from tests.web.pki import PKI
+
+pytestmark = [pytest.mark.debian, pytest.mark.posix]
 
 
 def test_https_with_basic_auth(

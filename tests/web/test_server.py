@@ -34,7 +34,7 @@ def test_serves_concurrent_clients_then_stops_and_releases_the_port() -> None:
     assert all("se_web_test_up 1.0" in answer.text for answer in answers)
     began = time.monotonic()
     server.stop()
-    assert time.monotonic() - began < 2.0
+    assert time.monotonic() - began < 4.0, "a stop that hangs gives up after its 5 s join"
     assert _port_is_free(server.port)
 
 
@@ -42,5 +42,5 @@ def test_a_server_that_never_started_stops_at_once() -> None:
     server = WebServer(tiny_app(), "127.0.0.1", 0)
     began = time.monotonic()
     server.stop()
-    assert time.monotonic() - began < 1.0
+    assert time.monotonic() - began < 4.0, "a stop that hangs gives up after its 5 s join"
     assert _port_is_free(server.port)

@@ -21,6 +21,8 @@ from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS, document
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.posix
+
 T0 = 1_750_000_000.0
 LEAD = 300.0
 
