@@ -8,6 +8,7 @@ the same uid, so the spool and downstream receivers can drop the duplicate.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -45,6 +46,16 @@ class AuditRecord(msgspec.Struct, frozen=True, gc=False):  # a Struct: ten times
         size = len(self.body) + len(self.event_name) + 64
         for key, value in self.attributes.items():
             size += len(key) + 16 + (sum(len(v) + 2 for v in value) if isinstance(value, tuple) else len(str(value)))
+        return size
+
+    @property
+    def memory_size(self) -> int:
+        """About what it costs in memory (what the spool bounds): its strings, containers and the struct."""
+        size = sys.getsizeof(self.body) + sys.getsizeof(self.uid) + sys.getsizeof(self.attributes) + 128
+        for value in self.attributes.values():
+            size += sys.getsizeof(value)
+            if isinstance(value, tuple):
+                size += sum(sys.getsizeof(item) for item in value)
         return size
 
     def to_json(self) -> dict[str, Any]:

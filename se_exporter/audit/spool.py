@@ -7,11 +7,9 @@ exports them and ``ack``s them once the collector accepted them. On disk it is a
 its IOPS cap takes seconds per fsync): what it appends, and what the shipper acknowledges, is written by
 the shipper's own ``sync``, in order, and a record is shipped only once its write was made (``peek``).
 
-A pending record is held encoded (msgpack, a few hundred bytes), not as objects (its dict of attributes
-and their strings cost several times that; BENCHMARKS.md measures a thousand waiting). ``peek`` decodes
-the few it hands out. Bounded by records and by bytes (what the encoded records hold), in memory and on disk
-alike: past either bound the oldest records are dropped, counted and logged; a journal found larger at
-start-up is replayed within the same bounds. ``uid``s of pending and recently finished
+Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
+and on disk alike: past either bound the oldest records are dropped, counted and logged; a journal
+found larger at start-up is replayed within the same bounds. ``uid``s of pending and recently finished
 records are remembered, so a record appended twice (a transition re-emitted after a crash between the
 append and the state save) is sent once.
 
@@ -30,19 +28,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from se_exporter.audit.journal import Journal
 from se_exporter.audit.records import AuditRecord
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000
-DEFAULT_MAX_BYTES = 8 << 20  # of memory (``_held``); the journal on disk takes about twice as much (JSON)
+DEFAULT_MAX_BYTES = 8 << 20  # of memory (AuditRecord.memory_size); the journal on disk takes about as much
 COMPACT_AFTER_GARBAGE_BYTES = 1 << 20
-HELD_OVERHEAD_BYTES = 160  # a pending record's bytes object, its uid and their entries in the spool's dicts
-JOURNAL_BYTES_PER_HELD_BYTE = 2  # a journal line (JSON) against the record's msgpack: about twice
-_ENCODE = msgspec.msgpack.Encoder()
-_DECODE = msgspec.msgpack.Decoder(AuditRecord)
 
 
 class Spool:
@@ -55,8 +47,9 @@ class Spool:
         self.capacity = capacity
         self.max_bytes = max_bytes
         self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
-        self._pending: OrderedDict[str, bytes] = OrderedDict()  # uid -> the record, msgpack-encoded
-        self._bytes = 0  # what they hold (``_held``)
+        self._pending: OrderedDict[str, AuditRecord] = OrderedDict()
+        self._weights: dict[str, int] = {}  # memory_size of each pending record (computed once)
+        self._bytes = 0  # their sum
         self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
         self._cond = threading.Condition()
         self._garbage = 0  # journal bytes that no longer describe a pending record
@@ -110,10 +103,10 @@ class Spool:
         """The oldest pending records whose write was made (after ``sync``), still pending until acknowledged."""
         with self._cond:
             records: list[AuditRecord] = []
-            for uid, encoded in self._pending.items():
+            for uid, record in self._pending.items():
                 if len(records) >= limit or uid in self._fresh:
                     break
-                records.append(_DECODE.decode(encoded))
+                records.append(record)
             return records
 
     def sync(self) -> None:
@@ -183,17 +176,18 @@ class Spool:
             self._cond.notify_all()
 
     def _add(self, record: AuditRecord) -> None:
-        self._pending[record.uid] = encoded = _ENCODE.encode(record)
-        self._bytes += _held(encoded)
+        self._pending[record.uid] = record
+        self._weights[record.uid] = size = record.memory_size
+        self._bytes += size
 
     def _enforce_bounds(self, quietly: bool = False) -> None:
         excess: list[str] = []
         count, size = len(self._pending), self._bytes
-        for uid, encoded in self._pending.items():
+        for uid in self._pending:
             if count <= self.capacity and size <= self.max_bytes:
                 break
             excess.append(uid)
-            count, size = count - 1, size - _held(encoded)
+            count, size = count - 1, size - self._weights[uid]
         if excess:
             self._drop(excess)
         if excess and not quietly:
@@ -218,9 +212,9 @@ class Spool:
 
     def _finish(self, uids: Sequence[str]) -> None:
         for uid in uids:
-            encoded = self._pending.pop(uid)
-            self._bytes -= _held(encoded)
-            self._garbage += len(encoded) * JOURNAL_BYTES_PER_HELD_BYTE + 64
+            record = self._pending.pop(uid)
+            self._bytes -= self._weights.pop(uid)
+            self._garbage += record.approximate_size + 64
             self._finished[uid] = None
         while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
             self._finished.popitem(last=False)
@@ -243,8 +237,8 @@ class Spool:
     def _everything(self) -> Iterator[dict[str, Any]]:
         if self._finished:
             yield {"seen": list(self._finished)}
-        for encoded in self._pending.values():
-            yield {"add": _DECODE.decode(encoded).to_json()}
+        for record in self._pending.values():
+            yield {"add": record.to_json()}
 
     def _load(self, journal: Journal) -> None:
         for entry in journal.replay():
@@ -274,11 +268,6 @@ class Spool:
                 self._add(record)
             return
         for uid in [str(uid) for uid in entry.get("ack") or entry.get("drop") or entry["seen"]]:
-            if (encoded := self._pending.pop(uid, None)) is not None:
-                self._bytes -= _held(encoded)
+            if self._pending.pop(uid, None) is not None:
+                self._bytes -= self._weights.pop(uid)
             self._finished[uid] = None
-
-
-def _held(encoded: bytes) -> int:
-    """What a pending record holds in memory: its encoded bytes and the containers around them."""
-    return len(encoded) + HELD_OVERHEAD_BYTES

@@ -34,7 +34,13 @@ def targets(tmp_path: Path) -> dict[str, dict[str, str]]:
     prometheus = Prometheus(require("prometheus"), config, tmp_path)
     try:
         prometheus.wait_ready()
-        active = wait_for(lambda: list(prometheus.api("targets")["activeTargets"]) or None, 30, "the README's targets")
+        configured = sum(len(group["targets"]) for job in readme_scrape_configs() for group in job["static_configs"])
+
+        def every_target() -> list[dict[str, Any]] | None:  # discovery adds them a job at a time
+            active = list(prometheus.api("targets")["activeTargets"])
+            return active if len(active) >= configured else None
+
+        active = wait_for(every_target, 30, "every target of the README's configuration")
         return {f"{t['labels']['job']}/{t['discoveredLabels']['__address__']}": t["labels"] for t in active}
     finally:
         prometheus.stop()
