@@ -95,9 +95,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Decided where the command line is (xdist's controller), and handed to the workers with the options.
-    if not hasattr(config, "workerinput"):
-        config.option.quick_tier = _quick_tier(config)
+    # xdist's workers parse the same command line as the controller, so each decides alike.
+    config.option.quick_tier = _quick_tier(config)
 
 
 def _quick_tier(config: pytest.Config) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.pure
+
 PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
 
 # Stage of each top-level module or subpackage, lowest first (docs/architecture.md has the same table).

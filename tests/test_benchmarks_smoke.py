@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.tools import require
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 REPO = Path(__file__).resolve().parents[1]
 

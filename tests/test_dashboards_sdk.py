@@ -19,6 +19,8 @@ from grafana_foundation_sdk.cog import plugins
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = sorted((ROOT / "dashboards").glob("*.json"))
 

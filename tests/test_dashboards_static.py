@@ -15,6 +15,8 @@ from tests.rules import dashboard_queries as dq
 from tests.rules.promql import DESIGN_METRICS, PROMETHEUS_METRICS, SPOOL_METRICS, exposed_names, metric_names
 from tests.rules.tools import require, run
 
+pytestmark = pytest.mark.pure
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = REPO_ROOT / "dashboards"
 EXPECTED_UIDS = {"fleet-overview.json": "se-exporter-fleet", "vm-detail.json": "se-exporter-vm"}

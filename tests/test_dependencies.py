@@ -11,6 +11,10 @@ import tomllib
 from importlib.metadata import distributions
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

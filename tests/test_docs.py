@@ -13,6 +13,8 @@ from se_exporter.cli import build_parser, subparser
 from tests.rules.promql import DESIGN_METRICS
 from tests.support.readme import DOCS, README, REPO, code_blocks, marked, section
 
+pytestmark = pytest.mark.pure
+
 PAGES = [README, *sorted(DOCS.glob("*.md")), REPO / "CHANGELOG.md", REPO / "SECURITY.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 

@@ -18,6 +18,8 @@ import pytest
 
 from tests.support.readme import REPO
 
+pytestmark = pytest.mark.pure
+
 SKIPPED_DIRS = {".git", ".venv", "venv", "build", "dist", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
 CODE_DIRS = ("se_exporter", "tests", "benchmarks", "dashboards")
 FILE = re.compile(r"^[\w.*…/-]+\.(?:py|md|ya?ml|json|toml|txt|service|xml|prom|tgz|sh)$|^[\w.-]+(?:/[\w.*-]+)*/$")

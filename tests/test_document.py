@@ -10,6 +10,8 @@ import pytest
 from se_exporter.errors import InvalidDocument
 from se_exporter.imds.document import ScheduledEvent, parse_document, parse_not_before
 
+pytestmark = pytest.mark.pure
+
 IMDS = Path(__file__).parent / "testdata" / "imds"
 FREEZE_ID = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
 

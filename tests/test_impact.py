@@ -9,6 +9,8 @@ import pytest
 from se_exporter.imds.document import parse_document
 from se_exporter.imds.impact import CAUSES, IMPACTS, Cause, Impact, classify
 
+pytestmark = pytest.mark.pure
+
 LIVE_MIGRATION = "Virtual machine is being paused because of a memory-preserving Live Migration operation."
 HOST_MAINTENANCE = "Host server is undergoing maintenance."
 FAILURE = "Virtual machine has encountered a failure."

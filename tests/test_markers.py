@@ -11,6 +11,8 @@ import pytest
 from tests.support.markers import asks_for_debian_tools, with_helpers
 from tests.testdata.markers import samples
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[1]
 # not all of tests/deploy: test_helm_chart.py fails to import under Wine (pydantic-core's DLL)
 DEPLOY_DOCS = "tests/deploy/test_deploy_docs.py"

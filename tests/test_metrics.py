@@ -19,6 +19,8 @@ from se_exporter.store import EventStore
 from tests.support import exposition
 from tests.support.tools import require
 
+pytestmark = pytest.mark.pure
+
 TESTDATA = Path(__file__).parent / "testdata"
 GOLDEN = TESTDATA / "golden" / "exposition.prom"
 THIS_VM = VMIdentity(name="WestNO_0")

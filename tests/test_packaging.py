@@ -17,6 +17,8 @@ import pytest
 import se_exporter
 from tests.support.packaging import REPO, Distributions, install_into_clean_venv
 
+pytestmark = pytest.mark.full
+
 DISTRIBUTION = "azure-scheduled-events-exporter"
 VERSION = se_exporter.__version__
 

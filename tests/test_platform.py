@@ -118,6 +118,7 @@ def test_windows_falls_back_to_taskkill_then_the_command_and_says_what_is_left(
     assert tree.remaining() is remaining
 
 
+@pytest.mark.full
 def test_windows_taskkill_that_hangs_or_is_missing_is_reported_not_raised() -> None:
     from se_exporter.platform.windows import _run_quietly
 

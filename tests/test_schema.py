@@ -20,6 +20,8 @@ from se_exporter.simulator.scenario import ScenarioError
 from se_exporter.simulator.scenario_file import load_scenario_file
 from se_exporter.web.config import load_web_config
 
+pytestmark = pytest.mark.pure
+
 POLICY = "rules:\n  - name: r\n    event_sources: [User]\n"
 SCENARIO = "events:\n  - {id: e, type: Reboot}\n"
 HASH = "$2y$10$" + "a" * 53

@@ -15,6 +15,8 @@ from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.store import MAX_NOT_BEFORE_HISTORY, EventStore
 from se_exporter.store.lifecycle import Transition, TransitionKind
 
+pytestmark = pytest.mark.pure
+
 T0 = 1_700_000_000.0
 NB1 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 NB2 = NB1 + timedelta(minutes=10)

@@ -11,6 +11,8 @@ from se_exporter.approval.policy import parse_policy
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 
+pytestmark = pytest.mark.pure
+
 SCALARS = [
     ("010", 10),
     ("0o17", 15),

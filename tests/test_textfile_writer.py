@@ -26,9 +26,12 @@ class Polls(Collector):
 
 
 def _written(writer: TextfileWriter, count: int) -> bool:
-    """Polls go on while the file is read: on Windows a rename over a file someone is reading fails, and the
-    next poll's write replaces it (as the exporter's polls do, every second)."""
+    """One poll, its write awaited (done or failed: both are counted), then the file read while nothing
+    writes it: on Windows a rename over a file someone is reading fails (the exporter's next poll, a second
+    later, writes it again), and a test that read as it polled met that rename at every try under Wine."""
+    tried = writer.writes + writer.errors
     writer.poll_done()
+    wait_for(lambda: writer.writes + writer.errors > tried, 10, "the write after the poll")
     return value(writer.path.read_text(), "azure_scheduled_events_test_polls") == count
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.store.lifecycle import Transition, TransitionKind
+
+pytestmark = pytest.mark.pure
 
 
 def test_a_known_transition_uid() -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.support.readme import README, REPO, marked
+
+pytestmark = pytest.mark.pure
 
 WORKFLOWS = REPO / ".github" / "workflows"
 IMAGE = "ghcr.io/se-exporter/azure-scheduled-events-exporter"

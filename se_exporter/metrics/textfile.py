@@ -33,6 +33,7 @@ class TextfileWriter:
         self.path = path
         self.registry = CollectorRegistry(auto_describe=False)
         self.errors = 0  # failed writes, for azure_scheduled_events_persistence_errors_total{file="textfile"}
+        self.writes = 0  # successful ones
         self._due = threading.Event()
         self._stopping = threading.Event()
         self._failing: str | None = None
@@ -73,6 +74,7 @@ class TextfileWriter:
                 log.warning("cannot write the textfile %s (retried after every poll): %s", self.path, problem)
                 self._failing = problem
             return False
+        self.writes += 1
         if self._failing is not None:
             log.info("the textfile %s is written again", self.path)
             self._failing = None

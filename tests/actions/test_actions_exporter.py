@@ -20,7 +20,7 @@ from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS, document
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 Start = Callable[..., ExporterProcess]
 ACTIONS = "azure_scheduled_events_actions_total"

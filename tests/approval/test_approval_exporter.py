@@ -34,7 +34,7 @@ from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 StartExporter = Callable[..., ExporterProcess]
 

@@ -29,6 +29,8 @@ from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import T0, TESTDATA, VM, event
 from tests.support.readme import DOCS
 
+pytestmark = pytest.mark.pure
+
 INVALID = sorted((TESTDATA / "invalid").glob("*.yaml"))
 VALID = sorted((TESTDATA / "valid").glob("*.yaml"))
 PACKAGE = Path(policy_module.__file__).parent

@@ -14,6 +14,8 @@ from deploy.copies import TABLE_BEGIN, TABLE_END, iso8601, values_table
 from tests.deploy.helm import CHART
 from tests.deploy.support import REPO, load_yaml
 
+pytestmark = pytest.mark.pure
+
 TEMPLATE = json.loads((REPO / "deploy" / "azure" / "prometheus-rule-groups.json").read_text(encoding="utf-8"))
 # The resource's documented properties (learn.microsoft.com, prometheusRuleGroups, 2023-03-01).
 GROUP_PROPERTIES = {"description", "scopes", "clusterName", "enabled", "interval", "rules"}

@@ -16,6 +16,8 @@ from tests.deploy.support import REPO
 from tests.support.readme import DOCS, code_blocks, marked
 from tests.support.tools import require
 
+pytestmark = pytest.mark.pure
+
 DEPLOY = DOCS / "deploy.md"
 
 

@@ -29,7 +29,7 @@ from tests.deploy.support import (
 from tests.support.exporter_process import bound_port, refused_port
 from tests.support.tools import require
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"

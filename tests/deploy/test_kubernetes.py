@@ -21,6 +21,8 @@ from tests.deploy.support import (
 )
 from tests.support.tools import require
 
+pytestmark = pytest.mark.pure
+
 KUSTOMIZATION = K8S_DIR / "kustomization.yaml"
 CRD_GROUP = "monitoring.coreos.com/v1"
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}

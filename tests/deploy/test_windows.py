@@ -15,6 +15,8 @@ from se_exporter.otel.telemetry import SHUTDOWN_SECONDS
 from tests.deploy.support import EXPORTER_PORT, REPO
 from tests.support.readme import DOCS, code_blocks
 
+pytestmark = pytest.mark.pure
+
 XML = REPO / "deploy" / "windows" / "se-exporter-service.xml"
 DOC = DOCS / "windows.md"
 SERVICE = ET.parse(XML).getroot()

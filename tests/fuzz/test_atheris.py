@@ -35,6 +35,7 @@ pytestmark = [
         reason="atheris is not installed (pip install atheris; see the test extras)",
     ),
     pytest.mark.posix,
+    pytest.mark.full,
 ]
 
 

@@ -31,6 +31,8 @@ from se_exporter.web.config import parse_web_config
 from tests.fuzz.strategies import config_values, json_values, nasty_text
 from tests.support.exposition import render
 
+pytestmark = pytest.mark.pure
+
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MATCH_KEYS = [
     "event_types",

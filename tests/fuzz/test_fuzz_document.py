@@ -26,6 +26,8 @@ from se_exporter.store import EventStore
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
 from tests.support.exposition import render
 
+pytestmark = pytest.mark.pure
+
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

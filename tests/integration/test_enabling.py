@@ -27,7 +27,7 @@ from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import series
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 StartExporter = Callable[..., ExporterProcess]
 SPEED = 60.0  # the 2-minute first answer takes 2 s, the 5 minutes until events 5 s

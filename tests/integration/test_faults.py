@@ -11,7 +11,7 @@ from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document, scheduled_event
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 FAST = ("--poll.interval=250ms", "--imds.timeout=500ms", "--vm.name=vm-a")
 REBOOT = scheduled_event("E1", EventSource="Platform")

@@ -26,7 +26,7 @@ from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 Start = Callable[..., ExporterProcess]
 API_VERSION = "2026-05-01"  # newer than any se-exporter knows

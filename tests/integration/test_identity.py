@@ -19,7 +19,7 @@ from tests.support.exposition import series, value
 from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 
 def compute_requests(fake: FakeIMDS) -> int:

@@ -21,7 +21,7 @@ from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.tools import require
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 StartExporter = Callable[..., ExporterProcess]
 EVENT = scheduled_event("E1", EventSource="Platform")

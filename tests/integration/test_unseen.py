@@ -23,7 +23,7 @@ from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 StartExporter = Callable[..., ExporterProcess]
 TRANSITIONS = "azure_scheduled_events_transitions_total"

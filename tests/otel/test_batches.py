@@ -16,7 +16,7 @@ from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 TRANSITION = "scheduled_event.transition"
 

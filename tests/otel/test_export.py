@@ -13,7 +13,7 @@ from tests.otel.conftest import StartOTel
 from tests.otlp import OTLPReceiver, ReceivedLog
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 TRANSITION = "scheduled_event.transition"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import pytest
 from opentelemetry import trace
 
 from se_exporter.imds.document import Document, ScheduledEvent
@@ -12,6 +13,8 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.otel.lifecycle_spans import MAX_STEPS, LifecycleSpans
 from se_exporter.poller import PollResult
 from se_exporter.store import EventStore
+
+pytestmark = pytest.mark.pure
 
 T0 = 1_750_000_000.0
 NB = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

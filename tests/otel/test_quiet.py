@@ -14,7 +14,7 @@ from tests.otlp import OTLPReceiver
 from tests.support.exposition import value
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 REQUESTS = "azure_scheduled_events_imds_requests_total"
 WINDOW = 10.0  # seconds watched: the old default logged its first export error within 5-12 s

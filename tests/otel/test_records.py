@@ -22,6 +22,8 @@ from se_exporter.poller import PollResult
 from se_exporter.store import EventStore
 from se_exporter.store.lifecycle import Transition
 
+pytestmark = pytest.mark.pure
+
 T0 = 1_750_000_000.0
 NOT_BEFORE = datetime.fromtimestamp(T0 + 900, UTC)
 REBOOT = ScheduledEvent(

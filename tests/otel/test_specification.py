@@ -24,6 +24,8 @@ from tests.otel.conftest import build_in_process
 from tests.otlp import Failure, OTLPReceiver
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.full
+
 
 def records(*numbers: int) -> list[AuditRecord]:
     return [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in numbers]

@@ -16,6 +16,8 @@ import yaml
 
 from .promql import REPO_ROOT
 
+pytestmark = pytest.mark.pure
+
 AGGREGATORS = r"(?:sum|count|max|min|avg|group|topk|bottomk|quantile|stddev|stdvar|count_values)"
 RULES = [
     rule

@@ -19,6 +19,8 @@ import yaml
 from .promql import REPO_ROOT
 from .tools import require, run
 
+pytestmark = pytest.mark.pure
+
 NOTICE, LEAD, STARTED = 2, 12, 24  # minutes: NotBefore 20 minutes after minute 0, Started at minute 21
 
 

@@ -30,6 +30,8 @@ from .promql import (
     metric_names,
 )
 
+pytestmark = pytest.mark.pure
+
 ALERTS = REPO_ROOT / "alerts"
 RUNBOOK = ALERTS / "runbook.md"
 RUNBOOK_URL = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md#"

@@ -6,6 +6,8 @@ import pytest
 
 from se_exporter.simulator import ManualClock, SimClock, format_rfc1123
 
+pytestmark = pytest.mark.pure
+
 
 class FakeTime:
     def __init__(self) -> None:

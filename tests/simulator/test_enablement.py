@@ -20,6 +20,8 @@ from se_exporter.simulator.enablement import EnablementTimes
 from tests.simulator.conftest import START, get_document
 from tests.support.wait import wait_for
 
+pytestmark = pytest.mark.pure
+
 FAR = EventPlan("Redeploy", notice=7 * 86_400)  # a degraded host's Redeploy: days ahead, listed throughout
 DAY = 86_400.0
 

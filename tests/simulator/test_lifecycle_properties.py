@@ -5,11 +5,14 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_exporter.simulator import EventPlan, ManualClock, SimWorld
 from tests.simulator.conftest import START
+
+pytestmark = pytest.mark.pure
 
 # appeared Scheduled [rescheduled...] [started] [removed], or appeared Started [removed]
 VALID = re.compile(r"^(S(R)*(T(X)?|X)?|A(X)?)$")

@@ -19,6 +19,8 @@ from se_exporter.simulator import (
 )
 from tests.simulator.conftest import START, get_document
 
+pytestmark = pytest.mark.pure
+
 TESTDATA = Path(__file__).parent.parent / "testdata" / "sim"
 MINIMAL = "events:\n  - {id: e, type: Reboot}\n"
 

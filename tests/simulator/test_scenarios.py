@@ -11,6 +11,8 @@ import pytest
 from se_exporter.simulator import ManualClock, SimWorld, builtin_names, builtin_scenario, format_rfc1123
 from tests.simulator.conftest import START, get_document
 
+pytestmark = pytest.mark.pure
+
 # (offset in simulated seconds, status or None when gone, NotBefore offset or None for "")
 Step = tuple[float, str | None, float | None]
 

@@ -11,6 +11,8 @@ from se_exporter.simulator import EventPlan, ManualClock, Scenario, ScenarioErro
 from se_exporter.simulator.model import SELF
 from tests.simulator.conftest import START
 
+pytestmark = pytest.mark.pure
+
 REBOOT = EventPlan("Reboot", notice=600, started_for=60)
 
 

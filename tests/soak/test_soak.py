@@ -20,7 +20,7 @@ from tests.soak.chaos import SoakConfig, run_soak, write_summary
 from tests.soak.checks import all_checks, summarise
 from tests.support.exporter_process import ExporterProcess
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 
 StartExporter = Callable[..., ExporterProcess]
 SEED = int(os.environ.get("SE_SOAK_SEED", "20240617"))

@@ -24,7 +24,7 @@ from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.wait import wait_for
 from tests.web.pki import PKI
 
-pytestmark = pytest.mark.posix
+pytestmark = [pytest.mark.posix, pytest.mark.full]
 CLIENTS = 250
 LIMIT_KIB = 96 * 1024  # the DaemonSet's memory limit
 

@@ -15,6 +15,8 @@ from se_exporter.web.config import WebConfig
 from se_exporter.web.server import WebServer
 from tests.web.conftest import HASH, PASSWORD
 
+pytestmark = pytest.mark.full
+
 Serve = Callable[..., WebServer]
 
 

@@ -24,6 +24,8 @@ from se_exporter.web.config import WebConfig
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import MAX_CONNECTIONS, WebServer
 
+pytestmark = pytest.mark.full
+
 Serve = Callable[..., WebServer]
 # What a scrape during an attack may take at most: half the 10 s a slow client is given (wire.py), which a
 # scrape that waited behind one would take; a scrape takes milliseconds.

@@ -146,6 +146,7 @@ def test_max_version_and_cipher_suites(serve: Serve, write_config: WriteConfig, 
         tls_connect(server, only_gcm)
 
 
+@pytest.mark.full
 def test_a_silent_client_neither_blocks_others_nor_keeps_its_thread(
     serve: Serve, write_config: WriteConfig, pki: PKI
 ) -> None:
