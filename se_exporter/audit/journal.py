@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from se_exporter.platform import PRIVATE_FILE_MODE, current
+from se_exporter.platform import PRIVATE_FILE_MODE
 from se_exporter.state.atomic import NotARegularFile, open_regular, remove_leftovers, write_atomically
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,6 @@ class Journal:
             self._file.writelines(line(entry) for entry in entries)  # one at a time: never all of them at once
             self._file.flush()
             os.fsync(self._file.fileno())
-            current().drop_cached(self._file.fileno())
         except OSError as error:  # keep going in memory: losing durability beats losing monitoring
             self._failed("write", error)
 

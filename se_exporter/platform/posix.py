@@ -96,18 +96,6 @@ class PosixPlatform:
         with contextlib.suppress(OSError):
             connection.shutdown(socket.SHUT_RDWR)
 
-    def drop_cached(self, fd: int) -> bool:
-        """POSIX_FADV_DONTNEED on a file just fsynced: its clean pages leave the page cache, which a container's
-        memory cgroup counts against its limit (the state file is rewritten and the spool appended at every
-        change). Best effort: False where the kernel refuses (a pipe, a file system without it)."""
-        if sys.platform == "win32":  # for mypy: this class never runs there
-            return False
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            return False
-        return True
-
     def sync_directory(self, directory: Path) -> bool:
         """Make a rename in ``directory`` durable (fsync of the directory); False where that is not possible
         (a file system that refuses it, a directory gone)."""

@@ -112,10 +112,6 @@ class WindowsPlatform:
             connection.shutdown(socket.SHUT_RDWR)
             socket.close(connection.detach())
 
-    def drop_cached(self, fd: int) -> bool:
-        """Nothing to do, and nothing done (False): no memory cgroup counts Windows' file cache against us."""
-        return False
-
     def sync_directory(self, directory: Path) -> bool:
         """Nothing to do, and nothing done (False): NTFS makes the rename (MoveFileEx) durable; a directory
         cannot be fsynced."""

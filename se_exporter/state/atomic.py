@@ -81,7 +81,6 @@ def write_atomically(path: Path, payload: bytes | Iterable[bytes]) -> None:
             out.writelines([payload] if isinstance(payload, bytes) else payload)
             out.flush()
             os.fsync(out.fileno())
-            current().drop_cached(out.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
