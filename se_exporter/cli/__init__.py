@@ -75,10 +75,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     from se_exporter.platform import current
     from se_exporter.process import StopRequest
 
-    # First: a stop signal during start-up (a slow first IMDS answer, a state file to read) is a clean stop.
+    # First: a stop signal during start-up (a slow first IMDS answer, a state file to read) is a clean stop;
+    # malloc's arenas are limited before that, since the stop request starts the first thread.
     platform = current()
-    stop = StopRequest().install(platform.stop_signals)
     platform.limit_memory_arenas()  # before any thread starts
+    stop = StopRequest().install(platform.stop_signals)
     try:
         return _command(argv, environ, stop)
     finally:
