@@ -26,6 +26,7 @@ Start = Callable[..., ExporterProcess]
 ACTIONS = "azure_scheduled_events_actions_total"
 SCRIPT = """#!/bin/sh
 echo "start $SE_ACTION $SE_EVENT_TRANSITION $SE_EVENT_ID $SE_EVENT_IMPACT $SE_EVENT_CAUSE $SE_VM_NAME $$" >> "$OUT"
+if [ -n "$GATE" ]; then while [ ! -e "$GATE" ]; do sleep 0.05; done; fi
 if [ -n "$SLEEP_FOR" ]; then sleep "$SLEEP_FOR" & echo "child $!" >> "$OUT"; wait; fi
 echo "end $SE_ACTION $SE_EVENT_TRANSITION $SE_EVENT_ID" >> "$OUT"
 """
@@ -301,15 +302,17 @@ def test_two_hundred_runs_take_seconds_and_this_vms_disruptive_event_goes_first(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: Start
 ) -> None:
     """Issue 29, point 3: 2 x concurrency runs a poll (8 a second) made a Preempt's action wait behind others."""
-    setup = Setup(tmp_path, fake_imds, start_exporter, MANY.replace("concurrency: 8\n", ""))  # the default, 4
+    gate = tmp_path / "go"  # each run waits for it: the first runs are the ones started, not the first to write
+    many = MANY.replace("concurrency: 8\n", "").replace("inherit_env: [OUT]", "inherit_env: [OUT, GATE]")
+    setup = Setup(tmp_path, fake_imds, start_exporter, many)  # concurrency: the default, 4
     others = [event(f"O{n}", "Freeze", resources=("vm-b",)) for n in range(200)]
-    setup.answer[0] = document(2, *others, event("MINE", "Preempt"))  # at the first poll: the next is 30 s away
-    began = time.monotonic()
-    exporter = setup.start(interval="30s")
-    wait_for(lambda: len(setup.lines("end")) == 201, 30, "201 runs")
-    took = time.monotonic() - began
-    # Started only at polls, 2 x concurrency at a time, they would take 25 polls 30 s apart: 12 minutes.
-    assert took < 60, f"201 runs of a command that exits at once took {took:.1f} s"
+    setup.answer[0] = document(2, *others, event("MINE", "Preempt"))  # at the first poll; the next is 10 minutes away
+    exporter = setup.start(interval="10m", env={"GATE": str(gate)})
+    wait_for(lambda: len(setup.lines("start")) == 4, 30, "the first four runs")
     starts = [line.split()[3] for line in setup.lines("start")]
+    gate.touch()
+    wait_for(lambda: len(setup.lines("end")) == 201, 120, "201 runs")
+    # Started only at polls, 2 x concurrency at a time, they would have taken 25 polls.
+    assert len(fake_imds.event_requests()) == 1, "the runs waited for polls"
     assert "MINE" in starts[:4], f"this VM's eviction started {starts.index('MINE') + 1}th"
     assert exporter.stop() == 0
