@@ -242,7 +242,7 @@ class Poller:
             level = logging.WARNING if error.retryable else logging.ERROR
             log.log(level, "IMDS poll failed (reason=%s): %s", error.reason, error)
             self._failing_reason = error.reason
-        if self.status.readiness is not True and "cannot be reached" in str(self.status.readiness) and not self._told:
+        if self.status.unreachable and not self._told:
             log.error("%s (%s)", UNREACHABLE, error)  # once: what to check, when IMDS never answered
             self._told = True
         else:

@@ -43,12 +43,18 @@ class PollStatus:
         return self.last_success is not None
 
     @property
+    def unreachable(self) -> bool:
+        """IMDS never answered at all: no poll succeeded, and every one failed to connect or timed out."""
+        answered = any(self.errors[reason] for reason in ("http_4xx", "http_5xx", "throttled", "invalid_document"))
+        tried = self.errors["connection"] or self.errors["timeout"]
+        return self.last_success is None and not answered and bool(tried)
+
+    @property
     def readiness(self) -> bool | str:
         """True once IMDS answered; else why not, with what to check when IMDS was never reached at all."""
         if self.last_success is not None:
             return True
-        answered = any(self.errors[reason] for reason in ("http_4xx", "http_5xx", "throttled", "invalid_document"))
-        if not answered and (self.errors["connection"] or self.errors["timeout"]):
+        if self.unreachable:
             return f"Not ready: {UNREACHABLE}"
         return "Not ready: no successful IMDS poll yet"
 
