@@ -36,6 +36,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.timeout(120)
 def test_every_benchmark_starts_and_prints_its_table() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}

@@ -38,7 +38,7 @@ from tests.rules.dashboard_queries import dashboard_queries
 from tests.rules.recipes import ALERTS, running
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.debian, pytest.mark.posix]
+pytestmark = [pytest.mark.long, pytest.mark.debian, pytest.mark.posix]
 
 WAVE = 200
 PAGER = "/pager/pagerduty"

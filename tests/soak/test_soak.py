@@ -34,6 +34,7 @@ def _report(figures: dict[str, object], tmp_path: Path) -> None:
     print("\nsoak figures:\n" + summarise(figures))
 
 
+@pytest.mark.long
 @pytest.mark.timeout(240)
 def test_soak_short(tmp_path: Path, start_exporter: StartExporter) -> None:
     result = run_soak(SoakConfig.short(SEED), tmp_path, start_exporter)

@@ -110,9 +110,6 @@ def test_slow_clients_neither_starve_a_scrape_nor_hold_on_for_ever(
             dripping.join()
 
 
-# Timed against a 1 s bound: never beside the Windows suite, which keeps a core busy for minutes (it took
-# 1.3 s there once). Tests of one xdist group run one after the other on one worker.
-@pytest.mark.xdist_group("wine")
 def test_a_wrong_password_flood_does_not_delay_a_scrape_with_known_credentials(serve: Serve) -> None:
     """At bcrypt cost 10 (about 15 checks a second), 64 clients guessing once delayed such a scrape 3.3 s."""
     hashed = bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=10)).decode()
