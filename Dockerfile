@@ -8,7 +8,7 @@
 # The version label is passed in by the release workflow from se_exporter.__version__ (the one place
 # the version is written): --build-arg VERSION=<version>. A local build without it is labelled "dev".
 #
-# Stage 1 builds wheels (the project and all its dependencies); stage 2 installs them offline
+# Stage 1 builds wheels (the project, and its dependencies at uv.lock's versions and hashes); stage 2 installs them offline
 # from a bind mount, so neither the source tree nor the wheels end up in a layer of the final image.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
@@ -21,11 +21,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml uv.lock README.md LICENSE ./
+COPY .ci/uv.txt ./.ci/uv.txt
 COPY se_exporter ./se_exporter
-# Dependency versions are bounded by pyproject.toml; this resolves them once, here. The image carries the
-# [grpc] extra, so OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen).
-RUN pip wheel --wheel-dir /wheels ".[grpc]"
+# The versions and hashes of uv.lock, nothing resolved here: uv (itself installed by its hashes) writes the
+# lock's runtime set out with every file's hash, and pip fetches only files with those hashes. The image
+# carries the [grpc] extra, so OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen).
+RUN pip install --require-hashes --no-deps -r .ci/uv.txt \
+    && uv export --frozen --no-dev --extra grpc --no-emit-project --format requirements-txt --output-file /tmp/locked.txt \
+    && pip wheel --require-hashes --no-deps --wheel-dir /wheels -r /tmp/locked.txt \
+    && pip wheel --no-deps --wheel-dir /wheels .
 
 
 FROM ${PYTHON_IMAGE}
@@ -68,7 +73,7 @@ RUN apt-get update \
     && apt-get install --yes --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/*
 
-# Offline install of the project's wheel; its dependencies come from the same wheel directory.
+# Offline install of the project's wheel; its dependencies come from the same wheel directory (the lock's).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels "$(ls /wheels/azure_scheduled_events_exporter-*.whl)[grpc]"
 

@@ -28,7 +28,10 @@ def test_the_readme_has_exactly_two_set_up_commands() -> None:
     blocks = code_blocks(section("Quick start"), "sh")
     assert len(blocks) == 2
     demo, test = (block.strip() for block in blocks)
-    assert demo == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/se-exporter demo"
+    assert demo == (
+        "python3 -m venv .venv && .venv/bin/pip install --require-hashes -r .ci/uv.txt && .venv/bin/uv sync --locked "
+        "--inexact && .venv/bin/se-exporter demo"
+    )
     assert test == marked(README, "test-command").strip()
     assert "prometheus prometheus-alertmanager" in test and test.endswith(
         ".venv/bin/python -m pytest --full --durations=30"

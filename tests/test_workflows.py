@@ -47,11 +47,18 @@ def test_ci_runs_the_unit_tests_on_windows_and_macos() -> None:
     unit = workflow("ci.yml")["jobs"]["unit"]
     assert set(unit["strategy"]["matrix"]["os"]) == {"windows-latest", "macos-latest"}
     install, test = runs(unit)
-    readme_install = re.search(r"pip install -e '(\.\[test\])'", marked(README, "test-command"))
-    assert readme_install and f'pip install -e "{readme_install.group(1)}"' in install, "the README's extras"
-    assert test == 'python -m pytest -m "not debian and not posix"'
+    readme_install = re.search(r"uv sync --locked --inexact --all-extras", marked(README, "test-command"))
+    assert readme_install and f"{readme_install.group(0)}" in install and "--require-hashes -r .ci/uv.txt" in install
+    assert test == 'uv run --no-sync python -m pytest -m "not debian and not posix"'
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert '"debian: ' in pyproject and '"posix: ' in pyproject, "the markers the job deselects are declared"
+
+
+def test_ci_tests_the_floors_pyproject_states() -> None:
+    floors = workflow("ci.yml")["jobs"]["floors"]
+    assert runs(floors)[-1] == "UV=uv bash .ci/floors"
+    script = (REPO / ".ci" / "floors").read_text(encoding="utf-8")
+    assert "--resolution lowest-direct" in script and "--python-version 3.11" in script
 
 
 def test_release_builds_publishes_and_pushes_the_version_it_was_tagged_with() -> None:

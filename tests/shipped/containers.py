@@ -3,8 +3,9 @@
 No image registry is reachable here, so the base is made: a Debian bookworm minbase with python3, pip and
 venv (``mmdebstrap``), laid out like the official python image (``python`` and ``pip`` in /usr/local/bin,
 pip allowed to install system-wide), imported with ``podman import`` and passed as
-``--build-arg PYTHON_IMAGE``. Its tarball is cached in ``.cache/shipped/`` (git-ignored); images are
-tagged by the hash of what they are built from, so a second test worker or run reuses them.
+``--build-arg PYTHON_IMAGE``. Its tarball is cached outside the checkout (:data:`CACHE`), named by the
+command that makes it; images are tagged by the hash of what they are built from, so a second test
+worker, run or fresh clone reuses them.
 
 podman's settings for this machine live in a private ``containers.conf`` named by ``CONTAINERS_CONF``
 (the system-wide one is left as it is): runc (crun refuses a hybrid cgroup layout) and rlimits within the
@@ -28,11 +29,23 @@ from pathlib import Path
 from tests.deploy.support import REPO
 from tests.support.tools import unavailable
 
-CACHE = REPO / ".cache" / "shipped"
-BASE_IMAGE = "localhost/se-exporter-test-base:bookworm"
+
+def _cache_root() -> Path:
+    """Where what is slow to make is kept: outside the checkout, so a fresh clone reuses what an earlier run
+    on the machine made (``SE_TEST_CACHE``, else the XDG cache folder). Each thing is named by what it is made
+    from, so a change makes a new one instead of reusing a stale one."""
+    if named := os.environ.get("SE_TEST_CACHE"):
+        return Path(named)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "azure-scheduled-events-exporter-tests"
+
+
+CACHE = _cache_root()
+REPORTS = REPO / ".cache" / "reports"  # what this checkout's last run measured (git-ignored)
 IMAGE_REPOSITORY = "localhost/azure-scheduled-events-exporter"
 PACKAGES = "podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns containernetworking-plugins catatonit"
-_BUILD_INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "LICENSE", "se_exporter")
+_BUILD_INPUTS = (
+    *("Dockerfile", ".dockerignore", "pyproject.toml", "uv.lock", ".ci/uv.txt", "README.md", "LICENSE", "se_exporter"),
+)
 
 
 @contextlib.contextmanager
@@ -114,7 +127,7 @@ class Podman:
     def base_image(self) -> str:
         with cache_lock("base"):
             if not self.exists(BASE_IMAGE):
-                tarball = CACHE / "bookworm-python.tar"
+                tarball = CACHE / f"bookworm-python-{_BASE_KEY}.tar"
                 if not tarball.exists():
                     _debootstrap(tarball)
                 self.run(
@@ -174,22 +187,26 @@ def _inputs_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+_HOOK = (
+    'ln -sf /usr/bin/python3 "$1/usr/local/bin/python" && ln -sf /usr/bin/pip3 "$1/usr/local/bin/pip" '
+    '&& rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED'
+)
+_MMDEBSTRAP = (
+    "mmdebstrap",
+    "--variant=minbase",
+    "--include=python3,python3-pip,python3-venv",
+    f"--customize-hook={_HOOK}",
+    "--format=tar",
+    "bookworm",
+)
+_BASE_KEY = hashlib.sha256("\0".join(_MMDEBSTRAP).encode()).hexdigest()[:12]
+BASE_IMAGE = f"localhost/se-exporter-test-base:bookworm-{_BASE_KEY}"
+
+
 def _debootstrap(tarball: Path) -> None:
     partial = tarball.with_suffix(".partial")
-    hook = (
-        'ln -sf /usr/bin/python3 "$1/usr/local/bin/python" && ln -sf /usr/bin/pip3 "$1/usr/local/bin/pip" '
-        '&& rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED'
-    )
     result = subprocess.run(
-        [
-            "mmdebstrap",
-            "--variant=minbase",
-            "--include=python3,python3-pip,python3-venv",
-            f"--customize-hook={hook}",
-            "--format=tar",
-            "bookworm",
-            str(partial),
-        ],
+        [*_MMDEBSTRAP, str(partial)],
         capture_output=True,
         text=True,
         timeout=900,

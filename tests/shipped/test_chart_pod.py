@@ -23,13 +23,19 @@ import yaml
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld, builtin_scenario
 from tests.deploy.helm import Helm, container
 from tests.hostile.test_memory_bounds import worst_document
-from tests.shipped.containers import CACHE, Podman
+from tests.shipped.containers import REPORTS, Podman
 from tests.shipped.pod import Cgroup, Pod
 from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS
 from tests.support.wait import wait_for
 
-pytestmark = [pytest.mark.xdist_group("chart-pod"), pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
+pytestmark = [
+    pytest.mark.xdist_group("chart-pod"),
+    pytest.mark.long,
+    pytest.mark.debian,
+    pytest.mark.posix,
+    pytest.mark.shipped,
+]
 Name = Callable[[], str]
 LIMIT_BYTES = 96 << 20  # the chart's resources.limits.memory
 
@@ -178,6 +184,7 @@ def test_a_thousand_events_with_approval_actions_and_a_dead_collector_stay_under
         "tmpfs_mib": round(cgroup.page_cache_bytes()[1] / (1 << 20), 1),
         "oom_kills": cgroup.oom_kills(),
     }
-    (CACHE / "pod-memory.json").write_text(json.dumps(figures) + "\n")  # the closing note's figure
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "pod-memory.json").write_text(json.dumps(figures) + "\n")  # the closing note's figure
     assert state["Running"] and not state["OOMKilled"] and inspected["RestartCount"] == 0, inspected
     assert figures["oom_kills"] == 0, figures

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from packaging.utils import canonicalize_name
 
 from tests.deploy.support import free_port, project_version
 from tests.shipped.containers import Podman
 from tests.support.exporter_process import LISTENING
 from tests.support.exposition import series
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
+from tests.support.lock import locked_requirements
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
@@ -60,6 +62,18 @@ def transitions(podman: Podman, name: str) -> list[str]:
 def test_version_is_the_package_version(podman: Podman, image: str) -> None:
     result = podman.run("run", "--rm", image, "--version")
     assert result.stdout.strip() == f"se-exporter {project_version()}"
+
+
+def test_the_image_holds_exactly_the_locked_versions(podman: Podman, image: str) -> None:
+    """Issue 56: built from uv.lock with hashes, so every build of the same tree holds the same versions."""
+    listed = podman.run("run", "--rm", "--entrypoint", "python", image, "-m", "pip", "list", "--format", "json")
+    installed = {canonicalize_name(p["name"]): p["version"] for p in json.loads(listed.stdout)}
+    exported = locked_requirements("--no-dev", "--extra", "grpc", "--no-hashes", "--no-header", "--no-annotate")
+    locked = dict(line.split(" ;")[0].split("==") for line in exported.splitlines() if re.match(r"^[a-z0-9]", line))
+    wanted = {canonicalize_name(name): version for name, version in locked.items()}
+    wanted[canonicalize_name("azure-scheduled-events-exporter")] = project_version()
+    base = {"pip", "setuptools", "wheel"}  # the base image's own
+    assert {name: v for name, v in installed.items() if name not in base} == wanted
 
 
 def test_demo_on_a_read_only_root_as_uid_10160_serves_metrics_and_stops_on_sigterm(

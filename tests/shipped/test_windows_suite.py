@@ -13,10 +13,16 @@ import re
 
 import pytest
 
-from tests.shipped.containers import CACHE
+from tests.shipped.containers import REPORTS
 from tests.shipped.wine import windows_python
 
-pytestmark = [pytest.mark.xdist_group("wine"), pytest.mark.debian, pytest.mark.posix, pytest.mark.shipped]
+pytestmark = [
+    pytest.mark.xdist_group("wine"),
+    pytest.mark.long,
+    pytest.mark.debian,
+    pytest.mark.posix,
+    pytest.mark.shipped,
+]
 NOT_UNDER_WINE = (
     "--deselect=tests/test_lint.py",  # ruff and mypy: Linux tools reading the same files
     "--deselect=tests/test_platform.py::test_mypy_checks_the_package_as_windows_sees_it",  # the same
@@ -53,19 +59,20 @@ def test_the_windows_capable_unit_tests_pass_on_windows_cpython() -> None:
         *PYTEST,
         "--tb=short",
         "-rfE",
-        "--durations=25",  # what costs most under Wine, in CACHE / windows-suite.log
+        "--durations=25",  # what costs most under Wine, in REPORTS / windows-suite.log
         "-m",
         "not debian and not posix and not shipped and not pure",
         *NOT_UNDER_WINE,
         timeout=1400,
     )
-    (CACHE / "windows-suite.log").write_text(output)
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "windows-suite.log").write_text(output)
     summary = output.strip().splitlines()[-1] if output.strip() else ""
     if code != 0 and (again := wine_faults_only(output)):
         code, rerun = python.run(*PYTEST, "--tb=short", "-rfE", *again, timeout=600)
         summary += f"; Wine's own fault, run again: {rerun.strip().splitlines()[-1] if rerun.strip() else ''}"
         output += "\n--- run again (Wine's fault) ---\n" + rerun
-    (CACHE / "windows-suite.txt").write_text(summary + "\n")  # the closing note's counts
+    (REPORTS / "windows-suite.txt").write_text(summary + "\n")  # the closing note's counts
     assert code == 0 and re.search(r"\d+ passed", summary), output[-6000:]
     final = summary.rsplit("; ", 1)[-1]  # the run again's, when there was one
     assert " failed" not in final and " error" not in final, output[-6000:]

