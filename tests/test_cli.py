@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -342,3 +343,18 @@ def test_textfile_mistakes_are_one_line(args: list[str], variables: dict[str, st
 def test_an_empty_web_config_file_means_none_as_node_exporter_reads_it(argv: list[str]) -> None:
     assert parse(argv).web_config_file is None
     assert parse([], {"SE_EXPORTER_WEB_CONFIG_FILE": ""}).web_config_file is None
+
+
+def test_every_commands_flags_are_in_our_table_with_their_kind_and_twin() -> None:
+    """Issue 57, point 3: the flags, their SE_EXPORTER_* twins and their kinds come from our own table
+    (argparse only parses); --help lists exactly the flags in it."""
+    parser = build_parser()
+    kinds = {flag.options[0]: flag.kind for sub in parser.commands.values() for flag in sub.flags}
+    assert kinds["--web.listen-address"] == "value" and kinds["--loop"] == "switch"
+    assert kinds["--scenario"] == "list"
+    for name, sub in parser.commands.items():
+        listed = set(re.findall(r"\[(--[\w.-]+)", sub.format_usage())) - {"--help", "--version"}
+        table = {flag.options[0] for flag in sub.flags}
+        assert listed == table, name
+        twins = [flag.env for flag in sub.flags]
+        assert len(twins) == len(set(twins)) and all(t.startswith("SE_EXPORTER_") for t in twins), name

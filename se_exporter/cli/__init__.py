@@ -41,16 +41,16 @@ def report(message: str) -> int:
     return 2
 
 
-def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = tuple(COMMANDS)) -> Parser:
     """The parser; each subcommand in ``commands`` gets its flags (the others only their name)."""
     parser = Parser(
         prog=PROG, description="Prometheus metrics and OTLP logs for Azure Scheduled Events.", allow_abbrev=False
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_commands(dest="command", metavar="COMMAND")
     for name, summary in COMMANDS.items():
         run = name == "run"  # the default: `se-exporter --help` is its help, and names the other commands
-        sub = subparsers.add_parser(
+        sub = parser.add_command(
             name,
             help=summary,
             description=summary,
@@ -154,7 +154,7 @@ def run_exporter(args: argparse.Namespace, environ: Mapping[str, str], stop: Sto
     return serve(stop, exporter.start, exporter.run, exporter.close)
 
 
-def _add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+def _add_arguments(command: str, parser: Parser) -> None:
     if command == "run":
         from se_exporter.config.options import add_exporter_flags
 
@@ -181,10 +181,6 @@ def _configure_logging(level: str, fmt: str) -> None:
     route_sdk_logs(handler, logs.LEVELS[level])
 
 
-def subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+def subparser(parser: Parser, command: str) -> Parser:
     """The parser of ``command`` (the docs' flags table and the tests read the run command's)."""
-    for action in parser._actions:  # argparse offers no public lookup of subparsers
-        if isinstance(action, argparse._SubParsersAction):
-            chosen: argparse.ArgumentParser = action.choices[command]
-            return chosen
-    raise AssertionError("parser has no subcommands")
+    return parser.commands[command]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from se_exporter.config.flags import Parser
 from se_exporter.config.values import optional_file
 from se_exporter.errors import ConfigError
 
@@ -23,7 +24,7 @@ FILE_FLAGS = {  # flag -> (dest, what it is)
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: Parser) -> None:
     for flag, (dest, help_text) in FILE_FLAGS.items():
         parser.add_argument(flag, dest=dest, type=optional_file, default=None, metavar="FILE", help=help_text)
 

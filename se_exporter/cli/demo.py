@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from se_exporter.config.flags import Parser
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.flags import speed
@@ -43,9 +44,9 @@ DEMO_ORDER = (
 )  # every impact and every cause
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: Parser) -> None:
     add_exporter_flags(parser, imds_url=False)  # the demo's IMDS is its own simulator
-    demo = parser.add_argument_group("demo")
+    demo = parser.flag_group("demo")
     demo.add_argument(
         "--demo.speed",
         dest="demo_speed",

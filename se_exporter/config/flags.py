@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn, Protocol
 
 ENV_PREFIX = "SE_EXPORTER_"
 PROG = "se-exporter"
@@ -18,8 +19,85 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 MAX_DURATION_SECONDS = 7 * 24 * 3600.0
 
 
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A flag as the code declared it: its environment twin, its kind and how its text becomes a value.
+    Read by :func:`apply_environment` and :func:`refuse_repeats`; argparse only parses the command line."""
+
+    options: tuple[str, ...]  # the long options, the first one named in messages (--web.listen-address)
+    dest: str
+    kind: Literal["value", "switch", "list"]  # a value given once; a true/false switch; a repeatable list
+    convert: Callable[[str], Any] | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def env(self) -> str:
+        return env_name(self.options[0])
+
+    @classmethod
+    def declared(cls, options: Sequence[str], kwargs: Mapping[str, Any]) -> Flag | None:
+        """The flag an ``add_argument`` call declares; None for --help, --version and positionals."""
+        long_options = tuple(o for o in options if o.startswith("--"))
+        action = kwargs.get("action", "store")
+        if not long_options or action in ("help", "version"):
+            return None
+        kind: Literal["value", "switch", "list"] = "value"
+        if action == "store_true":
+            kind = "switch"
+        elif action == "append" or kwargs.get("nargs") in ("*", "+"):
+            kind = "list"
+        dest = kwargs.get("dest") or long_options[0].lstrip("-").replace("-", "_").replace(".", "_")
+        choices = kwargs.get("choices")
+        return cls(long_options, dest, kind, kwargs.get("type"), tuple(choices) if choices is not None else None)
+
+
+class _TakesArguments(Protocol):  # an argparse argument group (its class is private to argparse)
+    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action: ...
+
+
+class _TakesCommands(Protocol):  # what argparse's add_subparsers returns (its class is private too)
+    def add_parser(self, name: str, **kwargs: Any) -> Parser: ...
+
+
+class FlagGroup:
+    """An argparse argument group that also keeps what each flag is in its parser's table."""
+
+    def __init__(self, parser: Parser, group: _TakesArguments) -> None:
+        self._parser, self._group = parser, group
+
+    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action:
+        self._parser.declare(options, kwargs)
+        return self._group.add_argument(*options, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the flag (the usage is behind --help)."""
+    """argparse, but a usage error is one line naming the flag (the usage is behind --help), and the flags it
+    was given are kept in a table of ours (:attr:`flags`), with the subcommands' parsers (:attr:`commands`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.flags: list[Flag] = []
+        self.commands: dict[str, Parser] = {}
+        super().__init__(*args, **kwargs)
+
+    def declare(self, options: Sequence[str], kwargs: Mapping[str, Any]) -> None:
+        if (flag := Flag.declared(options, kwargs)) is not None:
+            self.flags.append(flag)
+
+    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action:
+        self.declare(options, kwargs)
+        return super().add_argument(*options, **kwargs)
+
+    def flag_group(self, title: str) -> FlagGroup:
+        """A titled group of flags in --help (argparse's argument group), kept in the table like the others."""
+        return FlagGroup(self, self.add_argument_group(title))
+
+    def add_commands(self, **kwargs: Any) -> None:
+        """Subcommands (argparse's subparsers); each is then added with :meth:`add_command`."""
+        self._commands: _TakesCommands = self.add_subparsers(**kwargs)
+
+    def add_command(self, name: str, **kwargs: Any) -> Parser:
+        self.commands[name] = self._commands.add_parser(name, **kwargs)
+        return self.commands[name]
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
@@ -57,46 +135,41 @@ def env_name(option: str) -> str:
 
 
 def apply_environment(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str], environ: Mapping[str, str]
+    parser: Parser, args: argparse.Namespace, argv: Sequence[str], environ: Mapping[str, str]
 ) -> None:
     """Fill every flag not given on the command line from its environment twin, validated."""
-    for action in parser._actions:  # argparse has no public API to list a parser's actions
-        long_options = [o for o in action.option_strings if o.startswith("--")]
-        if not long_options or action.dest in ("help", "version"):
-            continue
-        name = env_name(long_options[0])
-        if name not in environ or _given(long_options, argv):
-            continue
-        setattr(args, action.dest, _convert(parser, action, name, environ[name]))
+    for flag in parser.flags:
+        if flag.env in environ and not _given(flag.options, argv):
+            setattr(args, flag.dest, _convert(parser, flag, environ[flag.env]))
 
 
-def refuse_repeats(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+def refuse_repeats(parser: Parser, argv: Sequence[str]) -> None:
     """A single-value flag given twice is an error, as kingpin-based exporters make it (argparse keeps the
     last value silently: ``check --approval.config=bad --approval.config=good`` said ok)."""
-    for action in parser._actions:  # argparse has no public API to list a parser's actions
-        if type(action) is not argparse._StoreAction:  # repeatable (append) and switch flags may repeat
-            continue
-        options = [o for o in action.option_strings if o.startswith("--")]
-        if sum(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in options) > 1:
-            parser.error(f"flag {options[0]} cannot be repeated")
+    for flag in parser.flags:
+        if flag.kind == "value" and sum(_is(arg, flag.options) for arg in argv) > 1:
+            parser.error(f"flag {flag.options[0]} cannot be repeated")
 
 
-def _given(options: list[str], argv: Sequence[str]) -> bool:
-    return any(arg == opt or arg.startswith(opt + "=") for arg in argv for opt in options)
+def _is(arg: str, options: Sequence[str]) -> bool:
+    return any(arg == option or arg.startswith(option + "=") for option in options)
 
 
-def _convert(parser: argparse.ArgumentParser, action: argparse.Action, name: str, raw: str) -> object:
-    if isinstance(action, argparse._StoreTrueAction):
+def _given(options: Sequence[str], argv: Sequence[str]) -> bool:
+    return any(_is(arg, options) for arg in argv)
+
+
+def _convert(parser: Parser, flag: Flag, raw: str) -> object:
+    name = flag.env
+    if flag.kind == "switch":
         if raw.lower() not in ("1", "true", "yes", "0", "false", "no", ""):
             parser.error(f"environment variable {name}={raw!r}: expected true or false")
         return raw.lower() in ("1", "true", "yes")
     try:
-        value = action.type(raw) if callable(action.type) else raw
+        value = flag.convert(raw) if flag.convert is not None else raw
     except (argparse.ArgumentTypeError, ValueError) as exc:
         parser.error(f"environment variable {name}={raw!r}: {exc}")
-    if action.choices is not None and value not in action.choices:
-        choices = ", ".join(map(str, action.choices))
+    if flag.choices is not None and value not in flag.choices:
+        choices = ", ".join(map(str, flag.choices))
         parser.error(f"environment variable {name}={raw!r}: must be one of {choices}")
-    if action.nargs in ("*", "+") or isinstance(action, argparse._AppendAction):
-        return [value]
-    return value
+    return [value] if flag.kind == "list" else value

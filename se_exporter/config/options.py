@@ -33,10 +33,10 @@ class ExporterConfig:
     textfile_path: Path | None = None
 
 
-def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True) -> None:
+def add_exporter_flags(parser: flags.Parser, *, imds_url: bool = True) -> None:
     """The exporter's flags; ``imds_url=False`` leaves out --imds.url (the demo brings its own IMDS)."""
     d = ExporterConfig()
-    web = parser.add_argument_group("web")
+    web = parser.flag_group("web")
     web.add_argument(
         "--web.listen-address",
         dest="listen_address",
@@ -69,7 +69,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         metavar="FILE",
         help="also write the metrics to FILE (*.prom) after every poll, for node_exporter's textfile collector",
     )
-    imds = parser.add_argument_group("IMDS")
+    imds = parser.flag_group("IMDS")
     if imds_url:
         imds.add_argument(
             "--imds.url",
@@ -110,7 +110,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         metavar="NAME",
         help="this VM's name as listed in Resources (default: learned from IMDS compute metadata)",
     )
-    state = parser.add_argument_group("state and approval")
+    state = parser.flag_group("state and approval")
     state.add_argument(
         "--state.file",
         dest="state_file",
@@ -135,7 +135,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         metavar="FILE",
         help="commands to run on transitions (YAML); none without it",
     )
-    traffic = parser.add_argument_group("traffic (/-/traffic, for a load balancer's health probe)")
+    traffic = parser.flag_group("traffic (/-/traffic, for a load balancer's health probe)")
     traffic.add_argument(
         "--traffic.lead-time",
         dest="traffic_lead_time",
@@ -152,7 +152,7 @@ def add_exporter_flags(parser: argparse.ArgumentParser, *, imds_url: bool = True
         metavar="LIST",
         help=f"impacts that take the VM out of traffic (default {','.join(d.traffic_impacts)})",
     )
-    logging_group = parser.add_argument_group("logging")
+    logging_group = parser.flag_group("logging")
     logging_group.add_argument("--log.level", dest="log_level", choices=list(LEVELS), default=d.log_level)
     logging_group.add_argument("--log.format", dest="log_format", choices=list(FORMATS), default=d.log_format)
 

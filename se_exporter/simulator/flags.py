@@ -61,7 +61,7 @@ def _counted(kind: str, parse_value: Callable[[str], object]) -> Callable[[str],
     return parse
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: flags.Parser) -> None:
     """Register the ``simulate`` flags on ``parser``."""
     add = parser.add_argument
     add(

@@ -14,7 +14,6 @@ Exit 0 when healthy, 1 with one line on stderr otherwise (Docker's and podman's 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import ssl
@@ -28,7 +27,7 @@ import httpx
 
 from se_exporter.common.deadline import DeadlineTransport, root_cause, within
 from se_exporter.config.files import os_problem
-from se_exporter.config.flags import apply_environment
+from se_exporter.config.flags import Parser, apply_environment
 from se_exporter.config.options import add_exporter_flags
 from se_exporter.config.values import HEALTHY_PATH
 
@@ -58,7 +57,7 @@ def exporter_argv(cmdline: Sequence[str]) -> list[str]:
 
 def target(argv: Sequence[str], environ: Mapping[str, str]) -> Target:
     """Where the exporter started with ``argv`` and ``environ`` listens (its own flags and parsing)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = Parser(add_help=False, allow_abbrev=False)
     add_exporter_flags(parser)
     args, _ = parser.parse_known_args(argv)  # the command (run, demo) and its other flags are not ours
     apply_environment(parser, args, argv, environ)
