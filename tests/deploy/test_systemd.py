@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import subprocess
@@ -148,6 +147,7 @@ def test_hardening_directives() -> None:
 def _flag_twins() -> set[str]:
     """SE_EXPORTER_<FLAG> suffixes of the exporter's flags (from the parser, else docs/design.md's table)."""
     try:
+        from se_exporter.config.flags import Parser
         from se_exporter.config.options import add_exporter_flags
     except ImportError:
         return {
@@ -162,10 +162,9 @@ def _flag_twins() -> set[str]:
             "LOG_LEVEL",
             "LOG_FORMAT",
         }
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     add_exporter_flags(parser)
-    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
-    return {re.sub(r"[.-]", "_", o[2:]).upper() for o in options if o != "--help"}
+    return {flag.env.removeprefix("SE_EXPORTER_") for flag in parser.flags}
 
 
 def test_env_file_syntax() -> None:
