@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -29,6 +30,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="every tier: engines, the image, the chart's pod, Wine (the README's test command); without it and "
         "without paths or -m, plain `pytest` runs the quick tier",
     )
+
+
+@pytest.fixture(autouse=True)
+def _se_exporter_logger_restored() -> Iterator[None]:
+    """A test that runs the command in-process (``main``) or calls ``logs.configure`` gives the se_exporter
+    logger a handler of its own and stops its propagation; put it back, or caplog sees nothing in the tests
+    that follow on that worker (found by the floors run, whose older xdist ordered the tests otherwise)."""
+    logger = logging.getLogger("se_exporter")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 @pytest.fixture
