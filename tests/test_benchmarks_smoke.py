@@ -36,8 +36,10 @@ EXPECTED = {
 }
 
 
+# About 75 s alone; a busy machine (every core taken by another process) took it past 110 s. Nothing here is
+# about time: the bound only ends a benchmark that hangs.
 @pytest.mark.long
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(900)
 def test_every_benchmark_starts_and_prints_its_table() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
     done = subprocess.run(
@@ -46,7 +48,7 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=880,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
@@ -59,7 +61,7 @@ def test_every_benchmark_starts_and_prints_its_table() -> None:
 
 
 @pytest.mark.debian
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(900)
 def test_the_fleet_benchmark_on_the_engine_starts_and_prints_its_tables() -> None:
     """Opt-in (``--only fleet_engine``): the fleet through vmagent's remote_write to VictoriaMetrics."""
     require("victoria-metrics")
@@ -70,7 +72,7 @@ def test_the_fleet_benchmark_on_the_engine_starts_and_prints_its_tables() -> Non
         env=env,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=880,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "### Fleet of 20 VMs, 1 h at a 60 s interval, through remote_write to VictoriaMetrics" in done.stdout

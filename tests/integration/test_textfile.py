@@ -145,9 +145,11 @@ def test_the_file_is_never_seen_half_written(
 
     reader = threading.Thread(target=read_file)
     reader.start()
+    # Counted, not timed: 25 scrapes and 100 reads, across 16 rewrites of the file (a poll each).
+    rewrites_from, scraped, began = len(fake_imds.event_requests()), [], time.monotonic()
     try:
-        deadline, scraped = time.monotonic() + 4, []
-        while time.monotonic() < deadline:
+        while len(scraped) < 25 or len(counts) < 100 or len(fake_imds.event_requests()) < rewrites_from + 16:
+            assert time.monotonic() - began < 300, f"{len(scraped)} scrapes and {len(counts)} reads in 300 s"
             text = node_exporter.metrics()
             scraped.append(
                 (value(text, "node_textfile_scrape_error"), text.count("azure_scheduled_events_event_info{"))
@@ -155,8 +157,8 @@ def test_the_file_is_never_seen_half_written(
     finally:
         stop.set()
         reader.join(10)
-    assert len(scraped) > 20 and set(scraped) == {(0, 300)}, set(scraped)
-    assert len(counts) > 100 and set(counts) == {300}, f"{len(counts)} reads: {set(counts)}"
+    assert set(scraped) == {(0, 300)}, set(scraped)
+    assert set(counts) == {300}, f"{len(counts)} reads: {set(counts)}"
 
 
 def test_a_restart_keeps_the_lifecycle_in_the_textfile(
