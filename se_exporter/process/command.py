@@ -58,6 +58,7 @@ class CommandRunner:
         self._grace = kill_grace_seconds
         self._max_lines = max_logged_lines
         self._running: dict[subprocess.Popen[bytes], ProcessTree] = {}
+        self._closed = False  # set by close: a command started after it is stopped at once
         self._lock = threading.Lock()
 
     def run(self, command: Sequence[str], env: Mapping[str, str], limit: float, about: str) -> CommandResult:
@@ -79,6 +80,7 @@ class CommandRunner:
         tree = self._platform.track(proc)
         with self._lock:
             self._running[proc] = tree
+            closed = self._closed
         tail: deque[str] = deque(maxlen=1)
         if proc.stdout is None:  # stdout=PIPE always gives one: mypy cannot know
             raise RuntimeError("a command started with stdout=PIPE has no stdout")
@@ -89,7 +91,8 @@ class CommandRunner:
         timed_out = False
         code: int | None
         try:
-            code = proc.wait(timeout=limit)
+            # close ran while this one started and could not see it: stopped now, as close stops the others.
+            code = self._stop(proc, tree) if closed else proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             timed_out = True
             code = self._stop(proc, tree)
@@ -103,6 +106,8 @@ class CommandRunner:
         left = tree.remaining()
         tree.close()
         summary = _summary(code, limit if timed_out else None, left)
+        if closed and code is None:
+            summary = "stopped as the exporter stopped; it could not be stopped and may still run"
         return CommandResult(
             None if timed_out else code, timed_out, time.monotonic() - started, summary, tail[0] if tail else ""
         )
@@ -110,6 +115,7 @@ class CommandRunner:
     def close(self) -> None:
         """Stop every command still running (the exporter is stopping): asked, then killed after the grace."""
         with self._lock:
+            self._closed = True
             running = list(self._running.items())
         for _, tree in running:
             tree.ask_to_stop()

@@ -82,8 +82,13 @@ class Stack:
         self.single = single_prometheus(tmp_path / "single", self.targets["all"], rules)
         for server in (*self.clusters.values(), self.single):
             server.wait_ready()
-        # vmalert starts once the engine holds every VM's event: its first evaluation sees the whole wave.
+        # vmalert starts once the engine answers the page's own expression with the whole wave (its 200 VMs
+        # and vm-b-0): its first evaluation sees them all. Counting the events alone was not enough on a busy
+        # machine: the engine held every event_info but not yet every VM's seconds to NotBefore, and the
+        # first page named one VM.
         wait_for(lambda: self.count("azure_scheduled_events_event_info") == WAVE + 3, 60, "every event in the engine")
+        imminent = _alert_expression("AzureScheduledEventNotBeforeImminent")
+        wait_for(lambda: self.count(f"({imminent})") == WAVE + 1, 120, "the whole wave imminent in the engine")
         self.born = time.time()  # every series exists: a window that starts after this holds no birth
         self.vmalert = VMAlert([_vmalert_rules(tmp_path)], self.engine.url, manager.url, tmp_path)
         self.vmalert.wait_ready()
@@ -100,6 +105,12 @@ class Stack:
         for server in getattr(self, "clusters", {}).values():
             server.close()
         self.fleet.stop()
+
+
+def _alert_expression(name: str) -> str:
+    rules = yaml.safe_load((ALERTS / "se-exporter.rules.yml").read_text(encoding="utf-8"))
+    (expression,) = (r["expr"] for g in rules["groups"] for r in g["rules"] if r.get("alert") == name)
+    return str(expression)
 
 
 def _vmalert_rules(tmp_path: Path) -> Path:

@@ -146,7 +146,8 @@ def test_the_file_is_never_seen_half_written(
     reader = threading.Thread(target=read_file)
     reader.start()
     # Counted, not timed: 25 scrapes and 100 reads, across 16 rewrites of the file (a poll each).
-    rewrites_from, scraped, began = len(fake_imds.event_requests()), [], time.monotonic()
+    scraped: list[tuple[float | None, int]] = []
+    rewrites_from, began = len(fake_imds.event_requests()), time.monotonic()
     try:
         while len(scraped) < 25 or len(counts) < 100 or len(fake_imds.event_requests()) < rewrites_from + 16:
             assert time.monotonic() - began < 300, f"{len(scraped)} scrapes and {len(counts)} reads in 300 s"
