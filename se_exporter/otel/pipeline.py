@@ -59,6 +59,11 @@ class Pipeline:
     _shipper: LogShipper | None = None
     _span_exporters: tuple[ReportedSpans, ...] = ()
 
+    def ship_logs(self, spool: Spool, shipper: LogShipper) -> None:
+        """Records go to ``spool`` and ``shipper`` (started here) sends them on; ``close`` stops it."""
+        self.spool, self._shipper = spool, shipper
+        shipper.start()
+
     def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Flush within a bounded time: the spool keeps whatever the collector did not take."""
         started = time.monotonic()
@@ -94,9 +99,8 @@ def build_telemetry(
             )
         (built,) = exporters.build("logs", config.logs)
         send = LogSender(built, resource, InstrumentationScope(SCOPE, version))
-        telemetry.spool = Spool(spool_path)
-        telemetry._shipper = LogShipper(telemetry.spool, send, abort=send.close, batch_size=config.log_batch_size)
-        telemetry._shipper.start()
+        spool = Spool(spool_path)
+        telemetry.ship_logs(spool, LogShipper(spool, send, abort=send.close, batch_size=config.log_batch_size))
     return telemetry
 
 
