@@ -44,7 +44,14 @@ REPORTS = REPO / ".cache" / "reports"  # what this checkout's last run measured 
 IMAGE_REPOSITORY = "localhost/azure-scheduled-events-exporter"
 PACKAGES = "podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns containernetworking-plugins catatonit"
 _BUILD_INPUTS = (
-    *("Dockerfile", ".dockerignore", "pyproject.toml", "uv.lock", ".ci/uv.txt", "README.md", "LICENSE", "se_exporter"),
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "uv.lock",
+    ".ci/uv.txt",
+    "README.md",
+    "LICENSE",
+    "se_exporter",
 )
 
 

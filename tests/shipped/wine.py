@@ -31,7 +31,7 @@ from pathlib import Path, PureWindowsPath
 
 from tests.deploy.support import REPO
 from tests.shipped.containers import CACHE, cache_lock, pip_ca_bundle
-from tests.support.lock import locked_requirements
+from tests.support.lock import locked_requirements, uv
 from tests.support.tools import unavailable
 
 HOME = CACHE / "windows"
@@ -150,12 +150,9 @@ def requirements() -> list[str]:
 
 
 def _install_dependencies(site_packages: Path) -> None:
-    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if uv is None:
-        unavailable("uv not found (pip install uv: in the test extras)")
     result = subprocess.run(
         [
-            uv,
+            uv(),
             "pip",
             "install",
             "--quiet",
