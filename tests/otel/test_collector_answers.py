@@ -155,9 +155,10 @@ def test_a_collector_dripping_its_answer_is_given_up_at_the_deadline_and_deliver
         spool = telemetry.spool
         assert spool is not None
         spool.append(records(*range(30)))
-        wait_for(lambda: "OTLP log export failing" in caplog.text, 10, "the outage said")
+        wait_for(lambda: "OTLP log export failing" in caplog.text, 20, "the outage said")
         assert "did not answer within the deadline" in caplog.text
-        assert time.monotonic() - began[0] < 5, "the export was given up at its 1.5 s deadline"
+        # The drip lasts 25 s; giving up within 12 s (8x the 1.5 s deadline, for a loaded machine) proves the deadline.
+        assert time.monotonic() - began[0] < 12, "the export was given up at its 1.5 s deadline"
         healthy.set()
         wait_for(lambda: spool.depth == 0, 20, "every record delivered once the collector answers")
         assert spool.dropped == 0
