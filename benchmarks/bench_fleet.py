@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from benchmarks import fleet_series
-from benchmarks.common import Mode, Report, free_port, http_get, proc_status_kib
+from benchmarks.common import Mode, Report, bound_url, http_get, proc_status_kib
 from benchmarks.fleet_series import fleet, write_openmetrics
 
 NAME = "fleet"
@@ -63,12 +63,12 @@ def run(mode: Mode, vms: int | None = None, cache: Path | None = None) -> Report
                 (kept / "figures.json").write_text(json.dumps(figures), encoding="utf-8")
         start, end = figures["start"], figures["end"]
         (tmp / "prometheus.yml").write_text("global:\n  scrape_interval: 60s\n  evaluation_interval: 60s\n")
-        port = free_port()
-        figures["rules_backfilled"] = _backfill_rules(promtool, prometheus, tmp, port, start=start, end=end)
-        server = _serve(prometheus, tmp, port)
+        figures["rules_backfilled"] = _backfill_rules(promtool, prometheus, tmp, start=start, end=end)
+        server = _serve(prometheus, tmp)
         try:
-            panels, rules = _measure(f"http://127.0.0.1:{port}", hours, start, end)
-            figures["series_end"] = _instant(f"http://127.0.0.1:{port}", 'count({__name__=~".+"})', end)
+            base = bound_url(server)
+            panels, rules = _measure(base, hours, start, end)
+            figures["series_end"] = _instant(base, 'count({__name__=~".+"})', end)
             figures["prometheus_peak_rss_mib"] = proc_status_kib(server.pid, "VmHWM") / 1024
         finally:
             server.terminate()
@@ -104,12 +104,13 @@ def _backfill_raw(promtool: str, tmp: Path, count: int, hours: float) -> dict[st
     return figures
 
 
-def _backfill_rules(promtool: str, prometheus: str, tmp: Path, port: int, *, start: float, end: float) -> float:
+def _backfill_rules(promtool: str, prometheus: str, tmp: Path, *, start: float, end: float) -> float:
     """The recording rules the fleet overview reads, backfilled over the window as Prometheus would have
     recorded them: promtool evaluates them against a server on the raw blocks, then writes blocks."""
-    server = _serve(prometheus, tmp, port)
+    server = _serve(prometheus, tmp)
     try:
-        _wait_ready(f"http://127.0.0.1:{port}")
+        base = bound_url(server)
+        _wait_ready(base)
         began = time.monotonic()
         subprocess.run(
             [
@@ -119,7 +120,7 @@ def _backfill_rules(promtool: str, prometheus: str, tmp: Path, port: int, *, sta
                 "rules",
                 f"--start={start:.0f}",
                 f"--end={end:.0f}",
-                f"--url=http://127.0.0.1:{port}",
+                f"--url={base}",
                 "--eval-interval=60s",
                 f"--output-dir={tmp / 'recorded'}",
                 str(RULES),
@@ -158,13 +159,13 @@ def _measure(base: str, hours: float, start: float, end: float) -> tuple[list[Pa
     return panels, rules
 
 
-def _serve(prometheus: str, tmp: Path, port: int) -> subprocess.Popen[bytes]:
+def _serve(prometheus: str, tmp: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             prometheus,
             f"--config.file={tmp / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.listen-address=127.0.0.1:0",
             "--storage.tsdb.retention.time=30d",
         ],
         stdout=subprocess.DEVNULL,

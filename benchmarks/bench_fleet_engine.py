@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from benchmarks.bench_fleet import RULES, SIZES, STEP, Panel, Rule, _instant, _measure, print_queries
-from benchmarks.common import Mode, Report, free_port, http_get, proc_status_kib
+from benchmarks.common import Mode, Report, bound_url, http_get, proc_status_kib
 from benchmarks.fleet_series import fleet, write_openmetrics
 
 NAME = "fleet_engine"
@@ -45,12 +45,12 @@ def run(mode: Mode, vms: int | None = None) -> Report:
         end = math.floor(time.time() / STEP) * STEP - STEP
         start = end - hours * 3600
         figures: dict[str, Any] = {"vms": count, "hours": hours, "start": start, "end": end}
-        engine_port, agent_port = free_port(), free_port()
-        engine, agent = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{agent_port}"
-        processes = [_start([str(binaries["victoria-metrics"]), *_engine_flags(tmp, engine_port)], tmp, "engine")]
+        processes = [_start([str(binaries["victoria-metrics"]), *_engine_flags(tmp)], tmp, "engine")]
         try:
+            engine = bound_url(processes[0])
             _wait(engine + "/health")
-            processes.append(_start([str(binaries["vmagent"]), *_agent_flags(tmp, agent_port, engine)], tmp, "agent"))
+            processes.append(_start([str(binaries["vmagent"]), *_agent_flags(tmp, engine)], tmp, "agent"))
+            agent = bound_url(processes[1])
             _wait(agent + "/health")
             figures |= _send(tmp, agent, engine, count, start=start, end=end)
             figures["agent_peak_rss_mib"] = proc_status_kib(processes[1].pid, "VmHWM") / 1024
@@ -67,9 +67,9 @@ def run(mode: Mode, vms: int | None = None) -> Report:
     return report
 
 
-def _engine_flags(tmp: Path, port: int) -> list[str]:
+def _engine_flags(tmp: Path) -> list[str]:
     return [
-        f"-httpListenAddr=127.0.0.1:{port}",
+        "-httpListenAddr=127.0.0.1:0",
         f"-storageDataPath={tmp / 'vm-data'}",
         "-retentionPeriod=1y",
         "-search.disableCache",  # every query is timed as the first
@@ -80,9 +80,9 @@ def _engine_flags(tmp: Path, port: int) -> list[str]:
     ]
 
 
-def _agent_flags(tmp: Path, port: int, engine: str) -> list[str]:
+def _agent_flags(tmp: Path, engine: str) -> list[str]:
     return [
-        f"-httpListenAddr=127.0.0.1:{port}",
+        "-httpListenAddr=127.0.0.1:0",
         f"-remoteWrite.url={engine}/api/v1/write",
         f"-remoteWrite.label=cluster={CLUSTER}",  # the cluster's external label
         f"-remoteWrite.tmpDataPath={tmp / 'agent-queue'}",

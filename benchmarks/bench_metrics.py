@@ -31,9 +31,9 @@ from benchmarks.common import (
     Mode,
     Proc,
     Report,
+    ScrapedProc,
     clean_env,
     count_samples,
-    free_port,
     percentile,
     simulator_process,
     static_transport,
@@ -125,12 +125,8 @@ def _plain_server(exposition: str, directory: Path) -> tuple[Proc, int]:
     """The same series served the usual way: prometheus_client's start_http_server, in its own process."""
     path = directory / "exposition.prom"
     path.write_text(exposition, encoding="utf-8")
-    port = free_port()
-    server = Proc(
-        [sys.executable, "-m", "benchmarks.plain_server", str(path), str(port)], env=clean_env(), name="plain"
-    )
-    wait_until(lambda: server.alive() and "ready" in server.output, 30, "the plain prometheus_client server")
-    return server, port
+    server = ScrapedProc([sys.executable, "-m", "benchmarks.plain_server", str(path)], env=clean_env(), name="plain")
+    return server, server.port
 
 
 def _http_samples(size: int, repeats: int) -> dict[str, Any]:

@@ -29,11 +29,11 @@ from benchmarks.common import (
     Report,
     StackScriptProc,
     cpu_seconds,
-    free_port,
     metric_value,
     otel_env,
     otlp_receiver,
     proc_status_kib,
+    refusing_port,
     simulator,
     wait_all_started,
 )
@@ -87,7 +87,7 @@ def fill_spool(state_file: Path, count: int) -> None:
 
 def dead_endpoint() -> dict[str, str]:
     return {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{refusing_port()}",  # nothing listens there
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_SERVICE_NAME": "se-exporter-bench",
     }

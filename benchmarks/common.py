@@ -11,6 +11,7 @@ import math
 import os
 import platform
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests.support.proc_sockets import listening_ports
 from tests.support.wait import wait_for
 
 T = TypeVar("T")
@@ -174,10 +176,35 @@ def proc_status_kib(pid: int, key: str) -> int:
 # ----- HTTP ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# What the exporter (and every server here started on port 0) prints once bound: the port it got. No port is
+# chosen here and left for another process (a test beside the benchmarks) to take first.
+LISTENING = re.compile(r"listening on https?://[^\s\"]+?:(\d+)/")
+
+_REFUSING: list[socket.socket] = []  # bound, never listening: held for the life of the benchmarks
+
+
+def refusing_port() -> int:
+    """A loopback port where every connection is refused, and that no other process can take: bound here and
+    never listened on, for as long as this process lives."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _REFUSING.append(sock)
+    return int(sock.getsockname()[1])
+
+
+def bound_url(process: subprocess.Popen[bytes]) -> str:
+    """The URL of a server started on 127.0.0.1:0 (Prometheus, VictoriaMetrics), its port read from the
+    kernel's table of its listening sockets: VictoriaMetrics logs the address it was given, not the port."""
+
+    def port() -> int | None:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        ports = listening_ports(process.pid)
+        if len(ports) > 1:
+            raise RuntimeError(f"{process.args!r} listens on {ports}: which is its HTTP port?")
+        return ports[0] if ports else None
+
+    return f"http://127.0.0.1:{wait_until(port, 60, 'its port')}"
 
 
 def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -277,9 +304,22 @@ class Proc:
 
 
 class ScrapedProc(Proc):
-    """A process serving /metrics at ``self.url``, scraped as Prometheus would."""
+    """A process serving /metrics at ``self.url``, scraped as Prometheus would: started on port 0, it
+    prints a "listening on" line naming the port it got."""
 
-    url: str
+    _port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it bound (its "listening on" line, waited for)."""
+        if self._port is None:
+            self.wait_for_line(lambda line: LISTENING.search(line) is not None, "'listening on' line", 60)
+            self._port = next(int(found[1]) for line in self.output if (found := LISTENING.search(line)))
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def metrics(self, headers: dict[str, str] | None = None) -> str:
         code, body = http_get(self.url + "/metrics", headers)
@@ -289,7 +329,7 @@ class ScrapedProc(Proc):
 
 
 class ExporterProc(ScrapedProc):
-    """``python -m se_exporter run`` on a free loopback port."""
+    """``python -m se_exporter run`` on loopback, port 0."""
 
     def __init__(
         self,
@@ -300,14 +340,12 @@ class ExporterProc(ScrapedProc):
         extra_args: Sequence[str] = (),
         name: str = "exporter",
     ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         argv = [
             sys.executable,
             "-m",
             "se_exporter",
             "run",
-            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.listen-address=127.0.0.1:0",
             f"--imds.url={imds_url}",
             f"--poll.interval={interval}",
             *extra_args,
@@ -340,9 +378,7 @@ class StackScriptProc(ScrapedProc):
     start_http_server, the OpenTelemetry SDK's batch processors and OTLP/HTTP exporters."""
 
     def __init__(self, imds_url: str, *, otel_env: dict[str, str] | None = None, name: str = "script") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        argv = [sys.executable, str(REPO / "benchmarks" / "reference_stack.py"), imds_url, f"--port={self.port}"]
+        argv = [sys.executable, str(REPO / "benchmarks" / "reference_stack.py"), imds_url, "--port=0"]
         super().__init__(argv, env=clean_env(otel_env, otel=otel_env is not None), name=name)
 
     def wait_first_document(self, timeout: float = 30.0) -> float:

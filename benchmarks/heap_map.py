@@ -30,7 +30,6 @@ from benchmarks.common import (
     ScrapedProc,
     add_events,
     clean_env,
-    free_port,
     http_get,
     otel_env,
     otlp_receiver,
@@ -89,8 +88,7 @@ class TracedExporter(ScrapedProc):
     """The exporter, with its usual flags, run by the tracing child."""
 
     def __init__(self, imds_url: str, out: Path, env: dict[str, str] | None, name: str) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        flags = [f"--web.listen-address={self.url.removeprefix('http://')}", f"--imds.url={imds_url}", "--vm.name=vm-0"]
+        flags = ["--web.listen-address=127.0.0.1:0", f"--imds.url={imds_url}", "--vm.name=vm-0"]
         argv = [sys.executable, "-m", "benchmarks.heap_map", str(out), "run", *flags]
         super().__init__(argv, env=clean_env(env, otel=env is not None), name=name)
 

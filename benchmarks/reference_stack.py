@@ -92,7 +92,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
     logger, span = set_up_opentelemetry()
-    start_http_server(args.port, addr="127.0.0.1")
+    server, _ = start_http_server(args.port, addr="127.0.0.1")
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}/", flush=True)
     url = f"{args.base_url.rstrip('/')}/metadata/scheduledevents?api-version={API_VERSION}"
     seen: dict[str, Any] = {}
     answered = False

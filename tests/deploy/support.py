@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,12 +36,6 @@ def load_yaml(path: Path) -> Any:
 
 def load_yaml_all(path: Path) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc is not None]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def split_host_port(address: str, default_port: int | None = None) -> tuple[str, int]:

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from se_exporter import __version__
-from tests.deploy.support import free_port
 from tests.e2e.processes import ManagedProcess, Prometheus
+from tests.support.proc_sockets import listening_ports
 from tests.support.quiet_server import QuietHTTPServer
 from tests.support.tools import require
 from tests.support.wait import wait_for
@@ -26,15 +26,25 @@ P = "azure_scheduled_events_"
 JOB = "se-exporter"
 
 
-class VictoriaMetrics(ManagedProcess):
+class BoundFromProc(ManagedProcess):
+    """A server started on port 0 that logs the address it was given, not the port it got: the port is
+    read from the kernel's table of its listening sockets."""
+
+    def _bound_port(self) -> int | None:
+        self.alive()
+        ports = listening_ports(self.proc.pid)
+        assert len(ports) <= 1, f"{self.name} listens on {ports}: which is its HTTP port?"
+        return ports[0] if ports else None
+
+
+class VictoriaMetrics(BoundFromProc):
     name = "victoria-metrics"
 
     def __init__(self, workdir: Path) -> None:
-        port = free_port()  # VictoriaMetrics logs the address it was given, not the port 0 gave it
         super().__init__(
             [
                 require("victoria-metrics"),
-                f"-httpListenAddr=127.0.0.1:{port}",
+                "-httpListenAddr=127.0.0.1:0",
                 f"-storageDataPath={workdir / 'vm-data'}",
                 "-search.latencyOffset=1s",  # the default 30 s hides the newest samples from instant queries
                 "-search.disableCache",  # every query sees what was written since the last one
@@ -42,7 +52,6 @@ class VictoriaMetrics(ManagedProcess):
             ],
             workdir / "victoria-metrics.log",
         )
-        self._port = port
 
     def wait_ready(self, timeout: float = 30) -> None:
         wait_for(lambda: self.alive() and self.http.get("/health").status_code == 200, timeout, "VictoriaMetrics up")
@@ -55,13 +64,12 @@ class VictoriaMetrics(ManagedProcess):
         return [{"metric": {}, "value": data["result"]}] if data["resultType"] == "scalar" else list(data["result"])
 
 
-class VMAlert(ManagedProcess):
+class VMAlert(BoundFromProc):
     """vmalert evaluating rule files on VictoriaMetrics, writing recording rules back, alerting Alertmanager."""
 
     name = "vmalert"
 
     def __init__(self, rules: Sequence[Path], engine: str, alertmanager: str, workdir: Path) -> None:
-        port = free_port()  # as VictoriaMetrics: vmalert logs the address it was given
         super().__init__(
             [
                 require("vmalert"),
@@ -73,12 +81,11 @@ class VMAlert(ManagedProcess):
                 # Queries at now-5s: a VM's sample may still be on its way (a scrape a second, a remote-write
                 # batch a second); at "now" the engine sees some series a moment late, and alerts flap.
                 "-datasource.lookback=5s",
-                f"-httpListenAddr=127.0.0.1:{port}",
+                "-httpListenAddr=127.0.0.1:0",
                 "-loggerLevel=WARN",
             ],
             workdir / "vmalert.log",
         )
-        self._port = port
 
     def wait_ready(self, timeout: float = 30) -> None:
         wait_for(lambda: self.alive() and self.http.get("/health").status_code == 200, timeout, "vmalert up")

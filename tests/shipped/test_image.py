@@ -1,8 +1,9 @@
 """The image ``Dockerfile`` builds, run with podman as a user of it would (issue 28, part 1).
 
 Containers share the host's network (``--network host``): the exporter binds port 0 and the test reads
-the port from its "listening on" line (the HEALTHCHECK's test alone gives ports: the probe follows them),
-and the fake IMDS it polls listens on the host's loopback, so no traffic leaves the machine.
+the port from its "listening on" line, and the fake IMDS it polls listens on the host's loopback, so no
+traffic leaves the machine. The HEALTHCHECK's test alone gives ports (the probe follows them): its
+containers have a loopback of their own (``--network none``), so no other process can hold those ports.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests.deploy.support import free_port, project_version
+from tests.deploy.support import project_version
 from tests.shipped.containers import Podman
 from tests.support.exporter_process import LISTENING
 from tests.support.exposition import series
@@ -37,6 +38,11 @@ def get(port: int, path: str) -> httpx.Response:
 
 def start(podman: Podman, name: str, *args: str) -> None:
     podman.run("run", "--detach", "--name", name, "--network", "host", *args)
+
+
+def start_alone(podman: Podman, name: str, *args: str) -> None:
+    """A container whose only network is a loopback of its own: any port is free in it."""
+    podman.run("run", "--detach", "--name", name, "--network", "none", *args)
 
 
 def healthy(podman: Podman, name: str) -> bool:
@@ -98,9 +104,9 @@ def test_healthcheck_follows_the_listen_address_flag_and_variable(
     podman: Podman, image: str, container_name: Name
 ) -> None:
     by_flag, by_variable, nothing = container_name(), container_name(), container_name()
-    flag_port, variable_port, other_port = free_port(), free_port(), free_port()
+    flag_port, variable_port, other_port = 9101, 9102, 9103  # each container's own loopback: all free
     # The flag wins over its variable, in the exporter and so in the probe.
-    start(
+    start_alone(
         podman,
         by_flag,
         "--env",
@@ -109,13 +115,15 @@ def test_healthcheck_follows_the_listen_address_flag_and_variable(
         "demo",
         f"--web.listen-address=127.0.0.1:{flag_port}",
     )
-    start(podman, by_variable, "--env", f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{variable_port}", image, "demo")
+    start_alone(
+        podman, by_variable, "--env", f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{variable_port}", image, "demo"
+    )
     for name, port in ((by_flag, flag_port), (by_variable, variable_port)):
-        wait_for(lambda: get(port, "/-/healthy").status_code == 200, 60, f"{name} listening")  # noqa: B023
+        assert bound(podman, name) == port
         assert healthy(podman, name), podman.run("healthcheck", "run", name, check=False).stdout
     # No exporter in the container: the probe must fail.
-    unused = f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{free_port()}"
-    start(podman, nothing, "--env", unused, "--entrypoint", "sleep", image, "60")
+    unused = f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{other_port}"
+    start_alone(podman, nothing, "--env", unused, "--entrypoint", "sleep", image, "60")
     assert not healthy(podman, nothing), "HEALTHCHECK passed with no exporter listening"
 
 
