@@ -54,8 +54,7 @@ from se_exporter.config.files import read_text, show
 from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.tls_config import TLSServerSpec, tls_config
-from se_exporter.web.tls_context import TLSServerConfig
+from se_exporter.web.tls_config import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
 KIND = "web config"

@@ -19,7 +19,7 @@ from typing import Any
 from se_exporter.config.files import FileStamp, stamp
 from se_exporter.errors import ConfigError
 from se_exporter.web.live_config import LiveWebConfig
-from se_exporter.web.tls_context import TLSServerConfig
+from se_exporter.web.tls_config import TLSServerConfig
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from se_exporter.errors import ConfigError
 from se_exporter.web.config import load_web_config
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer
-from se_exporter.web.tls_context import CIPHER_SUITES
+from se_exporter.web.tls_config import CIPHER_SUITES
 from tests.web.toolkit_testdata import CLIENT2_SANS, make_testdata
 
 OK = "ok"

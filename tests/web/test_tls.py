@@ -20,7 +20,7 @@ from se_exporter.web import tls as web
 from se_exporter.web.config import WebConfig
 from se_exporter.web.server import WebServer
 from se_exporter.web.sockets import DEFER_SECONDS
-from se_exporter.web.tls_context import private_pem_file
+from se_exporter.web.tls_config import private_pem_file
 from tests.web.conftest import client_context
 from tests.web.pki import PKI
 
