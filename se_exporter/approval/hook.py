@@ -11,11 +11,11 @@ time limit is the smaller of ``timeout_seconds`` and the time left, which it rea
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Protocol
 
 from se_exporter.approval.policy import Hook
@@ -26,23 +26,6 @@ from se_exporter.platform import Platform, current
 from se_exporter.process.command import CommandResult, CommandRunner
 
 log = logging.getLogger("se_exporter.approval")
-
-
-@dataclass(frozen=True, slots=True)
-class HookResult:
-    """How one hook run ended."""
-
-    exit_code: int | None  # None when it timed out or could not start; negative: killed by that signal
-    timed_out: bool
-    duration_seconds: float
-    summary: str  # "exited with status 3", "timed out after 300 s; ...", "could not start: ..."
-    last_output: str = ""  # the last line it printed (bounded), for the audit record
-    expired: bool = False  # stopped (or never started) because the event's NotBefore came
-
-    @property
-    def ok(self) -> bool:
-        """Approval follows only exit status 0 within the timeout."""
-        return self.exit_code == 0 and not self.timed_out
 
 
 class HookSubmitter(Protocol):
@@ -56,7 +39,7 @@ class HookSubmitter(Protocol):
         *,
         classification: Classification | None = None,
         seconds_left: float | None = None,
-    ) -> Future[HookResult]: ...
+    ) -> Future[CommandResult]: ...
 
     def close(self) -> None: ...
 
@@ -119,7 +102,7 @@ class HookRunner:
         *,
         classification: Classification | None = None,
         seconds_left: float | None = None,
-    ) -> Future[HookResult]:
+    ) -> Future[CommandResult]:
         """Queue a run; ``seconds_left`` (until NotBefore, on the caller's clock) bounds it, however long it
         waits behind another event's hook."""
         deadline = None if seconds_left is None else time.monotonic() + seconds_left
@@ -138,11 +121,11 @@ class HookRunner:
         rule: str,
         classification: Classification | None = None,
         deadline: float | None = None,
-    ) -> HookResult:
+    ) -> CommandResult:
         """Run the hook synchronously (the worker calls this); ``deadline``: NotBefore on ``time.monotonic``."""
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            return HookResult(
+            return CommandResult(
                 exit_code=None,
                 timed_out=False,
                 duration_seconds=0.0,
@@ -175,10 +158,11 @@ class HookRunner:
         return result
 
 
-def _hook_result(ran: CommandResult, *, expired: bool, limit: float) -> HookResult:
+def _hook_result(ran: CommandResult, *, expired: bool, limit: float) -> CommandResult:
+    """The run as the approver reads it: ``expired`` when the time limit was NotBefore's."""
     summary = (
         f"was still running at NotBefore ({limit:.1f} s after it started); its processes were stopped"
         if expired
         else ran.summary
     )
-    return HookResult(ran.exit_code, ran.timed_out, ran.duration_seconds, summary, ran.last_output, expired)
+    return dataclasses.replace(ran, summary=summary, expired=expired)

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.decision import ApprovalResult as Result
-from se_exporter.approval.hook import HookResult
 from se_exporter.approval.judge import CHANGED, NOT_LISTED, Judge, past_not_before
 from se_exporter.approval.ledger import POSTING, LedgerEntry, event_revision
 from se_exporter.approval.poster import Dropped, PostOutcome
 from se_exporter.errors import IMDSError
 from se_exporter.imds.changes import describe_change
 from se_exporter.imds.document import ScheduledEvent
+from se_exporter.process.command import CommandResult
 from se_exporter.store.lifecycle import EventState
 
 Ledger = MutableMapping[str, LedgerEntry]
@@ -40,7 +40,7 @@ class Item:
 class Hooking:
     """A hook running for one event."""
 
-    future: Future[HookResult]
+    future: Future[CommandResult]
     event: ScheduledEvent
     rule: str
     revision: str  # the event as the hook saw it
@@ -202,10 +202,10 @@ def _decided(event: ScheduledEvent, result: Result, rule: str, reason: str, now:
     return ApprovalDecision(event, result, rule, reason, None, now)
 
 
-def _hook_result(future: Future[HookResult]) -> HookResult:
+def _hook_result(future: Future[CommandResult]) -> CommandResult:
     if future.cancelled():
-        return HookResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary="was cancelled")
+        return CommandResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary="was cancelled")
     error = future.exception()
     if error is not None:
-        return HookResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary=f"runner error: {error!r}")
+        return CommandResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary=f"runner error: {error!r}")
     return future.result()

@@ -27,16 +27,18 @@ MAX_LINE_BYTES = 4096
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """How one run ended."""
+    """How one run (an action's, the approval hook's) ended."""
 
     exit_code: int | None  # None when it timed out or could not start; negative: killed by that signal
     timed_out: bool
     duration_seconds: float
     summary: str  # "exited with status 3", "timed out after 300 s; ...", "could not start: ..."
     last_output: str = ""  # the last line it printed (bounded), for the audit record
+    expired: bool = False  # a hook stopped (or never started) because the event's NotBefore came
 
     @property
     def ok(self) -> bool:
+        """Exit status 0 within the time limit (approval follows only that)."""
         return self.exit_code == 0 and not self.timed_out
 
 

@@ -15,13 +15,14 @@ import pytest
 
 from se_exporter.approval.approver import Approver
 from se_exporter.approval.decision import ApprovalDecision
-from se_exporter.approval.hook import HookResult, HookRunner, HookSubmitter
+from se_exporter.approval.hook import HookRunner, HookSubmitter
 from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS
 from se_exporter.approval.policy import Hook, Policy
 from se_exporter.approval.poster import PostRetry
 from se_exporter.approval.rules import Rule
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Classification, Impact
+from se_exporter.process.command import CommandResult
 from tests.approval.helpers import (
     T0,
     VM,
@@ -51,7 +52,7 @@ class Tracked:
 
     def __init__(self, runner: HookSubmitter) -> None:
         self._runner = runner
-        self.futures: list[Future[HookResult]] = []
+        self.futures: list[Future[CommandResult]] = []
 
     def submit(
         self,
@@ -61,7 +62,7 @@ class Tracked:
         *,
         classification: Classification | None = None,
         seconds_left: float | None = None,
-    ) -> Future[HookResult]:
+    ) -> Future[CommandResult]:
         future = self._runner.submit(event, vm_name, rule, classification=classification, seconds_left=seconds_left)
         self.futures.append(future)
         return future
