@@ -26,9 +26,6 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
 from se_exporter.poller.gaps import ViewGaps
 from se_exporter.poller.results import (
-    ACTIONS_LOOK_SECONDS,
-    IDENTITY_RETRY_FIRST_SECONDS,
-    IDENTITY_RETRY_MAX_SECONDS,
     UNREACHABLE,
     Decider,
     PollResult,
@@ -42,7 +39,10 @@ from se_exporter.store import EventStore
 if TYPE_CHECKING:
     from opentelemetry import trace
 
-log = logging.getLogger("se_exporter.poller")  # the name operators filter on, as before the split
+log = logging.getLogger("se_exporter.poller")  # the package's name: the loop is what it logs
+IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
+IDENTITY_RETRY_MAX_SECONDS = 30.0
+ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
 
 
 class Poller:

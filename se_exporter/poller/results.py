@@ -1,5 +1,6 @@
-"""What the poll loop hands on and what it needs: its status, one poll's result, and the protocols of the
-sinks, the approver and the actions runner (so that none of them imports the loop)."""
+"""What the poll loop hands on and what it needs: its status (and the poll errors' reasons, and what to check
+when IMDS cannot be reached), one poll's result, and the protocols of the sinks, the approver and the
+actions runner (so that none of them imports the loop)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,6 @@ from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.store.lifecycle import EventState, Transition
 
-IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
-IDENTITY_RETRY_MAX_SECONDS = 30.0
-ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
-# The view had a gap when no poll succeeded for longer than max(3 intervals, this): an IMDS hiccup of a few
-# polls is not one, a paused VM, a stopped exporter or a restart is (docs/design.md, What was not seen).
-GAP_FLOOR_SECONDS = 10.0
 _NAMELESS = VMIdentity()
 POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
 UNREACHABLE = (
