@@ -2,7 +2,10 @@
 
 The stages, in the direction data flows: IMDS client → document → event store → approver → sinks
 (counters for /metrics, the audit trail, lifecycle spans). The poller drives them; the collector
-renders /metrics from the store, the poll status and the counters; the web server serves it.
+renders /metrics from the store, the poll status and the counters; the web server serves it. The parts
+that depend on what the operator configured (the state file, the textfile, the approver with a policy,
+the actions runner with an actions file, this VM's identity for the OpenTelemetry resource) are each
+built by a function of their own, with what they need passed in.
 """
 
 from __future__ import annotations
@@ -13,15 +16,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+import msgspec
 
-from se_exporter import __version__, parts
+from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
-from se_exporter.config.files import socket_problem
+from se_exporter.config.files import os_problem, socket_problem
 from se_exporter.config.options import ExporterConfig
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, IMDSError, IMDSStopped
 from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
@@ -29,19 +33,27 @@ from se_exporter.imds.pacing import RateLimiter
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.registry import exporter_registry
+from se_exporter.metrics.textfile import TextfileWriter
 from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment
 from se_exporter.otel.resource import resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Poller, PollSink
+from se_exporter.state.lock import LockHeld
+from se_exporter.state.persistence import Persistence
 from se_exporter.store import EventStore
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer
 from se_exporter.web.traffic import TrafficGate
 
-if TYPE_CHECKING:  # OpenTelemetry: imported at run time only when it is configured
+if TYPE_CHECKING:  # OpenTelemetry, the approver, the actions: imported at run time only when configured
     from opentelemetry import trace
+
+    from se_exporter.actions.config import Actions
+    from se_exporter.actions.runner import ActionRunner
+    from se_exporter.approval.approver import Approver
+    from se_exporter.approval.policy import Policy
 
 
 log = logging.getLogger(__name__)
@@ -68,15 +80,13 @@ class Exporter:
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
         web_config, policy, actions = files.web_config, files.policy, files.actions
-        self.textfile = parts.textfile_writer(config.textfile_path)
+        self.textfile = _textfile_writer(config.textfile_path)
         self.counters = Counters(
             approval_enabled=policy is not None,
             actions={action.name: action.transitions for action in actions.actions} if actions else None,
             written_files=("state", "spool") if config.state_file else (),
         )
-        self.persistence = parts.open_state_file(
-            config.state_file, functools.partial(self.counters.observe_write, "state")
-        )
+        self.persistence = _open_state_file(config.state_file, functools.partial(self.counters.observe_write, "state"))
         store = self.persistence.restore("store", EventStore.from_state, EventStore)
         self.persistence.track("store", store)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
@@ -94,7 +104,7 @@ class Exporter:
             probe = IMDSClient(
                 settings, limiter, transport=transport, on_response=self.counters.observe_response, stop=self._stop
             )
-            identity = parts.startup_identity(probe, identity)
+            identity = _startup_identity(probe, identity)
             self.telemetry = build_telemetry(
                 otel, resource_attributes(identity, __version__), _spool_path(config.state_file), __version__
             )
@@ -119,8 +129,8 @@ class Exporter:
             tracer=tracer,
             stop=self._stop,
         )
-        approver = parts.approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
-        runner = parts.action_runner(actions, self.persistence, clock) if actions is not None else None
+        approver = _approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
+        runner = _action_runner(actions, self.persistence, clock) if actions is not None else None
         self.persistence.flush(force=True)  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
@@ -230,3 +240,92 @@ def _address(config: ExporterConfig) -> str:
 def _spool_path(state_file: Path | None) -> Path | None:
     """The log spool lives next to the state file (and in memory without one)."""
     return None if state_file is None else state_file.with_name(state_file.name + ".spool")
+
+
+def _open_state_file(path: Path | None, observe_write: Callable[[float], None]) -> Persistence:
+    """The state file, locked; a file that cannot be written is a start-up error, not a surprise at the first
+    event."""
+    try:
+        return Persistence(path, observe_write=observe_write)
+    except LockHeld as error:
+        raise ConfigError(
+            f"--state.file: {path} is in use by another se-exporter (pid {error.holder or 'unknown'}); two on one "
+            "state file would approve every event twice"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"--state.file: cannot write {path}: {os_problem(error)}") from None
+
+
+def _textfile_writer(path: Path | None) -> TextfileWriter | None:
+    """The writer of ``--textfile.path``, once a file can be made beside it (else a start-up error)."""
+    if path is None:
+        return None
+    writer = TextfileWriter(path)
+    try:
+        writer.probe()
+    except OSError as error:
+        raise ConfigError(f"--textfile.path: cannot write {path}: {os_problem(error)}") from None
+    return writer
+
+
+def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll_interval: float) -> Approver:
+    from se_exporter.approval.approver import Approver
+
+    def post(event_ids: Sequence[str]) -> None:
+        client.approve(event_ids, paced=False)  # the poster waited for the slot before its recheck
+
+    options: dict[str, Any] = {
+        "can_remember": lambda: persistence.ok,
+        # A POST waits for a look younger than two polls (approval/view.py: never one from before a pause),
+        # for its request slot before its recheck, and for its decision to be on disk.
+        "fresh_within": max(5.0, 2 * poll_interval),
+        "pace": client.pace,
+        "generation": lambda: persistence.next_generation,
+        "remembered": persistence.wait_durable,
+    }
+    built = persistence.restore(
+        "approvals",
+        lambda section: Approver.from_state(section, policy, post, **options),
+        lambda: Approver(policy, post, **options),
+    )
+    persistence.track("approvals", built)
+    mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
+    log.info(
+        "approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules), policy.leader, mode
+    )
+    return built
+
+
+def _action_runner(actions: Actions, persistence: Persistence, clock: Callable[[], float]) -> ActionRunner:
+    from se_exporter.actions.runner import ActionRunner
+
+    options: dict[str, Any] = {
+        "save": persistence.flush,
+        "generation": lambda: persistence.next_generation,
+        "clock": clock,
+    }
+    runner = persistence.restore(
+        "actions",
+        lambda section: ActionRunner.from_state(section, actions, **options),
+        lambda: ActionRunner(actions, **options),
+    )
+    persistence.track("actions", runner)
+    persistence.on_durable(runner.durable)  # a released run starts once the state saying so is on disk
+    log.info("actions %s loaded: %s", actions.source, ", ".join(action.name for action in actions.actions))
+    return runner
+
+
+def _startup_identity(probe: IMDSClient, given: VMIdentity | None) -> VMIdentity | None:
+    """Compute metadata for the OTel resource; --vm.name, if given, stays the name. None if unknown (or
+    if the exporter was stopped meanwhile: the stop follows at once)."""
+    try:
+        learned = probe.get_identity()
+    except IMDSStopped:
+        return given
+    except IMDSError as error:
+        log.warning("compute metadata unavailable: the OpenTelemetry resource has no cloud.* attributes: %s", error)
+        return given
+    finally:
+        probe.close()
+    log.info("learned VM identity name=%s vm_id=%s location=%s", learned.name, learned.vm_id, learned.location)
+    return learned if given is None else msgspec.structs.replace(learned, name=given.name)

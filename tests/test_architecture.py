@@ -38,7 +38,6 @@ STAGES: dict[str, int] = {
     "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
     "operator_files": 7,  # reads what the operator writes, as app does
-    "parts": 7,  # the parts app puts together: state file, approver, actions runner, start-up identity
     "cli": 8,  # the command line: run, demo, check
     "__main__": 8,
 }
