@@ -4,7 +4,7 @@ The case that matters most for OTel: a collector is down exactly when the export
 costing more. Seven processes poll one idle simulator at 1 s, side by side in the same window: the urllib
 loop, the exporter with OTel off, the exporter shipping to a live OTLP/HTTP receiver, the exporter whose
 OTLP endpoint is a closed loopback port, started with 1,000 transition records already in its spool
-(``--state.file``: the spool file next to it, written by the real ``Spool``), and beside each exporter the
+(``--state.file``: the spool's table in it, written by the real ``Spool``), and beside each exporter the
 design's stack used plainly (reference_stack.py) configured alike (it keeps nothing to send).
 
 CPU is read every ``window / SLICES`` seconds (the kernel's process CPU clock, to the nanosecond:
@@ -64,8 +64,11 @@ def fill_spool(state_file: Path, count: int) -> None:
     """``count`` transition records in the spool the exporter will load (as an earlier outage left them)."""
     from se_exporter.audit.records import AuditRecord
     from se_exporter.audit.spool import Spool
+    from se_exporter.state.loading import open_database
+    from se_exporter.state.persistence import MAX_DATABASE_BYTES
 
-    spool = Spool(state_file.with_name(state_file.name + ".spool"))
+    database = open_database(state_file, MAX_DATABASE_BYTES).database
+    spool = Spool(database)
     spool.append(
         AuditRecord(
             "scheduled_event.transition",
@@ -83,6 +86,7 @@ def fill_spool(state_file: Path, count: int) -> None:
         for n in range(count)
     )
     spool.close()
+    database.close(60)
 
 
 def dead_endpoint() -> dict[str, str]:

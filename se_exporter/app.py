@@ -86,7 +86,7 @@ class Exporter:
             actions={action.name: action.transitions for action in actions.actions} if actions else None,
             written_files=("state", "spool") if config.state_file else (),
         )
-        self.persistence = _open_state_file(config.state_file, functools.partial(self.counters.observe_write, "state"))
+        self.persistence = _open_state_file(config.state_file, self.counters.observe_write)
         store = self.persistence.restore("store", EventStore.from_state, EventStore)
         self.persistence.track("store", store)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
@@ -106,11 +106,8 @@ class Exporter:
             )
             identity = _startup_identity(probe, identity)
             self.telemetry = build_telemetry(
-                otel, resource_attributes(identity, __version__), _spool_path(config.state_file), __version__
+                otel, resource_attributes(identity, __version__), self.persistence.database, __version__
             )
-            if self.telemetry.spool is not None:
-                self.telemetry.spool.observe_write = functools.partial(self.counters.observe_write, "spool")
-                self.persistence.write_first(self.telemetry.spool.sync)  # records before the state saying so
         tracer_provider = tracer_provider or self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
@@ -237,12 +234,7 @@ def _address(config: ExporterConfig) -> str:
     return f"{host}:{config.listen_port}"
 
 
-def _spool_path(state_file: Path | None) -> Path | None:
-    """The log spool lives next to the state file (and in memory without one)."""
-    return None if state_file is None else state_file.with_name(state_file.name + ".spool")
-
-
-def _open_state_file(path: Path | None, observe_write: Callable[[float], None]) -> Persistence:
+def _open_state_file(path: Path | None, observe_write: Callable[[str, float], None]) -> Persistence:
     """The state file, locked; a file that cannot be written is a start-up error, not a surprise at the first
     event."""
     try:

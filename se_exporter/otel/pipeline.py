@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -43,6 +42,7 @@ from se_exporter.otel import exporters
 from se_exporter.otel.config import OTelConfig
 from se_exporter.otel.span_export import ReportedSpans
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
+from se_exporter.state.database import Database
 
 SCOPE = "se_exporter"
 # "No trace", said so that the SDK hears it: an empty Context is falsy, and the SDK then takes the current one.
@@ -79,9 +79,10 @@ class Pipeline:
 
 
 def build_telemetry(
-    config: OTelConfig, attributes: Mapping[str, str], spool_path: Path | None, version: str
+    config: OTelConfig, attributes: Mapping[str, str], database: Database | None, version: str
 ) -> Telemetry:
-    """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none."""
+    """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none. The log
+    spool keeps its records in ``database`` (in memory only without one)."""
     if not config.enabled:
         return NoTelemetry()
     # Ours first, then what the SDK reads from the environment, which wins (the user's explicit values).
@@ -99,7 +100,7 @@ def build_telemetry(
             )
         (built,) = exporters.build("logs", config.logs)
         send = LogSender(built, resource, InstrumentationScope(SCOPE, version))
-        spool = Spool(spool_path)
+        spool = Spool(database)
         telemetry.ship_logs(spool, LogShipper(spool, send, abort=send.close, batch_size=config.log_batch_size))
     return telemetry
 

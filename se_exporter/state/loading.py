@@ -1,48 +1,157 @@
-"""Reading the state file at start-up: whatever is found, the exporter comes up.
+"""Opening the state file at start-up (``open_database``): whatever is found there, the exporter comes up.
 
-The file is read only up to its bound (every component bounds what it saves, so a larger file is nothing
-this version wrote) and decoded into its sections, each still raw (its component decodes it). What cannot
-be used (too large, not JSON, another format version) is logged and set aside as ``<state file>.discarded``
-for a person to look at; losing history is better than refusing to monitor.
+- Nothing: a new database.
+- A database: opened and checked (``PRAGMA quick_check``). One that sqlite cannot read, or that fails the
+  check, is moved aside as ``<state file>.discarded`` for a person to look at, and a new one begins.
+- An earlier release's JSON state file (``state/earlier.py``): its sections are imported into a new
+  database that takes its place, once; the file itself is kept as ``<state file>.before-sqlite``. One that
+  cannot be used (too large, not JSON, another version) is moved aside as ``<state file>.discarded``.
+- Anything else (a FIFO, a device, a directory) is moved aside the same way.
+
+When the database cannot be made (a full disk, no inode left), the exporter monitors without state and
+every write fails, counted: each tries to make it again, so once the disk has room the state is kept.
+
+Every file that cannot be used is logged and counted (``persistence_errors_total{file="state"}``): losing
+history is better than refusing to monitor.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
+import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
+from se_exporter.platform import PRIVATE_FILE_MODE, current
+from se_exporter.state.atomic import FileTooLarge, NotARegularFile, open_regular, write_atomically
+from se_exporter.state.database import Database, configure, create_schema, write_sections
+from se_exporter.state.earlier import is_json_state, state_sections
 
-from se_exporter.state.atomic import NotARegularFile, read_bounded
-
-log = logging.getLogger("se_exporter.state.persistence")
-
-
-class _StateFile(msgspec.Struct):
-    version: int
-    sections: dict[str, msgspec.Raw] = {}
+SQLITE_HEADER = b"SQLite format 3\x00"
+SIDE_FILES = ("-wal", "-shm", "-journal")  # what sqlite keeps beside a database
+log = logging.getLogger("se_exporter.state")
 
 
-def load_sections(path: Path, max_bytes: int, version: int) -> tuple[dict[str, msgspec.Raw], int]:
-    """The file's sections, and how many unusable files were found (0 or 1: counted as persistence errors)."""
+@dataclass(frozen=True, slots=True)
+class Opened:
+    database: Database
+    unusable: int  # files found that could not be used (0 or 1)
+
+
+def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> Opened:
+    """The database at ``path`` (at most ``max_bytes``), opened whatever was found there (see the module's
+    docstring); an earlier release's state file is read up to ``earlier_max_bytes``."""
     try:
-        raw = read_bounded(path, max_bytes)
-        if raw is None or not raw.strip():
-            return {}, 0
-        data = msgspec.json.decode(raw, type=_StateFile)
-    except NotARegularFile as exc:  # replaced by the first save (a directory makes every save fail)
-        return _unusable(path, exc, "")
-    except (OSError, msgspec.MsgspecError) as exc:
-        return _unusable(path, exc, _set_aside(path))
-    if data.version != version:
-        return _unusable(path, f"not a version {version} state file", _set_aside(path))
-    return data.sections, 0
+        head = _head(path)
+    except NotARegularFile as error:  # opening it as a database could wait for ever (a FIFO)
+        return _fresh(path, max_bytes, str(error.strerror))
+    except OSError as error:
+        return _fresh(path, max_bytes, f"cannot read it: {error.strerror or error}")
+    if head and is_json_state(head):
+        return _upgrade(path, max_bytes, earlier_max_bytes)
+    if head and not head.startswith(SQLITE_HEADER):
+        return _fresh(path, max_bytes, "neither a database nor a state file of an earlier release")
+    return _existing(path, max_bytes, check=bool(head))
 
 
-def _unusable(path: Path, problem: object, kept: str) -> tuple[dict[str, msgspec.Raw], int]:
-    log.error("state file %s cannot be used (%s): starting without it%s", path, problem, kept)
-    return {}, 1
+def _existing(path: Path, max_bytes: int, *, check: bool) -> Opened:
+    """A database (or nothing yet), checked when there was one."""
+    try:
+        return Opened(Database(_connect(path, max_bytes, check=check), path), 0)
+    except (sqlite3.OperationalError, OSError) as error:  # it could not be made (a full disk): tried again
+        log.error("state file %s cannot be opened (%s): every write tries again", path, error)
+        return Opened(_unopened(path, max_bytes), 1)
+    except sqlite3.DatabaseError as error:  # not a database, damaged
+        return _fresh(path, max_bytes, f"sqlite: {error}")
+
+
+def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
+    _create_private(path)
+    connection = sqlite3.connect(path, check_same_thread=False)
+    try:
+        if check and (found := connection.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+            raise sqlite3.DatabaseError(f"damaged: {found}")
+        configure(connection, max_bytes)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def _unopened(path: Path, max_bytes: int) -> Database:
+    return Database(None, path, reconnect=lambda: _connect(path, max_bytes, check=False))
+
+
+def _fresh(path: Path, max_bytes: int, problem: str) -> Opened:
+    """Move what cannot be used aside and begin a new database."""
+    log.error("state file %s cannot be used (%s): starting without it%s", path, problem, _set_aside(path))
+    try:
+        return Opened(Database(_connect(path, max_bytes, check=False), path), 1)
+    except (sqlite3.Error, OSError) as error:
+        log.error("state file %s cannot be made (%s): every write tries again", path, error)
+        return Opened(_unopened(path, max_bytes), 1)
+
+
+def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
+    """An earlier release's state file: its sections in a new database that replaces it atomically (a crash
+    before the rename leaves the JSON file, imported again at the next start)."""
+    try:
+        sections = state_sections(path, earlier_max_bytes)
+    except (OSError, ValueError) as error:
+        problem = error.strerror if isinstance(error, FileTooLarge) else error
+        return _fresh(path, max_bytes, str(problem))
+    try:
+        _replace_with_database(path, sections)
+    except (OSError, sqlite3.Error) as error:  # a full disk: the file stays, imported at the next start
+        log.error("state file %s: cannot import it into a database (%s): monitoring without it", path, error)
+        return Opened(_unopened(path, max_bytes), 1)
+    log.info(
+        "state file %s: imported the %d section(s) of an earlier release's state file into a database "
+        "(the file is kept as %s.before-sqlite)",
+        path,
+        len(sections),
+        path.name,
+    )
+    try:
+        return Opened(Database(_connect(path, max_bytes, check=False), path), 0)
+    except (sqlite3.Error, OSError) as error:
+        log.error("state file %s cannot be opened (%s): every write tries again", path, error)
+        return Opened(_unopened(path, max_bytes), 0)
+
+
+def _replace_with_database(path: Path, sections: dict[str, bytes]) -> None:
+    write_atomically(path.with_name(path.name + ".before-sqlite"), path.read_bytes())
+    building = path.with_name(f".{path.name}.upgrade.tmp")
+    for stale in (building, *(building.with_name(building.name + side) for side in SIDE_FILES)):
+        stale.unlink(missing_ok=True)
+    _create_private(building)
+    connection = sqlite3.connect(building)
+    try:
+        create_schema(connection)
+        write_sections(connection, sorted(sections.items()))
+    finally:
+        connection.close()
+    os.replace(building, path)
+    current().sync_directory(path.parent)
+
+
+def _create_private(path: Path) -> None:
+    """An empty file (an empty database, to sqlite) only its owner reads, unless there is one: sqlite makes
+    its WAL and shared-memory files with the database's mode."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), PRIVATE_FILE_MODE))
+
+
+def _head(path: Path) -> bytes:
+    """The first bytes of the file (empty when there is none); ``NotARegularFile`` for a directory or FIFO."""
+    file = open_regular(path)
+    if file is None:
+        return b""
+    with file:
+        return file.read(len(SQLITE_HEADER))
 
 
 def _set_aside(path: Path) -> str:
@@ -50,6 +159,13 @@ def _set_aside(path: Path) -> str:
     aside = path.with_name(path.name + ".discarded")
     try:
         os.replace(path, aside)
-    except OSError:
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            return ""
+        with contextlib.suppress(OSError):
+            path.unlink()
         return ""
+    for side in SIDE_FILES:  # a WAL belongs to the file it was written for
+        with contextlib.suppress(OSError):
+            path.with_name(path.name + side).unlink()
     return f"; kept as {aside}"

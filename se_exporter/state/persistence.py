@@ -1,20 +1,20 @@
-"""The state file (``--state.file``): one section per stateful component, saved when one changed.
+"""The state file (``--state.file``): one section per stateful component, in the database, saved when one
+changed.
 
 Components follow the ``Stateful`` protocol: ``to_state()`` returns what to save (msgspec encodes it)
 and ``state_version`` moves whenever that changed. Each restores itself with its own
 ``from_state(section)``, decoding its raw section with ``decode_section`` (``Persistence.restore``
 calls it); this module never sees a domain type.
 
-Saving never holds up the poll loop: ``flush`` hands an encoded snapshot to the writer thread
-(``state/writer.py``) and returns; generations say what is on disk (``durable``, ``wait_durable``,
-``on_durable``), for what must be remembered before it is acted on. ``save`` writes at once (start, stop).
+Saving never holds up the poll loop: ``flush`` hands an encoded snapshot to the database's writer thread
+(``state/database.py``) and returns; generations say what is committed (``durable``, ``wait_durable``,
+``on_durable``), for what must be remembered before it is acted on. ``save`` commits at once (start, stop).
 
-A restart always comes up, whatever it finds: the file is read only up to ``MAX_STATE_BYTES`` (every
-component bounds what it saves, so a larger file is nothing this version wrote), each section is
-decoded on its own, and what cannot be used (too large, not JSON, a damaged section) is set aside,
-logged and counted in ``errors`` (``persistence_errors_total{file="state"}``): losing history is
-better than refusing to monitor. A file that is too large is kept as ``<state file>.discarded`` for
-a person to look at. The file is locked (``state.lock``): a second exporter on it is refused.
+A restart always comes up, whatever it finds (``state/loading.py``): what cannot be used is set aside,
+logged and counted in ``errors`` (``persistence_errors_total{file="state"}``), and so is each section too
+large (over ``MAX_STATE_BYTES`` in all: every component bounds what it saves, so that is nothing this
+version wrote) or that its component cannot decode: losing history is better than refusing to monitor.
+The file is locked (``state.lock``): a second exporter on it is refused.
 """
 
 from __future__ import annotations
@@ -22,22 +22,23 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import msgspec
 
-from se_exporter.state.atomic import check_writable, remove_leftovers, write_atomically
-from se_exporter.state.loading import load_sections
+from se_exporter.state.atomic import check_writable, remove_leftovers
+from se_exporter.state.database import Database
+from se_exporter.state.loading import open_database
 from se_exporter.state.lock import StateLock
-from se_exporter.state.writer import StateWriter
 
-FORMAT_VERSION = 1
-# What a state file may weigh: the event store (bounded by the document bounds), the open lifecycles
+# What the sections may weigh: the event store (bounded by the document bounds), the open lifecycles
 # and the approval ledger, each bounded by their owners, fit in well under this.
 MAX_STATE_BYTES = 16 << 20
+# The database: the sections and the log spool (DEFAULT_MAX_BYTES of records in memory, about as much on
+# disk), with room for sqlite's pages half full.
+MAX_DATABASE_BYTES = 64 << 20
 # A disk with no space (or no inodes) left at start is tolerated as it is later: counted, retried.
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 SAVE_WAIT_SECONDS = 30.0  # a stop waits this long for a write in flight (a throttled disk) before its own
@@ -61,7 +62,7 @@ def decode_section(section: object, schema: type[T]) -> T:
 
 
 class Persistence:
-    """Saves the tracked components into one file; a no-op without a path.
+    """Saves the tracked components into the database; a no-op without a path.
 
     Raises ``OSError`` at construction when the file's directory cannot be written (a full disk aside)
     or when another exporter holds the file: a state file that cannot be kept is a start-up error, not
@@ -73,11 +74,12 @@ class Persistence:
         path: Path | None,
         *,
         max_bytes: int = MAX_STATE_BYTES,
-        observe_write: Callable[[float], None] = lambda _seconds: None,  # each write's time, fsync included
+        observe_write: Callable[[str, float], None] = lambda _file, _seconds: None,  # each commit, fsync included
     ) -> None:
         self.path = path
         self.errors = 0  # failed saves, and unusable files at start-up: persistence_errors_total{file="state"}
         self.ok = True  # the last save succeeded (approvals wait while it did not)
+        self.database: Database | None = None
         self._components: dict[str, Stateful] = {}
         self._submitted_versions: dict[str, int] = {}  # of the last snapshot handed over (written or not)
         self._lock = threading.Lock()  # the poll loop and Exporter.close both save
@@ -86,11 +88,8 @@ class Persistence:
         self._observe_write = observe_write
         self._requested = 0  # the generation of the last snapshot handed over
         self._listeners: list[Callable[[int], None]] = []
-        self._before: Callable[[], None] = lambda: None
-        self._writer: StateWriter | None = None
         if path is not None:
             self._open(path, max_bytes)
-            self._writer = StateWriter(path, self._written)
 
     def section(self, name: str) -> msgspec.Raw | None:
         """What was saved for ``name`` at the last run (None if nothing usable)."""
@@ -130,70 +129,50 @@ class Persistence:
 
     def wait_durable(self, generation: int, timeout: float) -> bool:
         """Whether the snapshot of ``generation`` (or a newer one) is on disk within ``timeout`` seconds."""
-        if self._writer is None:
+        if self.database is None:
             return True
-        return self._writer.wait_durable(generation, timeout)
-
-    def write_first(self, before: Callable[[], None]) -> None:
-        """``before()`` runs ahead of every state write, on the writer's thread: the log spool's records of
-        the transitions a snapshot says were emitted are on disk before that snapshot (a crash in between
-        would otherwise lose them: the restart does not emit them again)."""
-        self._before = before
-        if self._writer is not None:
-            self._writer.before = before
+        return self.database.wait_durable(generation, timeout)
 
     def on_durable(self, listener: Callable[[int], None]) -> None:
         """``listener(generation)`` after each snapshot that reached the disk (on the writer's thread)."""
         self._listeners.append(listener)
 
     def save(self) -> bool:
-        """Write every section now (after whatever the writer was writing); a failure is logged (monitoring
+        """Commit every section now (after whatever the writer was writing); a failure is logged (monitoring
         goes on) and returns False."""
-        if self._writer is not None:
-            self._writer.drain(SAVE_WAIT_SECONDS)
-        generation, payload = self._snapshot()
-        if self.path is None:
-            self._written(generation, 0.0, None)
+        generation = self._submit()
+        if self.database is None:
             return True
-        began = time.monotonic()
-        try:
-            self._before()
-            write_atomically(self.path, payload)
-        except OSError as error:
-            self._written(generation, time.monotonic() - began, error)
-            return False
-        if self._writer is not None:
-            self._writer.durable = max(self._writer.durable, generation)
-        self._written(generation, time.monotonic() - began, None)
-        return True
+        self.database.sync(SAVE_WAIT_SECONDS)
+        return self.ok and self.database.durable >= generation
 
     def close(self) -> None:
-        """Stop the writer (what it was writing is finished first, bounded) and release the lock."""
-        if self._writer is not None:
-            self._writer.drain(SAVE_WAIT_SECONDS)
-            self._writer.close()
+        """Stop the writer (what it was writing is finished first, bounded), close the file, release the lock."""
+        if self.database is not None:
+            self.database.close(SAVE_WAIT_SECONDS)
         if self._file_lock is not None:
             self._file_lock.release()
             self._file_lock = None
 
-    def _snapshot(self) -> tuple[int, bytes]:
-        """Every section encoded now, and the generation it is."""
+    def _submit(self) -> int:
+        """Hand the writer every section encoded now; returns the generation it is."""
         with self._lock:
             self._submitted_versions = {name: c.state_version for name, c in self._components.items()}
-            sections = {name: component.to_state() for name, component in self._components.items()}
+            sections = {name: msgspec.json.encode(c.to_state()) for name, c in self._components.items()}
             self._requested += 1
-            return self._requested, msgspec.json.encode({"version": FORMAT_VERSION, "sections": sections})
-
-    def _submit(self) -> None:
-        generation, payload = self._snapshot()
-        if self._writer is None:  # no file: nothing to wait for
-            self._written(generation, 0.0, None)
+            generation = self._requested
+        if self.database is None:  # no file: nothing to wait for
+            self._committed(generation, 0.0, None)
         else:
-            self._writer.submit(generation, payload)
+            self.database.submit(generation, sections)
+        return generation
 
-    def _written(self, generation: int, seconds: float, failure: OSError | None) -> None:
+    def _committed(self, generation: int | None, seconds: float, failure: Exception | None) -> None:
+        """What the writer reports of each commit (on its thread)."""
         if self.path is not None:
-            self._observe_write(seconds)
+            self._observe_write("state" if generation is not None else "spool", seconds)
+        if generation is None:  # the spool's alone: the spool counts its own failures
+            return
         if failure is not None:
             with self._lock:
                 self._submitted_versions = {}  # the next flush hands over a snapshot again
@@ -208,10 +187,10 @@ class Persistence:
             except Exception:  # one listener's bug must not stop the writer nor starve the others
                 log.exception("a state file listener failed")
 
-    def _failed(self, exc: OSError) -> None:
+    def _failed(self, error: Exception) -> None:
         self.errors += 1
         if self.ok:  # one line per outage
-            log.error("could not save state file %s: %s; retried at every change", self.path, exc)
+            log.error("could not save state file %s: %s; retried at every change", self.path, error)
         self.ok = False
 
     def _open(self, path: Path, max_bytes: int) -> None:
@@ -229,5 +208,14 @@ class Persistence:
             log.warning("cannot create the lock file of %s (%s): running without it", path, exc.strerror)
         if removed := remove_leftovers(path):
             log.info("removed %d temporary file(s) a crash left next to %s", removed, path)
-        self._sections, unusable = load_sections(path, max_bytes, FORMAT_VERSION)
-        self.errors += unusable
+        opened = open_database(path, MAX_DATABASE_BYTES, max_bytes)
+        self.errors += opened.unusable
+        self.database = opened.database
+        sections, too_large = self.database.sections(max_bytes)
+        for name in too_large:
+            log.error(
+                "state file %s: its %s section is larger than this version writes: starting without it", path, name
+            )
+            self.errors += 1
+        self._sections = {name: msgspec.Raw(body) for name, body in sections.items()}
+        self.database.on_commit = self._committed

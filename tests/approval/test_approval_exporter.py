@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess
 from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
+from tests.support.state_file import saved_sections
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -305,8 +307,8 @@ def fake_polls(fake: FakeIMDS) -> int:
 
 def saved_status(state: Path, event_id: str) -> str | None:
     try:
-        sections = json.loads(state.read_text(encoding="utf-8"))["sections"]
-    except (OSError, ValueError):
+        sections = saved_sections(state)
+    except sqlite3.Error:  # not made yet
         return None
     status = sections.get("approvals", {}).get("events", {}).get(event_id, {}).get("status")
     return None if status is None else str(status)

@@ -109,8 +109,11 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
     slow.unlink()
     second = start_exporter(*args, env=env)
     second.wait_ready()
-    wait_for(lambda: re.search(r"transition=scheduled", second.logs()), 10, "the transition emitted again")
+    # Either the kill came before the poll's transaction reached the file (the second exporter emits the
+    # transition again, same uid) or during its fsync (the kernel keeps what was written: the second finds
+    # it committed, its record in the spool). Either way the collector gets it exactly once.
     logs = otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)
+    assert len(re.findall(r"transition=scheduled", second.logs())) <= 1
     time.sleep(2)  # what a duplicate would need to arrive: nothing more may come
     logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
     assert [str(log["scheduled_event.transition"]) for log in logs] == ["scheduled"], "exactly once"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
@@ -14,6 +13,7 @@ import pytest
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
+from tests.support.state_file import saved_sections
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -44,13 +44,9 @@ def test_restart_emits_no_transition_twice(
     fake_imds.respond = lambda seen: document(2, STARTED)
     wait_for(lambda: transitions(first) == ["scheduled", "started"], 20, "started logged")
     started_at = time.time()
-    wait_for(
-        lambda: json.loads(state.read_text(encoding="utf-8"))["sections"]["store"]["events"][0]["started_at"],
-        10,
-        "state saved",
-    )
+    wait_for(lambda: saved_sections(state)["store"]["events"][0]["started_at"], 10, "state saved")
     # No OTLP configured: no lifecycle span is ever sent, so none is kept (in memory or in the file).
-    assert set(json.loads(state.read_text(encoding="utf-8"))["sections"]) == {"store"}
+    assert set(saved_sections(state)) == {"store"}
     code = first.stop(stop_signal)
     assert code == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
     assert state.stat().st_mode & 0o077 == 0, "the state file must not be readable by others"
@@ -85,7 +81,13 @@ def test_removal_while_down_is_seen_at_start(
 
 
 @pytest.mark.parametrize(
-    "content", [b"{not json", b'{"version": 1, "sections": {"store": {"events": 7}}}', b'{"version": 99}', b"\x00\xff"]
+    "content",
+    [
+        b"{not json",
+        b'{"version": 99}',
+        b"\x00\xff",
+        b"SQLite format 3\x00" + b"\x00" * 4000,  # a database's header, the rest of it gone
+    ],
 )
 def test_corrupt_state_file_is_logged_and_ignored(
     content: bytes, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
@@ -97,7 +99,20 @@ def test_corrupt_state_file_is_logged_and_ignored(
     wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad file")
     assert "cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
     assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
-    wait_for(lambda: json.loads(state.read_text(encoding="utf-8"))["version"] == 1, 10, "state file rewritten")
+    assert (tmp_path / "state.json.discarded").read_bytes() == content, "kept for a person to look at"
+    wait_for(lambda: "store" in saved_sections(state), 10, "a new state file written")
+
+
+def test_a_damaged_section_is_logged_and_its_component_starts_empty(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    state = tmp_path / "state.json"
+    state.write_bytes(b'{"version": 1, "sections": {"store": {"events": 7}}}')  # imported, then refused
+    fake_imds.respond = lambda seen: document(1, EVENT)
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
+    wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad section")
+    assert "its store section cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
+    assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
 
 
 def test_sigterm_exits_zero_promptly(fake_imds: FakeIMDS, start_exporter: StartExporter) -> None:

@@ -15,6 +15,8 @@ from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
 from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
+from se_exporter.state.loading import open_database
+from se_exporter.state.persistence import MAX_DATABASE_BYTES
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
 
@@ -54,11 +56,13 @@ def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -
     return start
 
 
-def build_in_process(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], spool: Path) -> Telemetry:
-    """The pipeline built in this process from ``environ``: the SDK and its exporters read the process's
-    environment, so the variables are set there too (and unset after the test)."""
+def build_in_process(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], state_file: Path) -> Telemetry:
+    """The pipeline built in this process from ``environ``, its log spool in the database at ``state_file``:
+    the SDK and its exporters read the process's environment, so the variables are set there too (and unset
+    after the test). The database's writer is a daemon thread, idle once the pipeline is closed."""
     for name in [name for name in os.environ if name.startswith("OTEL_")]:
         monkeypatch.delenv(name)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    return build_telemetry(parse_otel_environment(environ), {}, spool, "test")
+    database = open_database(state_file, MAX_DATABASE_BYTES).database
+    return build_telemetry(parse_otel_environment(environ), {}, database, "test")

@@ -143,4 +143,4 @@ def test_grpc_without_its_extra_is_a_configuration_error_that_says_how_to_get_it
         {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
     )
     with pytest.raises(ConfigError, match=r"pip install 'azure-scheduled-events-exporter\[grpc\]'"):
-        build_telemetry(config, {}, tmp_path / "spool", "test")
+        build_telemetry(config, {}, None, "test")

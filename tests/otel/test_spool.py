@@ -1,4 +1,5 @@
-"""The durable log spool: what survives a restart, what is sent once, what the bound drops."""
+"""The durable log spool: what survives a restart, what is sent once, what the bound drops; its records in
+the state database, and an earlier release's journal imported once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 
 from se_exporter.audit.records import AttributeValue, AuditRecord
 from se_exporter.audit.spool import Spool
+from se_exporter.state.database import WAL_LIMIT_BYTES
+from tests.support.state_file import finished_uids, on_disk, opened, spooled_records
 
 
 def record(n: int) -> AuditRecord:
@@ -31,57 +34,86 @@ def uids(records: list[AuditRecord]) -> list[str]:
 
 
 def test_pending_records_survive_a_restart_in_order_and_acked_ones_never_return(tmp_path: Path) -> None:
-    path = tmp_path / "state.json.spool"
-    spool = Spool(path)
-    assert spool.append([record(1), record(2), record(3)]) == 3
-    spool.sync()  # the shipper writes, on its own thread, before it ships
-    spool.ack(["uid-1"])
-    spool.close()  # as at SIGTERM: what the shipper had not written yet is written then
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database)
+        assert spool.append([record(1), record(2), record(3)]) == 3
+        spool.sync()  # the shipper has them written, on its own thread, before it ships
+        assert [r["uid"] for r in spooled_records(path)] == ["uid-1", "uid-2", "uid-3"]
+        spool.ack(["uid-1"])
+        spool.close()  # as at SIGTERM: what the shipper had not had written is written then
 
-    again = Spool(path)
-    assert uids(again.peek(10)) == ["uid-2", "uid-3"]
-    assert again.peek(10)[0] == record(2), "attributes keep their types (tuple, int, bool) through the file"
-    assert again.append([record(1), record(2)]) == 0, "re-emitted after a crash: recognised by uid"
-    assert again.depth == 2
+    with opened(path) as database:
+        again = Spool(database)
+        assert uids(again.peek(10)) == ["uid-2", "uid-3"]
+        assert again.peek(10)[0] == record(2), "attributes keep their types (tuple, int, bool) through the file"
+        assert again.append([record(1), record(2)]) == 0, "re-emitted after a crash: recognised by uid"
+        assert again.depth == 2
+
+
+def test_a_record_is_shipped_only_once_written(tmp_path: Path) -> None:
+    with opened(tmp_path / "state.json") as database:
+        spool = Spool(database)
+        spool.append([record(1)])
+        assert spool.peek(10) == [], "not written yet: a crash now would lose it, so it is not sent"
+        spool.sync()
+        assert uids(spool.peek(10)) == ["uid-1"]
+        spool.close()
 
 
 def test_full_spool_drops_the_oldest_and_counts_them(tmp_path: Path) -> None:
-    path = tmp_path / "spool"
-    spool = Spool(path, capacity=3)
-    spool.append([record(n) for n in range(1, 6)])
-    spool.sync()
-    assert uids(spool.peek(10)) == ["uid-3", "uid-4", "uid-5"]
-    assert spool.dropped == 2
-    spool.close()
-    assert uids(Spool(path, capacity=3).peek(10)) == ["uid-3", "uid-4", "uid-5"]
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database, capacity=3)
+        spool.append([record(n) for n in range(1, 6)])
+        spool.sync()
+        assert uids(spool.peek(10)) == ["uid-3", "uid-4", "uid-5"]
+        assert spool.dropped == 2
+        spool.close()
+    assert [r["uid"] for r in spooled_records(path)] == ["uid-3", "uid-4", "uid-5"], "the dropped never written"
+    with opened(path) as database:
+        assert uids(Spool(database, capacity=3).peek(10)) == ["uid-3", "uid-4", "uid-5"]
 
 
-def test_torn_last_line_is_ignored_and_a_damaged_line_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "spool"
-    spool = Spool(path)
-    spool.append([record(1)])
-    spool.append([record(2)])
-    spool.close()
-    lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"not json\n" + b"".join(lines) + b'{"add": {"event_na')  # a crash mid-write
-    assert uids(Spool(path).peek(10)) == ["uid-1", "uid-2"]
-
-
-def test_journal_is_compacted_and_still_deduplicates(tmp_path: Path) -> None:
-    path = tmp_path / "spool"
-    spool = Spool(path)
-    for n in range(3000):
-        spool.append([record(n)])
-        spool.ack([f"uid-{n}"])
-    spool.append([record(5000)])
-    assert path.stat().st_size < 200_000, "acknowledged records must not pile up in the journal"
-    spool.close()
-    again = Spool(path)
-    assert uids(again.peek(10)) == ["uid-5000"]
-    assert again.append([record(2999)]) == 0
-    assert all(json.loads(line) for line in path.read_bytes().splitlines())
+def test_acknowledged_records_leave_the_file_and_are_still_recognised(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database)
+        for n in range(3000):
+            spool.append([record(n)])
+            spool.sync()
+            spool.ack([f"uid-{n}"])
+        spool.append([record(5000)])
+        spool.sync()
+        assert path.stat().st_size < 1_000_000, "acknowledged records must not pile up in the file"
+        assert on_disk(path) < 1_000_000 + WAL_LIMIT_BYTES + (1 << 20), "nor in its WAL"
+        spool.close()
+    assert [r["uid"] for r in spooled_records(path)] == ["uid-5000"]
+    assert len(finished_uids(path)) == 3000
+    with opened(path) as database:
+        again = Spool(database)
+        assert uids(again.peek(10)) == ["uid-5000"]
+        assert again.append([record(2999)]) == 0
     if os.name == "posix":  # Windows has no such modes: there the directory's ACL decides (docs/windows.md)
-        assert path.stat().st_mode & 0o077 == 0, "the spool holds the same data as the state file: 0600"
+        assert path.stat().st_mode & 0o077 == 0, "the state file holds what IMDS said of this VM: 0600"
+
+
+def test_an_earlier_releases_journal_is_imported_once_torn_and_damaged_lines_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    journal = tmp_path / "state.json.spool"
+    lines = [json.dumps({"add": record(n).to_json()}).encode() + b"\n" for n in (1, 2, 3)]
+    lines.append(json.dumps({"ack": ["uid-3"]}).encode() + b"\n")
+    journal.write_bytes(b"not json\n" + b"".join(lines) + b'{"add": {"event_na')  # a crash mid-write
+    with opened(path) as database:
+        spool = Spool(database)
+        assert uids(spool.peek(10)) == ["uid-1", "uid-2"], "durable already: the journal stays until they are written"
+        spool.sync()
+        assert spool.append([record(3)]) == 0, "acknowledged in the journal: never sent again"
+        spool.close()
+    assert not journal.exists() and (tmp_path / "state.json.spool.imported").exists()
+    assert [r["uid"] for r in spooled_records(path)] == ["uid-1", "uid-2"]
+    with opened(path) as database:
+        assert uids(Spool(database).peek(10)) == ["uid-1", "uid-2"], "imported once, kept in the database"
 
 
 def test_without_a_state_file_the_spool_lives_in_memory(tmp_path: Path) -> None:
@@ -122,35 +154,42 @@ def big(n: int, description_bytes: int) -> AuditRecord:
 
 def test_the_spool_is_bounded_in_bytes_of_memory_dropping_the_oldest_and_counting_them(tmp_path: Path) -> None:
     """A new event with a 3.5 MB Description at every poll once grew memory and the file without end."""
-    path = tmp_path / "spool"
-    spool = Spool(path, max_bytes=10 << 20)
-    for n in range(20):
-        spool.append([big(n, 3_500_000)])
-        spool.sync()  # as the shipper does between two exports
-        assert spool.pending_bytes <= 10 << 20
-    assert uids(spool.peek(10)) == ["uid-18", "uid-19"] and spool.dropped == 18
-    assert path.stat().st_size < 3 * (10 << 20), "the journal is bounded too"
-    spool.close()
-    again = Spool(path, max_bytes=10 << 20)
-    assert uids(again.peek(10)) == ["uid-18", "uid-19"] and again.dropped == 0
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database, max_bytes=10 << 20)
+        for n in range(20):
+            spool.append([big(n, 3_500_000)])
+            spool.sync()  # as the shipper does between two exports
+            assert spool.pending_bytes <= 10 << 20
+        assert uids(spool.peek(10)) == ["uid-18", "uid-19"] and spool.dropped == 18
+        assert on_disk(path) < 3 * (10 << 20), "the file is bounded too"
+        spool.close()
+    with opened(path) as database:
+        again = Spool(database, max_bytes=10 << 20)
+        assert uids(again.peek(10)) == ["uid-18", "uid-19"] and again.dropped == 0
 
 
-def test_a_journal_larger_than_the_bound_replays_within_it_a_line_at_a_time(tmp_path: Path) -> None:
+def test_a_journal_larger_than_the_bound_is_read_within_it_a_line_at_a_time(tmp_path: Path) -> None:
     """Another version's (or a larger bound's) spool: the newest records that fit are kept, the rest counted."""
-    path = tmp_path / "spool"
-    with path.open("wb") as journal:
+    path = tmp_path / "state.json"
+    with (tmp_path / "state.json.spool").open("wb") as journal:
         for n in range(40):
             journal.write(json.dumps({"add": big(n, 1_000_000).to_json()}).encode() + b"\n")
-    spool = Spool(path, max_bytes=4_500_000)
-    assert uids(spool.peek(10)) == ["uid-36", "uid-37", "uid-38", "uid-39"]
-    assert spool.dropped == 36 and path.stat().st_size < 4_500_000
+    with opened(path) as database:
+        spool = Spool(database, max_bytes=4_500_000)
+        assert spool.dropped == 36
+        spool.sync()
+        assert uids(spool.peek(10)) == ["uid-36", "uid-37", "uid-38", "uid-39"]
+        spool.close()
+    assert [r["uid"] for r in spooled_records(path)] == ["uid-36", "uid-37", "uid-38", "uid-39"]
 
 
 @pytest.mark.skipif(os.name == "nt", reason="Windows has no FIFOs (os.mkfifo)")
-def test_a_fifo_in_place_of_the_journal_does_not_hang_the_start(tmp_path: Path) -> None:
-    path = tmp_path / "spool"
-    os.mkfifo(path)
-    spool = Spool(path)
-    spool.append([record(1)])
-    spool.sync()
-    assert path.is_file() and uids(Spool(path).peek(10)) == ["uid-1"]
+def test_a_fifo_in_place_of_an_earlier_journal_does_not_hang_the_start(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "state.json.spool")
+    with opened(tmp_path / "state.json") as database:
+        spool = Spool(database)
+        spool.append([record(1)])
+        spool.sync()
+        assert uids(spool.peek(10)) == ["uid-1"]
+        spool.close()

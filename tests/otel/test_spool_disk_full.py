@@ -4,12 +4,14 @@ the process ends, every failed write is counted, and the shutdown line tells the
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from se_exporter.audit.records import AuditRecord
 from se_exporter.audit.spool import Spool
+from tests.support.state_file import opened
 from tests.support.tmpfs import fill, small_tmpfs
 
 pytestmark = pytest.mark.posix
@@ -31,30 +33,32 @@ def test_records_appended_while_the_disk_is_full_reach_the_file_once_space_is_ba
     tmp_path: Path, space_back_before: str
 ) -> None:
     with small_tmpfs(tmp_path / "fs") as fs:
-        spool = Spool(fs / "spool")
-        spool.append([record(n) for n in range(10)])
-        spool.sync()  # the shipper writes between its exports
-        filler = fill(fs)
-        for n in range(10, 80):
-            spool.append([record(n)])
-            spool.sync()
-        assert spool.write_errors > 0 and not spool.synced
-        filler.unlink()
-        if space_back_before == "the next append":
-            spool.append([record(80)])
-            spool.sync()
-            assert spool.synced
-        spool.close()
-        reopened = Spool(fs / "spool")
-        expected = 81 if space_back_before == "the next append" else 80
-        assert reopened.depth == expected
-        assert [r.uid for r in reopened.peek(expected)] == [f"uid-{n}" for n in range(expected)]
+        with opened(fs / "state.json") as database:
+            spool = Spool(database)
+            spool.append([record(n) for n in range(10)])
+            spool.sync()  # the shipper has them written between its exports
+            filler = fill(fs)
+            for n in range(10, 80):
+                spool.append([record(n)])
+                spool.sync()
+            assert spool.write_errors > 0 and not spool.synced
+            filler.unlink()
+            if space_back_before == "the next append":
+                spool.append([record(80)])
+                spool.sync()
+                assert spool.synced
+            spool.close()
+        with opened(fs / "state.json") as database:
+            reopened = Spool(database)
+            expected = 81 if space_back_before == "the next append" else 80
+            assert reopened.depth == expected
+            assert [r.uid for r in reopened.peek(expected)] == [f"uid-{n}" for n in range(expected)]
 
 
 def test_a_disk_still_full_at_close_is_said_at_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="se_exporter")
-    with small_tmpfs(tmp_path / "fs") as fs:
-        spool = Spool(fs / "spool")
+    with small_tmpfs(tmp_path / "fs") as fs, opened(fs / "state.json") as database:
+        spool = Spool(database)
         fill(fs)
         spool.append([record(1)])
         spool.sync()
@@ -64,14 +68,22 @@ def test_a_disk_still_full_at_close_is_said_at_close(tmp_path: Path, caplog: pyt
     assert len(errors) == 1 and "records are kept in memory and written once it works again" in errors[0]
 
 
-def test_a_damaged_line_with_an_out_of_range_number_is_skipped(tmp_path: Path) -> None:
+def test_a_damaged_record_with_an_out_of_range_number_is_skipped(tmp_path: Path) -> None:
     """ "timestamp_ns": 1e999 once crashed the start (a crash loop)."""
-    path = tmp_path / "spool"
-    good = Spool(path)
-    good.append([record(1), record(2)])
-    good.close()
-    lines = path.read_bytes().splitlines()
-    damaged = lines[0].replace(b'"timestamp_ns":1750000000000000001', b'"timestamp_ns":1e999')
-    assert damaged != lines[0]
-    path.write_bytes(b"\n".join([damaged, *lines[1:]]) + b"\n")
-    assert [r.uid for r in Spool(path).peek(10)] == ["uid-2"]
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        good = Spool(database)
+        good.append([record(1), record(2)])
+        good.close()
+    connection = sqlite3.connect(path)
+    with connection:
+        (body,) = connection.execute("SELECT body FROM spool WHERE uid = 'uid-1'").fetchone()
+        damaged = body.replace(b'"timestamp_ns":1750000000000000001', b'"timestamp_ns":1e999')
+        assert damaged != body
+        connection.execute("UPDATE spool SET body = ? WHERE uid = 'uid-1'", (damaged,))
+    connection.close()
+    with opened(path) as database:
+        spool = Spool(database)
+        spool.sync()  # the damaged row removed: the table rewritten as memory holds it
+        assert [r.uid for r in spool.peek(10)] == ["uid-2"]
+        spool.close()

@@ -145,7 +145,7 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     )
     start(podman, name, *args)
     wait_for(lambda: transitions(podman, name) == ["scheduled"], 60, "the scheduled transition logged")
-    saved = podman.run("exec", name, "cat", "/var/lib/se-exporter/state.json").stdout
+    saved = podman.run("exec", name, "python", "-c", READ_STORE).stdout
     assert '"C1"' in saved, "the state file in the volume holds the event"
     podman.run("stop", "--time", "10", name, timeout=30)
     podman.run("start", name)
@@ -155,6 +155,13 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     assert [s["event_id"] for s in series(restarted, "azure_scheduled_events_event_info")] == ["C1"]
     assert transitions(podman, name) == ["scheduled"], "a transition emitted again after the restart"
 
+
+# The store's section, read from the database beside the running exporter, as an operator would.
+READ_STORE = (
+    "import sqlite3\n"
+    "db = sqlite3.connect('file:/var/lib/se-exporter/state.json?mode=ro', uri=True)\n"
+    "print(db.execute(\"SELECT body FROM sections WHERE name = 'store'\").fetchone()[0].decode())"
+)
 
 _ZOMBIES = (
     "import os\n"

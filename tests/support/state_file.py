@@ -1,0 +1,56 @@
+"""What the exporter saved in its state file (the sqlite database, ``se_exporter/state/database.py``), read
+as an operator would with sqlite: a read-only connection beside the running exporter."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from se_exporter.state.database import Database
+from se_exporter.state.loading import open_database
+from se_exporter.state.persistence import MAX_DATABASE_BYTES
+
+
+def _read(path: Path, query: str) -> list[tuple[Any, ...]]:
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
+def saved_sections(path: Path) -> dict[str, Any]:
+    """Every section, decoded; {} while the file does not exist yet."""
+    if not path.exists():
+        return {}
+    return {str(name): json.loads(body) for name, body in _read(path, "SELECT name, body FROM sections")}
+
+
+def spooled_records(path: Path) -> list[dict[str, Any]]:
+    """The log records waiting in the spool, oldest first."""
+    if not path.exists():
+        return []
+    return [json.loads(body) for (body,) in _read(path, "SELECT body FROM spool ORDER BY seq")]
+
+
+def finished_uids(path: Path) -> list[str]:
+    return [str(uid) for (uid,) in _read(path, "SELECT uid FROM finished ORDER BY seq")]
+
+
+@contextlib.contextmanager
+def opened(path: Path) -> Iterator[Database]:
+    """The state database at ``path``, as the exporter opens it, closed (its writer stopped) after."""
+    database = open_database(path, MAX_DATABASE_BYTES).database
+    try:
+        yield database
+    finally:
+        database.close(10)
+
+
+def on_disk(path: Path) -> int:
+    """The bytes of the database and its WAL."""
+    return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
