@@ -46,6 +46,7 @@ ABSENT_IN_CLUSTER = "AzureScheduledEventsExporterAbsentInCluster"
 # Values that move with the clock (seconds to NotBefore, since the last poll, in Started) come from two
 # scrapes up to one scrape interval apart: "within a step". Every other value must be equal.
 SCRAPE_INTERVAL_SECONDS = 5.0
+VMALERT_LOOKBACK_SECONDS = 5.0  # vmalert's -datasource.lookback (tests/e2e/remote_write.py)
 MOVES_WITH_THE_CLOCK = re.compile(r"seconds_until_not_before|last_successful_poll|event_started_seconds|time\(\)")
 
 
@@ -83,19 +84,24 @@ class Stack:
         for server in (*self.clusters.values(), self.single):
             server.wait_ready()
         # vmalert starts once the engine answers the page's own expression with the whole wave (its 200 VMs
-        # and vm-b-0): its first evaluation sees them all. Counting the events alone was not enough on a busy
-        # machine: the engine held every event_info but not yet every VM's seconds to NotBefore, and the
-        # first page named one VM.
+        # and vm-b-0) at the time vmalert's first evaluation asks about: now minus its lookback, so that
+        # evaluation sees them all. Counting the events alone was not enough on a busy machine (the engine
+        # held every event_info but not yet every VM's seconds to NotBefore: the first page named one VM),
+        # nor was the count at "now" (vmalert asked 5 s earlier and paged 133, then 180, then 200).
         wait_for(lambda: self.count("azure_scheduled_events_event_info") == WAVE + 3, 60, "every event in the engine")
         imminent = _alert_expression("AzureScheduledEventNotBeforeImminent")
-        wait_for(lambda: self.count(f"({imminent})") == WAVE + 1, 120, "the whole wave imminent in the engine")
+        wait_for(
+            lambda: self.count(f"({imminent})", at=time.time() - VMALERT_LOOKBACK_SECONDS - 1) == WAVE + 1,
+            120,
+            "the whole wave imminent in the engine as vmalert will first look",
+        )
         self.born = time.time()  # every series exists: a window that starts after this holds no birth
         self.vmalert = VMAlert([_vmalert_rules(tmp_path)], self.engine.url, manager.url, tmp_path)
         self.vmalert.wait_ready()
         self.started = time.time()
 
-    def count(self, expr: str, engine: VictoriaMetrics | Prometheus | None = None) -> float:
-        result = (engine or self.engine).query(f"count({expr})")
+    def count(self, expr: str, engine: VictoriaMetrics | Prometheus | None = None, at: float | None = None) -> float:
+        result = (engine or self.engine).query(f"count({expr})", at)
         return float(result[0]["value"][1]) if result else 0.0
 
     def close(self) -> None:

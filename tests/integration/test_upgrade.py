@@ -20,7 +20,7 @@ from tests.support.fake_imds import FakeIMDS, document, scheduled_event
 from tests.support.state_file import saved_sections, spooled_records
 from tests.support.wait import wait_for
 
-pytestmark = pytest.mark.full
+pytestmark = [pytest.mark.posix, pytest.mark.full]  # stopped by SIGTERM, as the other restart tests
 
 StartExporter = Callable[..., ExporterProcess]
 EARLIER = Path(__file__).resolve().parents[1] / "testdata" / "earlier_release"
