@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNI
 CREATE TABLE IF NOT EXISTS finished (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNIQUE);
 """
 WAL_LIMIT_BYTES = 4 << 20
-CACHE_KIB = 512  # sqlite's default is 2 MiB: the exporter's memory is bounded, its writes are few and small
+CACHE_KIB = 64  # sqlite's default is 2 MiB: the exporter's memory is bounded, its writes are few and small
 BUSY_SECONDS = 5.0  # another process reading the file (an operator's sqlite3 shell) holds a write this long
 log = logging.getLogger("se_exporter.state")
 
