@@ -6,7 +6,11 @@ exports them and ``ack``s them once the collector accepted them. On disk the rec
 database's ``spool`` table (``state/database.py``); in memory only without a database. The poll loop never
 waits for the disk: the database's writer takes what the spool changed (``take_batch``) in the same
 transaction as the state snapshot handed over after it, and a record is shipped only once its write was
-made (``sync``, then ``peek``).
+tried (``sync``, then ``peek``).
+
+A record is held in memory only until it is written: the spool keeps each pending record's uid and size,
+and ``peek`` reads the oldest from the table (a backlog of an outage costs its uids, not its records).
+Without a database, and while the disk refuses the writes, the records stay in memory.
 
 Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
 and on disk alike: past either bound the oldest records are dropped, counted and logged; a table found
@@ -14,10 +18,11 @@ larger at start-up is read within the same bounds. ``uid``s of pending and recen
 remembered, so a record appended twice (a transition re-emitted after a crash between the append and the
 state save) is sent once.
 
-A write that fails (a full disk) loses nothing: memory changes first, and the table is rewritten whole
-at the next write or at ``close`` (so records appended while the disk was full reach the file once space
-is back). ``write_errors`` counts the failures. An earlier release's journal (``<state file>.spool``) is
-read once, its records written to the database, and the journal kept as ``<state file>.spool.imported``.
+A write that fails (a full disk) loses nothing: the changes it carried are kept, in order, before the ones
+made since, and written at the next write or at ``close`` (so records appended while the disk was full
+reach the file once space is back). ``write_errors`` counts the failures. An earlier release's journal
+(``<state file>.spool``) is read once, its records written to the database, and the journal kept as
+``<state file>.spool.imported``.
 """
 
 from __future__ import annotations
@@ -56,21 +61,20 @@ class Spool:
         self.max_bytes = max_bytes
         self.dropped = 0  # since start-up (a Prometheus counter may reset with the process)
         self.write_errors = 0
-        self._pending: OrderedDict[str, AuditRecord] = OrderedDict()
-        self._weights: dict[str, int] = {}  # memory_size of each pending record (computed once)
+        self._pending: OrderedDict[str, int] = OrderedDict()  # uid -> memory_size, oldest first
         self._bytes = 0  # their sum
+        self._held: dict[str, AuditRecord] = {}  # pending records not (yet) in the table: all, without one
         self._finished: OrderedDict[str, None] = OrderedDict()  # delivered/dropped uids, oldest first
         self._cond = threading.Condition()
         self._closed = False
         self._woken = False
-        self._database: Database | None = None  # set once read: what reading drops is not a change to write
-        self._batch = SpoolBatch()  # what memory reflects and the database not yet
-        self._fresh: set[str] = set()  # pending records whose add is in a batch not yet written
-        self._unsynced = False  # a write failed (or the table differs from memory): rewrite it whole
+        self._database = database
+        self._batch = SpoolBatch()  # what memory reflects and the table not yet
+        self._fresh: set[str] = set()  # records whose write was not tried yet: not shipped before
+        self._unsynced = False  # a write failed: the table is behind memory until one succeeds
         self._journal: Path | None = None  # an earlier release's journal, renamed once its records are written
         if database is not None:  # read first, with nothing written meanwhile
             self._load(database)
-            self._database = database
             database.attach_spool(self)
 
     @property
@@ -97,7 +101,8 @@ class Spool:
             if not new or self._closed:
                 return 0
             for record in new:
-                self._add(record)
+                self._add(record, record.memory_size)
+                self._held[record.uid] = record
                 if self._database is not None:
                     self._fresh.add(record.uid)
                     self._batch.added.append((record.uid, _encode(record)))
@@ -106,14 +111,23 @@ class Spool:
             return len(new)
 
     def peek(self, limit: int) -> list[AuditRecord]:
-        """The oldest pending records whose write was made (after ``sync``), still pending until acknowledged."""
+        """The oldest pending records whose write was tried (after ``sync``), still pending until
+        acknowledged: those written read back from the table."""
         with self._cond:
-            records: list[AuditRecord] = []
-            for uid, record in self._pending.items():
-                if len(records) >= limit or uid in self._fresh:
+            uids: list[str] = []
+            for uid in self._pending:
+                if len(uids) >= limit or uid in self._fresh:
                     break
+                uids.append(uid)
+            held = {uid: self._held[uid] for uid in uids if uid in self._held}
+            database = self._database
+        stored = database.spool_bodies([uid for uid in uids if uid not in held]) if database is not None else {}
+        records = []
+        for uid in uids:
+            record = held.get(uid) or _decode(stored.get(uid))
+            if record is not None:  # else finished meanwhile
                 records.append(record)
-            return records
+        return records
 
     def sync(self) -> None:
         """Have the database write what memory holds and the table not yet, and wait for it (on the shipper's
@@ -131,15 +145,14 @@ class Spool:
             if not done or self._closed:
                 return
             self._finish(done)
-            if self._database is not None:
-                self._batch.finished.extend(done)
 
     def set_aside(self, uid: str) -> None:
         """Give up on one record the collector will never take (counted as dropped)."""
         with self._cond:
             if uid not in self._pending or self._closed:
                 return
-            self._drop([uid])
+            self._finish([uid])
+            self.dropped += 1
 
     def count_dropped(self, count: int) -> None:
         """Records the collector took but rejected (a partial success): gone, but counted as dropped."""
@@ -160,7 +173,7 @@ class Spool:
 
     def close(self) -> None:
         """Stop writing (later appends and acks are ignored); pending records stay on disk."""
-        self.sync()  # what the shipper did not write yet, and what a full disk refused before: the last chance
+        self.sync()  # what the shipper did not have written yet, and what a full disk refused: the last chance
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -172,22 +185,23 @@ class Spool:
     def take_batch(self) -> SpoolBatch | None:
         """What to write in the writer's next transaction (on its thread), or None when nothing changed."""
         with self._cond:
-            if self._unsynced:
-                batch = SpoolBatch(
-                    [(uid, _encode(record)) for uid, record in self._pending.items()], list(self._finished), whole=True
-                )
-            elif self._changed():
-                batch = self._batch
-            else:
+            if not self._changed():
                 return None
-            self._batch = SpoolBatch()
+            batch, self._batch = self._batch, SpoolBatch()
             return batch
 
     def batch_written(self, batch: SpoolBatch, failure: Exception | None) -> None:
         """What the transaction that held ``batch`` came to."""
+        written = [uid for uid, _ in batch.added]
         with self._cond:
-            self._fresh.difference_update(uid for uid, _ in batch.added)  # a full disk delays durability only
-            if failure is not None:
+            self._fresh.difference_update(written)  # tried: a full disk delays durability, never delivery
+            if failure is None:
+                for uid in written:  # in the table now: read back when shipped
+                    self._held.pop(uid, None)
+                if self._unsynced:
+                    log.info("log spool %s written again: %d record(s) pending", self.path, len(self._pending))
+                self._unsynced = False
+            else:  # kept, before what changed since, for the next write
                 self.write_errors += 1
                 if not self._unsynced:  # one line per outage, not one per record
                     log.error(
@@ -196,12 +210,11 @@ class Spool:
                         failure,
                     )
                 self._unsynced = True
-            elif batch.whole:
-                if self._unsynced and self.write_errors:
-                    log.info("log spool %s written again: %d record(s) pending", self.path, len(batch.added))
-                self._unsynced = False
+                kept = [(uid, body) for uid, body in batch.added if uid in self._held]
+                self._batch = SpoolBatch([*kept, *self._batch.added], [*batch.finished, *self._batch.finished])
             journal = self._journal if failure is None else None
-            self._journal = None if journal is not None else self._journal
+            if journal is not None:
+                self._journal = None
         if journal is not None:  # its records are in the database now
             with contextlib.suppress(OSError):
                 os.replace(journal, journal.with_name(journal.name + ".imported"))
@@ -209,23 +222,23 @@ class Spool:
     # ----- memory --------------------------------------------------------------------------------------
 
     def _changed(self) -> bool:
-        return self._unsynced or bool(self._batch.added or self._batch.finished)
+        return bool(self._batch.added or self._batch.finished)
 
-    def _add(self, record: AuditRecord) -> None:
-        self._pending[record.uid] = record
-        self._weights[record.uid] = size = record.memory_size
+    def _add(self, record: AuditRecord, size: int) -> None:
+        self._pending[record.uid] = size
         self._bytes += size
 
     def _enforce_bounds(self, quietly: bool = False) -> None:
         excess: list[str] = []
         count, size = len(self._pending), self._bytes
-        for uid in self._pending:
+        for uid, weight in self._pending.items():
             if count <= self.capacity and size <= self.max_bytes:
                 break
             excess.append(uid)
-            count, size = count - 1, size - self._weights[uid]
+            count, size = count - 1, size - weight
         if excess:
-            self._drop(excess)
+            self._finish(excess)
+            self.dropped += len(excess)
         if excess and not quietly:
             log.warning(
                 "log spool full (%d records, %d bytes at most): dropped the %d oldest; is the OTLP "
@@ -235,29 +248,38 @@ class Spool:
                 len(excess),
             )
 
-    def _drop(self, uids: Sequence[str]) -> None:
-        """Give up on these pending records: never sent, counted (and never written, if they were not yet)."""
-        unwritten = self._fresh.intersection(uids)
-        if unwritten:
-            self._batch.added = [(uid, body) for uid, body in self._batch.added if uid not in unwritten]
-            self._fresh -= unwritten
-        self._finish(uids)
+    def _finish(self, uids: Sequence[str]) -> None:
+        """These pending records are done with (delivered or dropped): never sent again. A record whose add
+        waits for the next write is taken out of it (a full disk must not keep what was dropped); every one
+        is deleted from the table, and remembered, with the next write."""
+        gone = set(uids)
+        if self._batch.added and any(uid in self._held for uid in uids):
+            self._batch.added = [(uid, body) for uid, body in self._batch.added if uid not in gone]
+        self._fresh -= gone
+        for uid in uids:
+            self._bytes -= self._pending.pop(uid)
+            self._held.pop(uid, None)
+            self._forget(uid)
         if self._database is not None:
             self._batch.finished.extend(uids)
-        self.dropped += len(uids)
 
-    def _finish(self, uids: Sequence[str]) -> None:
-        for uid in uids:
-            self._pending.pop(uid)
-            self._bytes -= self._weights.pop(uid)
-            self._finished[uid] = None
+    def _forget(self, uid: str) -> None:
+        self._finished[uid] = None
         while len(self._finished) > self.capacity:  # enough to catch any re-emission after a crash
             self._finished.popitem(last=False)
 
     def _load(self, database: Database) -> None:
-        damaged = 0
+        """The table's records, then an earlier release's journal; what the bounds drop on the way, or what
+        is damaged, leaves the table with the first write, and the journal's records go into it."""
+        damaged: list[str] = []
         for uid, body in database.spool_rows(MAX_RECORD_BYTES):
-            damaged += not self._replay(uid, body)
+            if body is None:
+                self._forget(uid)
+            elif (record := _decode(body, self.path)) is None:
+                damaged.append(uid)
+            elif record.uid not in self._finished and record.uid not in self._pending:
+                self._add(record, record.memory_size)  # not held: it is in the table
+                self._enforce_bounds(quietly=True)  # as it reads: never more than the bounds
         journal = journal_path(database.path)
         for entry in journal_entries(journal) if journal.exists() else ():
             self._replay_journal(journal, entry)
@@ -272,48 +294,42 @@ class Spool:
             )
         if self._pending:
             log.info("log spool %s: %d record(s) still to send", self.path, len(self._pending))
-        # What was dropped or imported: the table is rewritten as memory holds it, at the first write.
-        self._unsynced = bool(self.dropped or damaged or self._journal)
-
-    def _replay(self, uid: str, body: bytes | None) -> bool:
-        """One row of the table: a finished uid (no body), or a pending record; False if it was damaged."""
-        if body is None:
-            self._forget(uid)
-            return True
-        try:
-            record = AuditRecord.from_json(json.loads(body))
-        # OverflowError: a number out of range, such as "timestamp_ns": 1e999
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
-            log.warning("log spool %s: skipping a damaged record %s: %s", self.path, uid, error)
-            return False
-        self._replay_record(record)
-        return True
+        self._batch.finished.extend(damaged)
+        self._batch.added.extend((uid, _encode(record)) for uid, record in self._held.items())
 
     def _replay_journal(self, journal: Path, entry: dict[str, Any]) -> None:
         try:
             if "add" in entry:
-                self._replay_record(AuditRecord.from_json(entry["add"]))
+                record = AuditRecord.from_json(entry["add"])
+                if record.uid not in self._finished and record.uid not in self._pending:
+                    self._add(record, record.memory_size)
+                    self._held[record.uid] = record
+                    self._enforce_bounds(quietly=True)
                 return
             for uid in _uids(entry.get("ack") or entry.get("drop") or entry["seen"]):
-                self._forget(uid)
+                if uid in self._pending:
+                    self._finish([uid])
+                else:
+                    self._forget(uid)
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
             log.warning("log spool %s: skipping a damaged entry: %s", journal, error)
-
-    def _replay_record(self, record: AuditRecord) -> None:
-        if record.uid not in self._finished and record.uid not in self._pending:
-            self._add(record)
-            self._enforce_bounds(quietly=True)  # as it reads: never more than the bounds in memory
-
-    def _forget(self, uid: str) -> None:
-        if self._pending.pop(uid, None) is not None:
-            self._bytes -= self._weights.pop(uid)
-        self._finished[uid] = None
-        while len(self._finished) > self.capacity:
-            self._finished.popitem(last=False)
 
 
 def _encode(record: AuditRecord) -> bytes:
     return json.dumps(record.to_json(), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _decode(body: bytes | None, where: object = None) -> AuditRecord | None:
+    """The record a row holds; None (said, when ``where`` names the table) if it is damaged."""
+    if body is None:
+        return None
+    try:
+        return AuditRecord.from_json(json.loads(body))
+    # OverflowError: a number out of range, such as "timestamp_ns": 1e999
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
+        if where is not None:
+            log.warning("log spool %s: skipping a damaged record: %s", where, error)
+        return None
 
 
 def _uids(values: object) -> Iterator[str]:

@@ -30,6 +30,7 @@ saves, and the spool drops its oldest records past its own bound, well under it)
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -54,12 +55,11 @@ log = logging.getLogger("se_exporter.state")
 
 @dataclass(slots=True)
 class SpoolBatch:
-    """The spool's changes since its last batch, in order: records added (uid, JSON), uids finished
-    (delivered or dropped). ``whole``: the table is rewritten as exactly these (after a failed write)."""
+    """The spool's changes since its last batch: records added (uid, JSON), in order, then uids finished
+    (delivered or dropped: deleted, and remembered)."""
 
     added: list[tuple[str, bytes]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
-    whole: bool = False
 
 
 class SpoolSource(Protocol):
@@ -148,6 +148,16 @@ class Database:
             for seq, uid, body in page:
                 last = seq
                 yield str(uid), bytes(body)
+
+    def spool_bodies(self, uids: Sequence[str]) -> dict[str, bytes]:
+        """The JSON of the spooled records among ``uids`` (those still in the table)."""
+        if not uids or self._connection is None:
+            return {}
+        with self._connection_lock:
+            rows = self._connection.execute(
+                "SELECT uid, body FROM spool WHERE uid IN (SELECT value FROM json_each(?))", (json.dumps(list(uids)),)
+            ).fetchall()
+        return {str(uid): bytes(body) for uid, body in rows}
 
     # ----- writing ---------------------------------------------------------------------------------
 
@@ -248,9 +258,6 @@ class Database:
 
 
 def _write_spool(db: sqlite3.Connection, batch: SpoolBatch, finished_limit: int) -> None:
-    if batch.whole:
-        db.execute("DELETE FROM spool")
-        db.execute("DELETE FROM finished")
     db.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", batch.added)
     if batch.finished:
         db.executemany("DELETE FROM spool WHERE uid = ?", ((uid,) for uid in batch.finished))
