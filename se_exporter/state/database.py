@@ -70,8 +70,9 @@ class SpoolSource(Protocol):
     def batch_written(self, batch: SpoolBatch, failure: Exception | None) -> None: ...
 
 
-# What a commit reports: the generation of its snapshot (None without one), what it took, its failure.
-Committed = Callable[[int | None, float, Exception | None], None]
+# What a commit reports: the generation of its snapshot (None without one), whether it carried the spool's
+# changes, what it took, its failure.
+Committed = Callable[[int | None, bool, float, Exception | None], None]
 
 
 class Database:
@@ -90,7 +91,7 @@ class Database:
         self.path = path
         self.finished_limit = finished_limit
         self.durable = 0  # the generation of the newest snapshot committed
-        self.on_commit: Committed = lambda _generation, _seconds, _failure: None
+        self.on_commit: Committed = lambda _generation, _spool, _seconds, _failure: None
         self._connection = connection
         self._reconnect = reconnect
         self._connection_lock = threading.Lock()  # start-up reads on the caller's thread, then the writer's
@@ -236,7 +237,7 @@ class Database:
                 if spool is not None and batch is not None:
                     spool.batch_written(batch, failure)
                 if snapshot is not None or batch is not None:
-                    self.on_commit(snapshot[0] if snapshot else None, took, failure)
+                    self.on_commit(snapshot[0] if snapshot else None, batch is not None, took, failure)
             except Exception:
                 log.exception("reporting a state file write failed")
 

@@ -162,15 +162,18 @@ class Persistence:
             self._requested += 1
             generation = self._requested
         if self.database is None:  # no file: nothing to wait for
-            self._committed(generation, 0.0, None)
+            self._committed(generation, False, 0.0, None)
         else:
             self.database.submit(generation, sections)
         return generation
 
-    def _committed(self, generation: int | None, seconds: float, failure: Exception | None) -> None:
-        """What the writer reports of each commit (on its thread)."""
+    def _committed(self, generation: int | None, spool: bool, seconds: float, failure: Exception | None) -> None:
+        """What the writer reports of each commit (on its thread): every transaction is a write of the state
+        file, and one that carried the spool's changes a write of the spool too."""
         if self.path is not None:
-            self._observe_write("state" if generation is not None else "spool", seconds)
+            self._observe_write("state", seconds)
+            if spool:
+                self._observe_write("spool", seconds)
         if generation is None:  # the spool's alone: the spool counts its own failures
             return
         if failure is not None:
