@@ -40,9 +40,9 @@ def is_json_state(head: bytes) -> bool:
     return head.lstrip()[:1] == b"{"
 
 
-def state_sections(path: Path, max_bytes: int) -> dict[str, bytes]:
-    """The sections of an earlier release's state file, each still its raw JSON; raises ``OSError``
-    (``FileTooLarge`` included) or ``ValueError`` saying why it cannot be used."""
+def state_sections(path: Path, max_bytes: int) -> tuple[bytes, dict[str, bytes]]:
+    """An earlier release's state file as read, and its sections, each still its raw JSON; raises
+    ``OSError`` (``FileTooLarge`` included) or ``ValueError`` saying why it cannot be used."""
     raw = read_bounded(path, max_bytes) or b""
     try:
         data = msgspec.json.decode(raw, type=_StateFile)
@@ -50,7 +50,7 @@ def state_sections(path: Path, max_bytes: int) -> dict[str, bytes]:
         raise ValueError(str(error)) from None
     if data.version != FORMAT_VERSION:
         raise ValueError(f"not a version {FORMAT_VERSION} state file")
-    return {name: bytes(section) for name, section in data.sections.items()}
+    return raw, {name: bytes(section) for name, section in data.sections.items()}
 
 
 def journal_path(state_file: Path) -> Path:

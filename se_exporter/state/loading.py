@@ -62,10 +62,17 @@ def _existing(path: Path, max_bytes: int, *, check: bool) -> Opened:
     try:
         return Opened(Database(_connect(path, max_bytes, check=check), path), 0)
     except (sqlite3.OperationalError, OSError) as error:  # it could not be made (a full disk): tried again
-        log.error("state file %s cannot be opened (%s): every write tries again", path, error)
-        return Opened(_unopened(path, max_bytes), 1)
+        return _unopened(path, max_bytes, f" cannot be opened ({error}): every write tries again", unusable=1)
     except sqlite3.DatabaseError as error:  # not a database, damaged
         return _fresh(path, max_bytes, f"sqlite: {error}")
+
+
+def _begin(path: Path, max_bytes: int, *, unusable: int) -> Opened:
+    """A new (or just imported) database at ``path``; one that cannot be opened is tried again at each write."""
+    try:
+        return Opened(Database(_connect(path, max_bytes, check=False), path), unusable)
+    except (sqlite3.Error, OSError) as error:
+        return _unopened(path, max_bytes, f" cannot be opened ({error}): every write tries again", unusable=unusable)
 
 
 def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
@@ -81,33 +88,32 @@ def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
     return connection
 
 
-def _unopened(path: Path, max_bytes: int) -> Database:
-    return Database(None, path, reconnect=lambda: _connect(path, max_bytes, check=False))
+def _unopened(path: Path, max_bytes: int, problem: str, *, unusable: int) -> Opened:
+    """No database for now (a full disk, no inode, a file that stays): said, and every write tries to open
+    it again."""
+    log.error("state file %s%s", path, problem)
+    return Opened(Database(None, path, reconnect=lambda: _connect(path, max_bytes, check=False)), unusable)
 
 
 def _fresh(path: Path, max_bytes: int, problem: str) -> Opened:
     """Move what cannot be used aside and begin a new database."""
     log.error("state file %s cannot be used (%s): starting without it%s", path, problem, _set_aside(path))
-    try:
-        return Opened(Database(_connect(path, max_bytes, check=False), path), 1)
-    except (sqlite3.Error, OSError) as error:
-        log.error("state file %s cannot be made (%s): every write tries again", path, error)
-        return Opened(_unopened(path, max_bytes), 1)
+    return _begin(path, max_bytes, unusable=1)
 
 
 def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
     """An earlier release's state file: its sections in a new database that replaces it atomically (a crash
     before the rename leaves the JSON file, imported again at the next start)."""
     try:
-        sections = state_sections(path, earlier_max_bytes)
+        original, sections = state_sections(path, earlier_max_bytes)
     except (OSError, ValueError) as error:
         problem = error.strerror if isinstance(error, FileTooLarge) else error
         return _fresh(path, max_bytes, str(problem))
     try:
-        _replace_with_database(path, sections)
+        _replace_with_database(path, original, sections)
     except (OSError, sqlite3.Error) as error:  # a full disk: the file stays, imported at the next start
-        log.error("state file %s: cannot import it into a database (%s): monitoring without it", path, error)
-        return Opened(_unopened(path, max_bytes), 1)
+        problem = f": cannot import it into a database ({error}): monitoring without it"
+        return _unopened(path, max_bytes, problem, unusable=1)
     log.info(
         "state file %s: imported the %d section(s) of an earlier release's state file into a database "
         "(the file is kept as %s.before-sqlite)",
@@ -115,15 +121,11 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
         len(sections),
         path.name,
     )
-    try:
-        return Opened(Database(_connect(path, max_bytes, check=False), path), 0)
-    except (sqlite3.Error, OSError) as error:
-        log.error("state file %s cannot be opened (%s): every write tries again", path, error)
-        return Opened(_unopened(path, max_bytes), 0)
+    return _begin(path, max_bytes, unusable=0)
 
 
-def _replace_with_database(path: Path, sections: dict[str, bytes]) -> None:
-    write_atomically(path.with_name(path.name + ".before-sqlite"), path.read_bytes())
+def _replace_with_database(path: Path, original: bytes, sections: dict[str, bytes]) -> None:
+    write_atomically(path.with_name(path.name + ".before-sqlite"), original)
     building = path.with_name(f".{path.name}.upgrade.tmp")
     for stale in (building, *(building.with_name(building.name + side) for side in SIDE_FILES)):
         stale.unlink(missing_ok=True)
