@@ -36,13 +36,9 @@ def get(port: int, path: str) -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5, trust_env=False)
 
 
-def start(podman: Podman, name: str, *args: str) -> None:
-    podman.run("run", "--detach", "--name", name, "--network", "host", *args)
-
-
-def start_alone(podman: Podman, name: str, *args: str) -> None:
-    """A container whose only network is a loopback of its own: any port is free in it."""
-    podman.run("run", "--detach", "--name", name, "--network", "none", *args)
+def start(podman: Podman, name: str, *args: str, network: str = "host") -> None:
+    """``network="none"``: the container's only network is a loopback of its own, where any port is free."""
+    podman.run("run", "--detach", "--name", name, "--network", network, *args)
 
 
 def healthy(podman: Podman, name: str) -> bool:
@@ -106,7 +102,7 @@ def test_healthcheck_follows_the_listen_address_flag_and_variable(
     by_flag, by_variable, nothing = container_name(), container_name(), container_name()
     flag_port, variable_port, other_port = 9101, 9102, 9103  # each container's own loopback: all free
     # The flag wins over its variable, in the exporter and so in the probe.
-    start_alone(
+    start(
         podman,
         by_flag,
         "--env",
@@ -114,16 +110,16 @@ def test_healthcheck_follows_the_listen_address_flag_and_variable(
         image,
         "demo",
         f"--web.listen-address=127.0.0.1:{flag_port}",
+        network="none",
     )
-    start_alone(
-        podman, by_variable, "--env", f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{variable_port}", image, "demo"
-    )
+    variable = f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{variable_port}"
+    start(podman, by_variable, "--env", variable, image, "demo", network="none")
     for name, port in ((by_flag, flag_port), (by_variable, variable_port)):
         assert bound(podman, name) == port
         assert healthy(podman, name), podman.run("healthcheck", "run", name, check=False).stdout
     # No exporter in the container: the probe must fail.
     unused = f"SE_EXPORTER_WEB_LISTEN_ADDRESS=127.0.0.1:{other_port}"
-    start_alone(podman, nothing, "--env", unused, "--entrypoint", "sleep", image, "60")
+    start(podman, nothing, "--env", unused, "--entrypoint", "sleep", image, "60", network="none")
     assert not healthy(podman, nothing), "HEALTHCHECK passed with no exporter listening"
 
 
