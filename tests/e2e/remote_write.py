@@ -81,6 +81,9 @@ class VMAlert(BoundFromProc):
                 # Queries at now-5s: a VM's sample may still be on its way (a scrape a second, a remote-write
                 # batch a second); at "now" the engine sees some series a moment late, and alerts flap.
                 "-datasource.lookback=5s",
+                # An alert not sent again within 4 resend periods ends in Alertmanager: with a second, a
+                # vmalert starved for 4 s on a busy machine would resolve the wave and page it again.
+                "-rule.resendDelay=5s",
                 "-httpListenAddr=127.0.0.1:0",
                 "-loggerLevel=WARN",
             ],

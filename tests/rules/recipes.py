@@ -21,12 +21,15 @@ from .promql import REPO_ROOT
 ALERTS = REPO_ROOT / "alerts"
 
 
-def local(shipped: dict[str, Any], webhook: str) -> dict[str, Any]:
-    """The shipped configuration with every receiver's URL on ``webhook`` and timers of a second."""
+def local(shipped: dict[str, Any], webhook: str, *, group_wait: str | None = "1s") -> dict[str, Any]:
+    """The shipped configuration with every receiver's URL on ``webhook`` and timers of a second;
+    ``group_wait=None`` keeps the shipped group_wait of every route."""
     config = copy.deepcopy(shipped)
     routes = [config["route"], *config["route"]["routes"]]
     for route in routes:
-        route.update({"group_wait": "1s", "group_interval": "1s", "repeat_interval": "1h"})
+        route.update({"group_interval": "1s", "repeat_interval": "1h"})
+        if group_wait is not None:
+            route["group_wait"] = group_wait
     for receiver in config["receivers"]:
         for slack in receiver.get("slack_configs", []):
             slack["api_url"] = f"{webhook}/{receiver['name']}/slack"
@@ -38,13 +41,16 @@ def local(shipped: dict[str, Any], webhook: str) -> dict[str, Any]:
 
 
 @contextmanager
-def running(tmp_path: Path, config_text: str) -> Iterator[tuple[Alertmanager, WebhookReceiver]]:
-    """Alertmanager with ``config_text`` (an alertmanager.yml), its receivers on a local webhook."""
+def running(
+    tmp_path: Path, config_text: str, *, group_wait: str | None = "1s"
+) -> Iterator[tuple[Alertmanager, WebhookReceiver]]:
+    """Alertmanager with ``config_text`` (an alertmanager.yml), its receivers on a local webhook (group_wait as
+    in ``local``)."""
     binary = require("prometheus-alertmanager", "alertmanager")
     webhook = WebhookReceiver().start()
     shipped = yaml.safe_load(config_text)
     config = tmp_path / "alertmanager.yml"
-    config.write_text(yaml.safe_dump(local(shipped, webhook.url), sort_keys=False))
+    config.write_text(yaml.safe_dump(local(shipped, webhook.url, group_wait=group_wait), sort_keys=False))
     shutil.copy(ALERTS / "se-exporter.tmpl", tmp_path / "se-exporter.tmpl")  # templates: relative to the config
     manager = Alertmanager(binary, config, tmp_path)
     try:
