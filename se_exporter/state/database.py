@@ -4,7 +4,7 @@
 
     meta(key, value)          the schema's version, and which earlier files were imported
     sections(name, body)      one row per stateful component (event store, lifecycles, approvals, actions):
-                              its JSON as the component encodes it, replaced when it changed
+                              its JSON as the component encodes it, replaced when it changed (alone)
     spool(seq, uid, body)     the OTLP log records waiting for the collector, oldest first (their JSON)
     finished(seq, uid)        the newest uids of records delivered or dropped: a record appended twice
                               (re-emitted after a crash) is sent once
@@ -19,8 +19,8 @@ POST, an action run: ``wait_durable``, ``on_durable``).
 
 WAL, ``synchronous=FULL``: when a commit returns, the WAL is fsynced, so a committed transaction survives a
 crash of the process and a power loss alike. A transaction that fails (a full disk) is rolled back and
-loses nothing: the snapshot is handed over again at the next change, and the spool's table is rewritten
-whole from memory at its next write.
+loses nothing: its sections are carried by the snapshot waiting after it, if any, every section is handed
+over again at the next poll, and the spool's failed batch is written again at its next write.
 
 Bounded by bytes: ``max_page_count`` caps the database at ``max_bytes`` (each component bounds what it
 saves, and the spool drops its oldest records past its own bound, well under it), the WAL is truncated to
@@ -62,6 +62,15 @@ class SpoolBatch:
     finished: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """What one save hands over: its generation, the sections that changed (name, JSON), every name kept."""
+
+    generation: int
+    sections: dict[str, bytes]
+    kept: tuple[str, ...]
+
+
 class SpoolSource(Protocol):
     """The spool, as the writer sees it: its changes are taken inside each transaction."""
 
@@ -97,10 +106,11 @@ class Database:
         self._connection_lock = threading.Lock()  # start-up reads on the caller's thread, then the writer's
         self._spool: SpoolSource | None = None
         self._cond = threading.Condition()
-        self._snapshot: tuple[int, dict[str, bytes]] | None = None  # the newest not yet being written
+        self._snapshot: _Snapshot | None = None  # the newest not yet being written
         self._requested = 0  # commits asked for (sync)
         self._done = 0  # of them, answered
         self._writing = False
+        self._in_flight: int | None = None  # the generation of the snapshot being written
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="se-exporter-state-writer", daemon=True)
         self._thread.start()
@@ -162,15 +172,22 @@ class Database:
 
     # ----- writing ---------------------------------------------------------------------------------
 
+    @property
+    def in_flight(self) -> int | None:
+        """The generation of the snapshot being written now (None: none is)."""
+        return self._in_flight
+
     def attach_spool(self, spool: SpoolSource | None) -> None:
         """The spool whose changes each transaction takes (None: detached, its writes end)."""
         with self._cond:
             self._spool = spool
 
-    def submit(self, generation: int, sections: dict[str, bytes]) -> None:
-        """Hand over a snapshot (an older one still waiting is outdated by it); returns at once."""
+    def submit(self, generation: int, sections: dict[str, bytes], kept: Sequence[str]) -> None:
+        """Hand over a snapshot: the sections that changed (merged over those of one still waiting, which it
+        outdates) and the names of every section to keep (any other is deleted); returns at once."""
         with self._cond:
-            self._snapshot = (generation, sections)
+            waiting = self._snapshot.sections if self._snapshot is not None else {}
+            self._snapshot = _Snapshot(generation, waiting | sections, tuple(kept))
             self._cond.notify_all()
 
     def sync(self, timeout: float) -> bool:
@@ -219,30 +236,34 @@ class Database:
                 snapshot, self._snapshot = self._snapshot, None
                 requested, spool = self._requested, self._spool
                 self._writing = True
+                self._in_flight = snapshot.generation if snapshot is not None else None
             # Taken after the snapshot: every record appended before it was handed over is in this batch.
             batch = spool.take_batch() if spool is not None else None
             began, failure = time.monotonic(), None
             try:
-                self._commit(snapshot[1] if snapshot else None, batch)
+                self._commit(snapshot, batch)
             except (sqlite3.Error, OSError) as error:
                 failure = error
             took = time.monotonic() - began
             with self._cond:
-                self._writing = False
+                self._writing, self._in_flight = False, None
                 if failure is None and snapshot is not None:
-                    self.durable = max(self.durable, snapshot[0])
+                    self.durable = max(self.durable, snapshot.generation)
+                elif snapshot is not None and self._snapshot is not None:  # the newer one must carry what failed
+                    newer = self._snapshot
+                    self._snapshot = _Snapshot(newer.generation, snapshot.sections | newer.sections, newer.kept)
                 self._done = max(self._done, requested)
                 self._cond.notify_all()
             try:  # a bug of a listener must not end the writer: nothing would be saved again
                 if spool is not None and batch is not None:
                     spool.batch_written(batch, failure)
                 if snapshot is not None or batch is not None:
-                    self.on_commit(snapshot[0] if snapshot else None, batch is not None, took, failure)
+                    self.on_commit(snapshot.generation if snapshot else None, batch is not None, took, failure)
             except Exception:
                 log.exception("reporting a state file write failed")
 
-    def _commit(self, sections: dict[str, bytes] | None, batch: SpoolBatch | None) -> None:
-        if sections is None and batch is None:
+    def _commit(self, snapshot: _Snapshot | None, batch: SpoolBatch | None) -> None:
+        if snapshot is None and batch is None:
             return
         if self._connection is None:
             if self._reconnect is None:
@@ -253,9 +274,10 @@ class Database:
             db = self._connection
             if batch is not None:
                 _write_spool(db, batch, self.finished_limit)
-            if sections is not None:  # every tracked component's: one no longer tracked is not kept
-                db.execute("DELETE FROM sections")
-                db.executemany("INSERT INTO sections (name, body) VALUES (?, ?)", sections.items())
+            if snapshot is not None:  # a section no longer kept (its component gone) is deleted
+                db.executemany("INSERT OR REPLACE INTO sections (name, body) VALUES (?, ?)", snapshot.sections.items())
+                kept = json.dumps(snapshot.kept)
+                db.execute("DELETE FROM sections WHERE name NOT IN (SELECT value FROM json_each(?))", (kept,))
 
 
 def _write_spool(db: sqlite3.Connection, batch: SpoolBatch, finished_limit: int) -> None:

@@ -6,8 +6,8 @@ and ``state_version`` moves whenever that changed. Each restores itself with its
 ``from_state(section)``, decoding its raw section with ``decode_section`` (``Persistence.restore``
 calls it); this module never sees a domain type.
 
-Saving never holds up the poll loop: ``flush`` hands an encoded snapshot to the database's writer thread
-(``state/database.py``) and returns; generations say what is committed (``durable``, ``wait_durable``,
+Saving never holds up the poll loop: ``flush`` hands the sections that changed, encoded, to the database's
+writer thread (``state/database.py``) and returns; generations say what is committed (``durable``, ``wait_durable``,
 ``on_durable``), for what must be remembered before it is acted on. ``save`` commits at once (start, stop).
 
 A restart always comes up, whatever it finds (``state/loading.py``): what cannot be used is set aside,
@@ -121,10 +121,10 @@ class Persistence:
         return self._requested + 1
 
     def flush(self, *, force: bool = False) -> bool:
-        """Hand the writer a snapshot if a component changed since the last one, or ``force`` (never waits
-        for the disk); False if the last write failed."""
+        """Hand the writer the sections that changed since the last snapshot, or every section if ``force``
+        (never waits for the disk); False if the last write failed."""
         if force or self.changed:
-            self._submit()
+            self._submit(every=force)
         return self.ok
 
     def wait_durable(self, generation: int, timeout: float) -> bool:
@@ -140,7 +140,7 @@ class Persistence:
     def save(self) -> bool:
         """Commit every section now (after whatever the writer was writing); a failure is logged (monitoring
         goes on) and returns False."""
-        generation = self._submit()
+        generation = self._submit(every=True)
         if self.database is None:
             return True
         self.database.sync(SAVE_WAIT_SECONDS)
@@ -154,17 +154,21 @@ class Persistence:
             self._file_lock.release()
             self._file_lock = None
 
-    def _submit(self) -> int:
-        """Hand the writer every section encoded now; returns the generation it is."""
+    def _submit(self, *, every: bool) -> int:
+        """Hand the writer the sections changed since the last snapshot (``every``: all of them), encoded
+        now; returns the generation it is. A component's section is encoded only when it changed: at 1,000
+        events an approval must not rewrite the event store's megabyte."""
         with self._lock:
-            self._submitted_versions = {name: c.state_version for name, c in self._components.items()}
-            sections = {name: msgspec.json.encode(c.to_state()) for name, c in self._components.items()}
+            versions = {name: c.state_version for name, c in self._components.items()}
+            changed = [name for name in versions if every or versions[name] != self._submitted_versions.get(name)]
+            self._submitted_versions = versions  # read before encoding: a change made meanwhile is saved next
+            sections = {name: msgspec.json.encode(self._components[name].to_state()) for name in changed}
             self._requested += 1
             generation = self._requested
         if self.database is None:  # no file: nothing to wait for
             self._committed(generation, False, 0.0, None)
         else:
-            self.database.submit(generation, sections)
+            self.database.submit(generation, sections, tuple(versions))
         return generation
 
     def _committed(self, generation: int | None, spool: bool, seconds: float, failure: Exception | None) -> None:
