@@ -211,7 +211,10 @@ class Spool:
                     )
                 self._unsynced = True
                 kept = [(uid, body) for uid, body in batch.added if uid in self._held]
-                self._batch = SpoolBatch([*kept, *self._batch.added], [*batch.finished, *self._batch.finished])
+                unwritten = [*batch.unwritten, *self._batch.unwritten][-self.capacity :]
+                self._batch = SpoolBatch(
+                    [*kept, *self._batch.added], [*batch.finished, *self._batch.finished], unwritten
+                )
             journal = self._journal if failure is None else None
             if journal is not None:
                 self._journal = None
@@ -222,7 +225,7 @@ class Spool:
     # ----- memory --------------------------------------------------------------------------------------
 
     def _changed(self) -> bool:
-        return bool(self._batch.added or self._batch.finished)
+        return bool(self._batch.added or self._batch.finished or self._batch.unwritten)
 
     def _add(self, record: AuditRecord, size: int) -> None:
         self._pending[record.uid] = size
@@ -250,10 +253,14 @@ class Spool:
 
     def _finish(self, uids: Sequence[str]) -> None:
         """These pending records are done with (delivered or dropped): never sent again. A record whose add
-        waits for the next write is taken out of it (a full disk must not keep what was dropped); every one
-        is deleted from the table, and remembered, with the next write."""
+        waits for the next write is taken out of it (a full disk must not keep what was dropped) and only
+        remembered with the next write, the newest ``capacity`` of them (so a long outage of the disk, with
+        the collector taking every record, holds a bounded list); every other one is deleted from the table,
+        and remembered (those are at most the table's rows)."""
         gone = set(uids)
+        unwritten: set[str] = set()
         if self._batch.added and any(uid in self._held for uid in uids):
+            unwritten = {uid for uid, _ in self._batch.added if uid in gone}
             self._batch.added = [(uid, body) for uid, body in self._batch.added if uid not in gone]
         self._fresh -= gone
         for uid in uids:
@@ -261,7 +268,10 @@ class Spool:
             self._held.pop(uid, None)
             self._forget(uid)
         if self._database is not None:
-            self._batch.finished.extend(uids)
+            self._batch.finished.extend(uid for uid in uids if uid not in unwritten)
+            self._batch.unwritten.extend(uid for uid in uids if uid in unwritten)
+            if len(self._batch.unwritten) > 2 * self.capacity:  # trimmed now and then, not at every record
+                del self._batch.unwritten[: -self.capacity]
 
     def _forget(self, uid: str) -> None:
         self._finished[uid] = None

@@ -56,10 +56,12 @@ log = logging.getLogger("se_exporter.state")
 @dataclass(slots=True)
 class SpoolBatch:
     """The spool's changes since its last batch: records added (uid, JSON), in order, then uids finished
-    (delivered or dropped: deleted, and remembered)."""
+    (delivered or dropped): ``finished`` those that may be in the table (deleted, and remembered),
+    ``unwritten`` those never written (only remembered: the spool keeps the newest of them)."""
 
     added: list[tuple[str, bytes]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    unwritten: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +286,9 @@ def _write_spool(db: sqlite3.Connection, batch: SpoolBatch, finished_limit: int)
     db.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", batch.added)
     if batch.finished:
         db.executemany("DELETE FROM spool WHERE uid = ?", ((uid,) for uid in batch.finished))
-        db.executemany("INSERT OR IGNORE INTO finished (uid) VALUES (?)", ((uid,) for uid in batch.finished))
+    if batch.finished or batch.unwritten:
+        remembered = ((uid,) for uid in (*batch.unwritten, *batch.finished))
+        db.executemany("INSERT OR IGNORE INTO finished (uid) VALUES (?)", remembered)
         db.execute("DELETE FROM finished WHERE seq <= (SELECT max(seq) FROM finished) - ?", (finished_limit,))
 
 

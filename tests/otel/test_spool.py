@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -96,6 +97,38 @@ def test_acknowledged_records_leave_the_file_and_are_still_recognised(tmp_path: 
         assert again.append([record(2999)]) == 0
     if os.name == "posix":  # Windows has no such modes: there the directory's ACL decides (docs/windows.md)
         assert path.stat().st_mode & 0o077 == 0, "the state file holds what IMDS said of this VM: 0600"
+
+
+def test_a_long_outage_of_the_disk_remembers_the_newest_delivered_records_not_every_one(tmp_path: Path) -> None:
+    """The collector takes every record while no write of the state file works: what the next write will
+    carry is bounded (the newest ``capacity`` uids never written, and the rows to delete), not a uid for
+    each record of the whole outage."""
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database, capacity=100)
+        spool.append([record(0)])
+        spool.sync()  # in the table before the outage
+        shell = sqlite3.connect(path, isolation_level=None)
+        shell.execute("BEGIN IMMEDIATE")  # every write fails (it waits its busy timeout, then gives up)
+        try:
+            for n in range(1, 5001):
+                spool.append([record(n)])
+                spool.ack([f"uid-{n}"])
+            spool.sync()
+            assert spool.write_errors == 1 and not spool.synced
+        finally:
+            shell.rollback()
+            shell.close()
+        spool.ack(["uid-0"])
+        spool.sync()
+        assert spool.synced
+        spool.close()
+    remembered = finished_uids(path)
+    assert spooled_records(path) == [], "the record in the table before the outage is deleted once delivered"
+    assert "uid-0" in remembered and "uid-5000" in remembered and "uid-1" not in remembered
+    assert len(remembered) <= 1 + 2 * 100, len(remembered)
+    with opened(path) as database:
+        assert Spool(database).append([record(5000), record(0)]) == 0, "re-emitted after a crash: sent once"
 
 
 def test_an_earlier_releases_journal_is_imported_once_torn_and_damaged_lines_skipped(tmp_path: Path) -> None:
