@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from se_exporter.config.files import read_text
 from se_exporter.errors import ConfigError
 
-SIGNALS = ("traces", "logs")
 ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 GRPC_INSTALL = "pip install 'azure-scheduled-events-exporter[grpc]'"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,9 +59,6 @@ class Platform(Protocol):
 
     def track(self, process: Process) -> ProcessTree:
         """The tree of a command just started with ``hook_popen_options()``."""
-
-    def interrupt(self, connection: socket.socket) -> None:
-        """End ``connection`` so that a thread blocked in its recv() returns now."""
 
     def sync_directory(self, directory: Path) -> bool: ...
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,12 +88,6 @@ class PosixPlatform:
 
     def track(self, process: Process) -> ProcessTree:
         return ProcessGroup(process.pid)
-
-    def interrupt(self, connection: socket.socket) -> None:
-        """shutdown() wakes a recv() blocked in another thread; close() alone would not (and would free the
-        descriptor number while that thread still uses it)."""
-        with contextlib.suppress(OSError):
-            connection.shutdown(socket.SHUT_RDWR)
 
     def sync_directory(self, directory: Path) -> bool:
         """Make a rename in ``directory`` durable (fsync of the directory); False where that is not possible

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -103,14 +102,6 @@ class WindowsPlatform:
 
     def track(self, process: Process) -> ProcessTree:
         return JobTree(process, self._contain(process.pid), self._run)
-
-    def interrupt(self, connection: socket.socket) -> None:
-        """shutdown() does not wake a recv() blocked in another thread here (measured under Wine); closesocket
-        cancels every blocking call on the socket. Not ``connection.close()``: while a file made by makefile()
-        (http.client's response) holds the socket, that only counts down a reference."""
-        with contextlib.suppress(OSError):
-            connection.shutdown(socket.SHUT_RDWR)
-            socket.close(connection.detach())
 
     def sync_directory(self, directory: Path) -> bool:
         """Nothing to do, and nothing done (False): NTFS makes the rename (MoveFileEx) durable; a directory
