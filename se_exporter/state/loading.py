@@ -39,6 +39,9 @@ log = logging.getLogger("se_exporter.state")
 class Opened:
     database: Database
     unusable: int  # files found that could not be used (0 or 1)
+    # An earlier release's sections this run starts from when they could not be imported yet (a full disk);
+    # None: the database's own.
+    earlier_sections: dict[str, bytes] | None = None
 
 
 def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> Opened:
@@ -111,17 +114,45 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
         return _fresh(path, max_bytes, str(problem))
     try:
         _replace_with_database(path, original, sections)
-    except (OSError, sqlite3.Error) as error:  # a full disk: the file stays, imported at the next start
-        problem = f": cannot import it into a database ({error}): monitoring without it"
-        return _unopened(path, max_bytes, problem, unusable=1)
+    except (OSError, sqlite3.Error) as error:  # a full disk: the file stays; this run starts from its sections
+        log.error(
+            "state file %s: cannot import it into a database (%s): starting from it, and every write tries "
+            "the import again",
+            path,
+            error,
+        )
+
+        def import_then_connect() -> sqlite3.Connection:
+            _import_again(path, earlier_max_bytes)
+            return _connect(path, max_bytes, check=False)
+
+        return Opened(Database(None, path, reconnect=import_then_connect), 1, sections)
+    _say_imported(path, len(sections))
+    return _begin(path, max_bytes, unusable=0)
+
+
+def _import_again(path: Path, earlier_max_bytes: int) -> None:
+    """At a write after an import that failed: the earlier file imported now (its sections are overwritten by
+    the write that follows, with what this run made of them); raises ``OSError`` while the disk is full."""
+    try:
+        if not is_json_state(_head(path)):  # imported meanwhile, or gone: the database begins here
+            return
+        original, sections = state_sections(path, earlier_max_bytes)
+    except ValueError as error:  # changed since the start into something else: not to be imported
+        log.error("state file %s cannot be imported any more (%s)%s", path, error, _set_aside(path))
+        return
+    _replace_with_database(path, original, sections)
+    _say_imported(path, len(sections))
+
+
+def _say_imported(path: Path, count: int) -> None:
     log.info(
         "state file %s: imported the %d section(s) of an earlier release's state file into a database "
         "(the file is kept as %s.before-sqlite)",
         path,
-        len(sections),
+        count,
         path.name,
     )
-    return _begin(path, max_bytes, unusable=0)
 
 
 def _replace_with_database(path: Path, original: bytes, sections: dict[str, bytes]) -> None:

@@ -219,6 +219,8 @@ class Persistence:
         self.errors += opened.unusable
         self.database = opened.database
         sections, too_large = self.database.sections(max_bytes)
+        if opened.earlier_sections is not None:  # not imported yet (a full disk): this run starts from them
+            sections = opened.earlier_sections
         for name in too_large:
             log.error(
                 "state file %s: its %s section is larger than this version writes: starting without it", path, name
