@@ -97,9 +97,10 @@ class Persistence:
 
     def restore(self, name: str, from_state: Callable[[msgspec.Raw | None], T], empty: Callable[[], T]) -> T:
         """The component ``from_state`` makes of its section; one it cannot use (it raises ``ValueError`` or a
-        msgspec error) is logged, counted, and the component starts ``empty()``."""
+        msgspec error) is logged, counted, and the component starts ``empty()``. The section read at start is
+        let go: restored once, it is the component's from now on (megabytes at 1,000 events)."""
         try:
-            return from_state(self._sections.get(name))
+            return from_state(self._sections.pop(name, None))
         except (ValueError, msgspec.MsgspecError) as problem:
             log.error(
                 "state file %s: its %s section cannot be used (%s): starting without it", self.path, name, problem
