@@ -49,6 +49,8 @@ CAUSES: tuple[str, ...] = tuple(Cause)
 # Impacts after which the VM is not the same running machine: they page (alerts/), warn in the audit trail
 # and, by default, take the VM out of a load balancer (/-/traffic). In this order wherever they are listed.
 DISRUPTIVE_IMPACTS: tuple[Impact, ...] = (Impact.REBOOT, Impact.REDEPLOY, Impact.EVICTION, Impact.TERMINATION)
+# A pause of seconds, nothing lost: worth a warning (pause) or a note (live_migration), never a page.
+PAUSE_IMPACTS: tuple[Impact, ...] = (Impact.PAUSE, Impact.LIVE_MIGRATION)
 
 _IMPACT_BY_TYPE = {
     "Reboot": Impact.REBOOT,
