@@ -17,7 +17,9 @@ import pytest
 import se_exporter
 from tests.support.packaging import REPO, Distributions, install_into_clean_venv
 
-pytestmark = pytest.mark.full
+# One worker builds the distributions once: two builds of the same tree at once share setuptools' release
+# directory in it, and one removed it under the other (setuptools: "No such file or directory" for a file of tests/).
+pytestmark = [pytest.mark.full, pytest.mark.xdist_group("packaging")]
 
 DISTRIBUTION = "azure-scheduled-events-exporter"
 VERSION = se_exporter.__version__
