@@ -35,7 +35,10 @@ from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default
-MAX_BATCH_BYTES = 1 << 20  # well under the collectors' request limits, however long the descriptions
+# Of records (their approximate size in a request): well under the collectors' request limits, and what a
+# batch costs while the SDK and protobuf convert it is several times this (1 MiB held 5 MiB at a restart
+# with the largest records waiting: tests/hostile/test_memory_bounds.py).
+MAX_BATCH_BYTES = 256 << 10
 RETRY_BASE_SECONDS = 1.0
 # A dead collector costs one attempt every two minutes at most, however long the outage; a collector
 # that comes back after a short outage is used within seconds.
