@@ -263,6 +263,9 @@ class Database:
                     self.on_commit(snapshot.generation if snapshot else None, batch is not None, took, failure)
             except Exception:
                 log.exception("reporting a state file write failed")
+            # Let go of what was written before waiting: the snapshot's sections (megabytes at 1,000 events)
+            # were held through the wait, and the next one was encoded beside them.
+            snapshot = batch = None
 
     def _commit(self, snapshot: _Snapshot | None, batch: SpoolBatch | None) -> None:
         if snapshot is None and batch is None:
