@@ -12,6 +12,7 @@ exceptions become ``errors.IMDSError``'s.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -74,7 +75,7 @@ class IMDSClient:
         self._on_response = on_response or (lambda _m, _c, _s: None)
         self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
         self._answered_once = False
-        self._last_body: bytes | None = None
+        self._last_digest = b""  # of the last body parsed: the body itself (up to 4 MiB) is not kept
         self._last_document: Document | None = None
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._plain_http = httpx.URL(settings.base_url).scheme == "http"
@@ -90,9 +91,10 @@ class IMDSClient:
         timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
         body = self._request("GET", EVENTS_PATH, self.settings.api_version, timeout=timeout)
         self._answered_once = True
-        if body != self._last_body or self._last_document is None:  # most polls repeat the last answer
+        digest = hashlib.blake2b(body, digest_size=32).digest()
+        if digest != self._last_digest or self._last_document is None:  # most polls repeat the last answer
             self._last_document = parse_document(body)
-            self._last_body = body
+            self._last_digest = digest
         return self._last_document
 
     def get_identity(self) -> VMIdentity:
