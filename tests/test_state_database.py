@@ -105,3 +105,22 @@ def test_a_failed_write_is_carried_by_the_snapshot_waiting_after_it(tmp_path: Pa
         assert failures[0][0] == 2 and "locked" in failures[0][1], failures
         assert database.wait_durable(3, 30)
     assert saved_sections(path) == {"events": [3], "approvals": [2]}
+
+
+def test_a_section_no_component_restored_is_let_go_and_deleted_at_the_first_full_save(tmp_path: Path) -> None:
+    """Lifecycle spans saved by a run with OTLP on, read by a run with it off: no component takes that
+    section, so the start's full save deletes it, and its JSON is not kept in memory for the run."""
+    path = tmp_path / "state.db"
+    with opened(path) as database:
+        database.submit(1, {"events": b'{"events": []}', "lifecycle": b'{"open": []}'}, ("events", "lifecycle"))
+        assert database.wait_durable(1, 30)
+    saving = Persistence(path)
+    try:
+        events = saving.restore("events", lambda section: Component(section), lambda: Component(None))
+        saving.track("events", events)
+        assert saving.section("lifecycle") is not None, "read at start"
+        assert saving.save()  # the start's full save, every component restored by then
+        assert saving.section("lifecycle") is None and saving.section("events") is None
+    finally:
+        saving.close()
+    assert set(saved_sections(path)) == {"events"}

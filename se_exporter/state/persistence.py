@@ -166,6 +166,8 @@ class Persistence:
             sections = {name: msgspec.json.encode(self._components[name].to_state()) for name in changed}
             self._requested += 1
             generation = self._requested
+            if every:  # every component restored by now: a section none took is deleted, and let go here
+                self._sections.clear()
         if self.database is None:  # no file: nothing to wait for
             self._committed(generation, False, 0.0, None)
         else:
