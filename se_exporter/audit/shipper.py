@@ -108,11 +108,12 @@ class LogShipper:
                     return
                 self._spool.wait()  # append() and stop() wake it: an idle shipper costs nothing
                 continue
-            pause = self._attempt(batch)
+            pause, tried = self._attempt(batch), len(batch)
+            del batch  # held neither through a pause nor through the next sync: the spool keeps the records
             if pause is None:  # done with this batch
                 self._batch_size = self._full_batch
                 continue
-            self._batch_size = max(1, len(batch) // 2)  # one record may be what the collector refuses
+            self._batch_size = max(1, tried // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed
                 return
             if pause:
