@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000
 DEFAULT_MAX_BYTES = 8 << 20  # of memory (AuditRecord.memory_size); the table on disk takes about as much
 MAX_RECORD_BYTES = 8 << 20  # a record is bounded by the 4 MiB IMDS body it comes from
+# What reading a damaged record or journal entry raises (OverflowError: a number out of range, such as
+# "timestamp_ns": 1e999).
+_DAMAGED = (ValueError, KeyError, TypeError, AttributeError, OverflowError)
 SYNC_WAIT_SECONDS = 60.0  # the shipper waits this long for a write (a disk at its IOPS cap), then goes on
 
 
@@ -321,7 +324,7 @@ class Spool:
                     self._finish([uid])
                 else:
                     self._forget(uid)
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
+        except _DAMAGED as error:
             log.warning("log spool %s: skipping a damaged entry: %s", journal, error)
 
 
@@ -335,8 +338,7 @@ def _decode(body: bytes | None, where: object = None) -> AuditRecord | None:
         return None
     try:
         return AuditRecord.from_json(json.loads(body))
-    # OverflowError: a number out of range, such as "timestamp_ns": 1e999
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
+    except _DAMAGED as error:
         if where is not None:
             log.warning("log spool %s: skipping a damaged record: %s", where, error)
         return None
