@@ -35,7 +35,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -280,7 +280,7 @@ class Database:
             if batch is not None:
                 _write_spool(db, batch, self.finished_limit)
             if snapshot is not None:  # a section no longer kept (its component gone) is deleted
-                db.executemany("INSERT OR REPLACE INTO sections (name, body) VALUES (?, ?)", snapshot.sections.items())
+                _put_sections(db, snapshot.sections.items())
                 kept = json.dumps(snapshot.kept)
                 db.execute("DELETE FROM sections WHERE name NOT IN (SELECT value FROM json_each(?))", (kept,))
 
@@ -316,5 +316,10 @@ def create_schema(connection: sqlite3.Connection) -> None:
 
 
 def write_sections(connection: sqlite3.Connection, sections: Sequence[tuple[str, bytes]]) -> None:
+    """``sections`` written in a transaction of their own (the upgrade's import)."""
     with connection:
-        connection.executemany("INSERT OR REPLACE INTO sections (name, body) VALUES (?, ?)", sections)
+        _put_sections(connection, sections)
+
+
+def _put_sections(db: sqlite3.Connection, sections: Iterable[tuple[str, bytes]]) -> None:
+    db.executemany("INSERT OR REPLACE INTO sections (name, body) VALUES (?, ?)", sections)
