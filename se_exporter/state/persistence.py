@@ -221,9 +221,10 @@ class Persistence:
         opened = open_database(path, MAX_DATABASE_BYTES, max_bytes)
         self.errors += opened.unusable
         self.database = opened.database
-        sections, too_large = self.database.sections(max_bytes)
-        if opened.earlier_sections is not None:  # not imported yet (a full disk): this run starts from them
-            sections = opened.earlier_sections
+        if opened.earlier_sections is None:
+            sections, too_large = self.database.sections(max_bytes)
+        else:  # not imported yet (a full disk): this run starts from them
+            sections, too_large = opened.earlier_sections, list[str]()
         for name in too_large:
             log.error(
                 "state file %s: its %s section is larger than this version writes: starting without it", path, name
