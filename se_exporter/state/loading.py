@@ -127,7 +127,6 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
             return _connect(path, max_bytes, check=False)
 
         return Opened(Database(None, path, reconnect=import_then_connect), 1, sections)
-    _say_imported(path, len(sections))
     return _begin(path, max_bytes, unusable=0)
 
 
@@ -142,20 +141,10 @@ def _import_again(path: Path, earlier_max_bytes: int) -> None:
         log.error("state file %s cannot be imported any more (%s)%s", path, error, _set_aside(path))
         return
     _replace_with_database(path, original, sections)
-    _say_imported(path, len(sections))
-
-
-def _say_imported(path: Path, count: int) -> None:
-    log.info(
-        "state file %s: imported the %d section(s) of an earlier release's state file into a database "
-        "(the file is kept as %s.before-sqlite)",
-        path,
-        count,
-        path.name,
-    )
 
 
 def _replace_with_database(path: Path, original: bytes, sections: dict[str, bytes]) -> None:
+    """The earlier file's sections in a new database that replaces it (the file kept as .before-sqlite)."""
     write_atomically(path.with_name(path.name + ".before-sqlite"), original)
     building = path.with_name(f".{path.name}.upgrade.tmp")
     for stale in (building, *(building.with_name(building.name + side) for side in SIDE_FILES)):
@@ -169,6 +158,13 @@ def _replace_with_database(path: Path, original: bytes, sections: dict[str, byte
         connection.close()
     os.replace(building, path)
     current().sync_directory(path.parent)
+    log.info(
+        "state file %s: imported the %d section(s) of an earlier release's state file into a database "
+        "(the file is kept as %s.before-sqlite)",
+        path,
+        len(sections),
+        path.name,
+    )
 
 
 def _create_private(path: Path) -> None:
