@@ -6,36 +6,23 @@ from __future__ import annotations
 
 import functools
 import json
-import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.otlp import Failure, OTLPHttpReceiver
+from tests.support.earlier_release import E2, EARLIER, TRANSITION, copy_earlier_files
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
-from tests.support.state_file import saved_sections
+from tests.support.state_file import saved_event_ids
 from tests.support.tmpfs import fill, small_tmpfs
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.debian]
 ERRORS = "azure_scheduled_events_persistence_errors_total"
 POLICY = "rules:\n  - name: user-initiated\n    causes: [user]\n"
-EARLIER = Path(__file__).resolve().parents[1] / "testdata" / "earlier_release"  # files of the release before
-E2 = scheduled_event("E2", EventType="Freeze", DurationInSeconds=9)
-TRANSITION = "scheduled_event.transition"
-
-
-def transitions(exporter: ExporterProcess) -> list[str]:
-    return re.findall(r"transition=(\w+)", exporter.logs())
-
-
-def saved_events(state: Path) -> list[str]:
-    sections = saved_sections(state)
-    return [event["event"]["event_id"] for event in sections["store"]["events"]] if sections else []
 
 
 def reboot(event_id: str) -> dict[str, object]:
@@ -114,23 +101,21 @@ def test_an_upgrade_on_a_full_disk_starts_from_the_earlier_state_and_imports_it_
     cannot be written, yet nothing the earlier release emitted is emitted again (the run starts from the
     file), and once there is room the file is imported, the run's own state written over it."""
     with small_tmpfs(tmp_path / "fs", size_kib=512) as fs:
-        state = fs / "state.json"
-        for name in ("state.json", "state.json.spool"):
-            shutil.copy(EARLIER / name, fs / name)
+        state = copy_earlier_files(fs)
         filler = fill(fs)
         fake_imds.respond = lambda seen: document(3, E2)  # E1, Started when the earlier release stopped, is gone
         args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}", "--vm.name=vm-a")
         env = {**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"}
         first = start_exporter(*args, env=env)
-        wait_for(lambda: "completed" in transitions(first), 20, "E1 completed")
-        assert transitions(first) == ["completed"], "nothing the earlier release emitted is emitted again"
+        wait_for(lambda: "completed" in first.transitions(), 20, "E1 completed")
+        assert first.transitions() == ["completed"], "nothing the earlier release emitted is emitted again"
         assert "cannot import it into a database" in first.logs()
         assert (value(first.metrics(), ERRORS, file="state") or 0) >= 1
         assert state.read_bytes()[:1] == b"{", "the earlier file stays until it is imported"
 
         filler.unlink()
         wait_for(lambda: state.read_bytes()[:6] == b"SQLite", 20, "the import once there is room")
-        wait_for(lambda: saved_events(state) == ["E2"], 20, "the run's own state written over the import")
+        wait_for(lambda: saved_event_ids(state) == ["E2"], 20, "the run's own state written over the import")
         records = otlp_http_receiver.wait_for_logs(event_name=TRANSITION, count=4)
         assert len({r.attributes["log.record.uid"] for r in records}) == 4, "the journal's three, then one"
         assert first.stop() == 0
@@ -139,5 +124,5 @@ def test_an_upgrade_on_a_full_disk_starts_from_the_earlier_state_and_imports_it_
         second = start_exporter(*args, env=env)
         wait_for(lambda: value(second.metrics(), "azure_scheduled_events_imds_up") == 1, 20, "a poll")
         assert second.stop() == 0
-        assert transitions(second) == [] and "imported" not in second.logs(), "imported once"
+        assert second.transitions() == [] and "imported" not in second.logs(), "imported once"
         assert len(otlp_http_receiver.store.find_logs(event_name=TRANSITION)) == 4, "nothing sent twice"

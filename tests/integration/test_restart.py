@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from collections.abc import Callable
@@ -24,7 +23,7 @@ STARTED = dict(EVENT, EventStatus="Started", NotBefore="")
 
 
 def transitions(*exporters: ExporterProcess) -> list[str]:
-    return [kind for e in exporters for kind in re.findall(r"transition=(\w+)", e.logs())]
+    return [kind for e in exporters for kind in e.transitions()]
 
 
 def started_seconds(exporter: ExporterProcess) -> float | None:

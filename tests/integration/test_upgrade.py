@@ -6,44 +6,28 @@ exactly once, across a further restart too."""
 from __future__ import annotations
 
 import json
-import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.otlp import OTLPHttpReceiver
+from tests.support.earlier_release import E2, EARLIER, TRANSITION, copy_earlier_files, journal_uids
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
-from tests.support.fake_imds import FakeIMDS, document, scheduled_event
-from tests.support.state_file import saved_sections, spooled_records
+from tests.support.fake_imds import FakeIMDS, document
+from tests.support.state_file import saved_event_ids, spooled_records
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]  # stopped by SIGTERM, as the other restart tests
 
 StartExporter = Callable[..., ExporterProcess]
-EARLIER = Path(__file__).resolve().parents[1] / "testdata" / "earlier_release"
-E2 = scheduled_event("E2", EventType="Freeze", DurationInSeconds=9)
-TRANSITION = "scheduled_event.transition"
-
-
-def journal_uids() -> dict[str, str]:
-    """uid -> transition of the records the earlier release left in its journal."""
-    entries = [json.loads(line)["add"] for line in (EARLIER / "state.json.spool").read_text().splitlines()]
-    return {entry["uid"]: entry["attributes"][TRANSITION] for entry in entries}
-
-
-def transitions(exporter: ExporterProcess) -> list[str]:
-    return re.findall(r"transition=(\w+)", exporter.logs())
 
 
 def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sent_twice_or_missed(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
 ) -> None:
-    state = tmp_path / "state.json"
-    for name in ("state.json", "state.json.spool"):
-        shutil.copy(EARLIER / name, tmp_path / name)
+    state = copy_earlier_files(tmp_path)
     waiting = journal_uids()
     assert sorted(waiting.values()) == ["scheduled", "scheduled", "started"]
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}", "--vm.name=vm-a")
@@ -51,12 +35,12 @@ def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sen
     fake_imds.respond = lambda seen: document(3, E2)  # E1, Started when the earlier release stopped, is gone
 
     first = start_exporter(*args, env=env)
-    wait_for(lambda: "completed" in transitions(first), 20, "E1 completed")
+    wait_for(lambda: "completed" in first.transitions(), 20, "E1 completed")
     records = otlp_http_receiver.wait_for_logs(event_name=TRANSITION, count=4)
     uids = [str(r.attributes["log.record.uid"]) for r in records]
     assert sorted(uids) == sorted([*waiting, uids[-1]]) and len(set(uids)) == 4, "the journal's three, then one"
     assert records[-1].attributes[TRANSITION] == "completed"
-    assert transitions(first) == ["completed"], "nothing the earlier release emitted is emitted again"
+    assert first.transitions() == ["completed"], "nothing the earlier release emitted is emitted again"
     assert "imported the 2 section(s) of an earlier release's state file" in first.logs()
     (span,) = otlp_http_receiver.wait_for_spans(name="scheduled_event.lifecycle")
     assert span.attributes["scheduled_event.id"] == "E1" and span.attributes["scheduled_event.outcome"] == "completed"
@@ -68,11 +52,11 @@ def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sen
 
     assert (tmp_path / "state.json.before-sqlite").read_bytes() == (EARLIER / "state.json").read_bytes()
     assert (tmp_path / "state.json.spool.imported").exists() and not (tmp_path / "state.json.spool").exists()
-    assert [event["event"]["event_id"] for event in saved_sections(state)["store"]["events"]] == ["E2"]
+    assert saved_event_ids(state) == ["E2"]
 
     second = start_exporter(*args, env=env)
     second.wait_ready()
     wait_for(lambda: value(second.metrics(), "azure_scheduled_events_imds_up") == 1, 20, "a poll")
     assert second.stop() == 0
-    assert transitions(second) == [] and "imported" not in second.logs(), "imported once"
+    assert second.transitions() == [] and "imported" not in second.logs(), "imported once"
     assert len(otlp_http_receiver.store.find_logs(event_name=TRANSITION)) == 4, "nothing sent again after a restart"

@@ -101,6 +101,10 @@ class ExporterProcess:
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def transitions(self) -> list[str]:
+        """The transitions its log lines name, in order (``transition=scheduled``...)."""
+        return re.findall(r"transition=(\w+)", self.logs())
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_SECONDS) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -30,6 +30,12 @@ def saved_sections(path: Path) -> dict[str, Any]:
     return {str(name): json.loads(body) for name, body in _read(path, "SELECT name, body FROM sections")}
 
 
+def saved_event_ids(path: Path) -> list[str]:
+    """The EventIds of the event store's section, in its order; [] while nothing is saved."""
+    sections = saved_sections(path)
+    return [event["event"]["event_id"] for event in sections["store"]["events"]] if "store" in sections else []
+
+
 def spooled_records(path: Path) -> list[dict[str, Any]]:
     """The log records waiting in the spool, oldest first."""
     if not path.exists():
