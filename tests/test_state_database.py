@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from se_exporter.state.persistence import Persistence
-from tests.support.state_file import opened, saved_sections
+from tests.support.state_file import opened, saved_sections, section_rowids
 from tests.support.wait import wait_for
 
 
@@ -25,15 +25,6 @@ class Component:
 
     def to_state(self) -> Any:
         return self.state
-
-
-def rows(path: Path) -> dict[str, int]:
-    """Each section's rowid: a section written again gets a new one."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {str(name): int(rowid) for name, rowid in connection.execute("SELECT name, rowid FROM sections")}
-    finally:
-        connection.close()
 
 
 @pytest.fixture
@@ -59,7 +50,7 @@ def test_a_save_writes_the_sections_whose_component_changed(
     for name, component in components.items():
         persistence.track(name, component)
     assert persistence.save()
-    before = rows(tmp_path / "state.db")
+    before = section_rowids(tmp_path / "state.db")
 
     for name in changed:
         components[name].change({"changed": name})
@@ -67,7 +58,7 @@ def test_a_save_writes_the_sections_whose_component_changed(
     persistence.flush(force=force)
     assert persistence.wait_durable(generation, 30)
 
-    after = rows(tmp_path / "state.db")
+    after = section_rowids(tmp_path / "state.db")
     assert {name for name in after if after[name] != before[name]} == written
     assert saved_sections(tmp_path / "state.db") == {name: c.state for name, c in components.items()}
 

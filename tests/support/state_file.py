@@ -30,6 +30,11 @@ def saved_sections(path: Path) -> dict[str, Any]:
     return {str(name): json.loads(body) for name, body in _read(path, "SELECT name, body FROM sections")}
 
 
+def section_rowids(path: Path) -> dict[str, int]:
+    """Each section's rowid: a section written again gets a new one."""
+    return {str(name): int(rowid) for name, rowid in _read(path, "SELECT name, rowid FROM sections")}
+
+
 def saved_event_ids(path: Path) -> list[str]:
     """The EventIds of the event store's section, in its order; [] while nothing is saved."""
     sections = saved_sections(path)
