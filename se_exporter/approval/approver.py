@@ -72,6 +72,7 @@ class Approver:
         pace: Callable[[], None] = lambda: None,  # waits for a POST's request slot, before its recheck
         generation: Callable[[], int] = lambda: 0,  # of the next state save (state.persistence)
         remembered: Remembered = lambda _generation, _timeout: True,  # whether that save is on disk
+        ledger: Mapping[str, LedgerEntry] | None = None,  # decisions restored from the state file
     ) -> None:
         self._policy = policy
         self._judge = Judge(policy, can_remember)
@@ -81,7 +82,7 @@ class Approver:
         self._clock = clock
         self._retry_delays = tuple(retry_delays)
         self._retention = retention_seconds
-        self._ledger: dict[str, LedgerEntry] = {}
+        self._ledger: dict[str, LedgerEntry] = dict(ledger or {})
         self._hooks: dict[str, Hooking] = {}
         self._poster: BackgroundPoster[Item] = BackgroundPoster(
             post_start_requests, self._recheck, post_retry, monotonic, pace
@@ -100,11 +101,8 @@ class Approver:
     ) -> Approver:
         """An approver that remembers the decisions ``to_state`` saved (``ValueError`` if the section is
         damaged). With a different policy only ``approved`` is kept: the rest is decided again."""
-        approver = cls(policy, post_start_requests, **kwargs)
-        if section is not None:
-            approver._ledger = restore_ledger(section, policy.fingerprint)
-            approver.approved = approved_times(approver._ledger)
-        return approver
+        ledger = restore_ledger(section, policy.fingerprint) if section is not None else None
+        return cls(policy, post_start_requests, ledger=ledger, **kwargs)
 
     def to_state(self) -> dict[str, object]:
         """The decisions to keep across a restart (see ``approval.ledger`` for the format)."""
