@@ -9,6 +9,12 @@ of any length (or a restart in the middle of one) costs latency, not records.
   as dropped and said, with the collector's message (it is never sent again).
 - Refused, retryable (an outage, 429, 503…): tried again after a pause growing to two minutes, never
   sooner than the collector asked (``Retry-After``). The batch is halved.
+
+The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken doubles the next up to
+``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``: a collector that is away when the exporter starts with a backlog
+refuses a small request, not the conversion of a full batch (the SDK's records and protobuf's request,
+about 1.8 MiB of peak memory for 512 records, and their CPU), and a collector that takes them has the
+full batch after five requests.
 - Refused, not retryable (400…): that request is never sent again. A batch is halved at once; a record
   refused alone is tried against an empty request: if the collector takes that, the record is
   undeliverable (too large for this collector, say) and set aside, counted and logged; if it refuses
@@ -35,6 +41,7 @@ from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default
+FIRST_BATCH_SIZE = 32
 # Of records (their approximate size in a request): well under the collectors' request limits, and what a
 # batch costs while the SDK and protobuf convert it is several times this (1 MiB held 5 MiB at a restart
 # with the largest records waiting: tests/hostile/test_memory_bounds.py).
@@ -67,7 +74,8 @@ class LogShipper:
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)
         self._failing_since: float | None = None
         self._full_batch = batch_size
-        self._batch_size = batch_size  # halved while batches fail, back to full after a success
+        # Halved while batches fail, doubled by each one taken: small after a start or an outage.
+        self._batch_size = min(batch_size, FIRST_BATCH_SIZE)
         self._refused_alone = ""  # the uid of the record last refused (retryably) in a batch of its own
         self._said = ""  # the last refusal or partial success reported, so each kind is said once
 
@@ -111,7 +119,7 @@ class LogShipper:
             pause, tried = self._attempt(batch), len(batch)
             del batch  # held neither through a pause nor through the next sync: the spool keeps the records
             if pause is None:  # done with this batch
-                self._batch_size = self._full_batch
+                self._batch_size = min(self._full_batch, self._batch_size * 2)
                 continue
             self._batch_size = max(1, tried // 2)  # one record may be what the collector refuses
             if self._stopping.is_set():  # flushing at shutdown: the last attempt failed

@@ -113,3 +113,37 @@ def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_und
     finally:
         telemetry.close(timeout=2)
     assert [str(log.body) for log in otlp_http_receiver.logs] == ["record 1", "record 2"]
+
+
+@pytest.mark.parametrize(
+    ("refusals", "batches"),
+    [
+        pytest.param(0, [32, 64, 128, 76], id="a collector that takes them: doubled up to the full batch"),
+        pytest.param(1, [16, 32, 64, 128, 60], id="the first refused: halved, then doubled"),
+    ],
+)
+def test_a_backlog_is_sent_in_batches_that_start_small_and_double_while_the_collector_takes_them(
+    otlp_http_receiver: OTLPHttpReceiver,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    refusals: int,
+    batches: list[int],
+) -> None:
+    """A collector away at a start with a backlog was sent a full batch (512 records converted by the SDK
+    and protobuf, about 1.8 MiB of peak memory) only to refuse it; the first batch is 32 records now."""
+    if refusals:
+        otlp_http_receiver.set_failure(Failure(http_status=400, remaining=refusals))  # not retried by the SDK
+    environ = {**otlp_http_receiver.env, "OTEL_TRACES_EXPORTER": "none"}
+    telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
+    assert telemetry.spool is not None
+    try:
+        telemetry.spool.append(
+            [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in range(300)]
+        )
+        otlp_http_receiver.wait_for_logs(count=300, timeout=60)
+    finally:
+        telemetry.close(timeout=2)
+    store = otlp_http_receiver.store
+    assert store.count_requests("logs", accepted=False) == refusals
+    assert [request.items for request in store.find_requests(signal="logs", accepted=True)] == batches
+    assert [str(log.body) for log in otlp_http_receiver.logs] == [f"record {n}" for n in range(300)]
