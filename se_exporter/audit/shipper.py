@@ -9,12 +9,6 @@ of any length (or a restart in the middle of one) costs latency, not records.
   as dropped and said, with the collector's message (it is never sent again).
 - Refused, retryable (an outage, 429, 503…): tried again after a pause growing to two minutes, never
   sooner than the collector asked (``Retry-After``). The batch is halved.
-
-The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken doubles the next up to
-``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``: a collector that is away when the exporter starts with a backlog
-refuses a small request, not the conversion of a full batch (the SDK's records and protobuf's request,
-about 1.8 MiB of peak memory for 512 records, and their CPU), and a collector that takes them has the
-full batch after five requests.
 - Refused, not retryable (400…): that request is never sent again. A batch is halved at once; a record
   refused alone is tried against an empty request: if the collector takes that, the record is
   undeliverable (too large for this collector, say) and set aside, counted and logged; if it refuses
@@ -25,6 +19,12 @@ A batch is bounded in bytes as well as in records (a collector refuses requests 
 for gRPC by default). A record refused alone, retryably, is tried next time after an empty request, so
 a collector that comes back between two attempts does not make it look undeliverable, no record
 overtakes an older one, and an attempt during an outage is still one request.
+
+The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken doubles the next up to
+``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``: a collector that is away when the exporter starts with a backlog
+refuses a small request, not the conversion of a full batch (the SDK's records and protobuf's request,
+about 1.8 MiB of peak memory for 512 records, and their CPU), and a collector that takes them has the
+full batch after five requests.
 """
 
 from __future__ import annotations
