@@ -10,7 +10,8 @@ tried (``sync``, then ``peek``).
 
 A record is held in memory only until it is written: the spool keeps each pending record's uid and size,
 and ``peek`` reads the oldest from the table (a backlog of an outage costs its uids, not its records).
-Without a database, and while the disk refuses the writes, the records stay in memory.
+Without a database, and while the disk refuses the writes, the records stay in memory, once: the writer
+makes a record's JSON as it writes it (``SpoolBatch.body``).
 
 Bounded by records and by bytes (``AuditRecord.memory_size``: what a record costs in memory), in memory
 and on disk alike: past either bound the oldest records are dropped, counted and logged; a table found
@@ -72,7 +73,7 @@ class Spool:
         self._closed = False
         self._woken = False
         self._database = database
-        self._batch = SpoolBatch()  # what memory reflects and the table not yet
+        self._batch = SpoolBatch(self._body)  # what memory reflects and the table not yet
         self._fresh: set[str] = set()  # records whose write was not tried yet: not shipped before
         self._unsynced = False  # a write failed: the table is behind memory until one succeeds
         self._journal: Path | None = None  # an earlier release's journal, renamed once its records are written
@@ -108,7 +109,7 @@ class Spool:
                 self._held[record.uid] = record
                 if self._database is not None:
                     self._fresh.add(record.uid)
-                    self._batch.added.append((record.uid, _encode(record)))
+                    self._batch.added.append(record.uid)
             self._enforce_bounds()
             self._cond.notify_all()
             return len(new)
@@ -190,12 +191,12 @@ class Spool:
         with self._cond:
             if not self._changed():
                 return None
-            batch, self._batch = self._batch, SpoolBatch()
+            batch, self._batch = self._batch, SpoolBatch(self._body)
             return batch
 
     def batch_written(self, batch: SpoolBatch, failure: Exception | None) -> None:
         """What the transaction that held ``batch`` came to."""
-        written = [uid for uid, _ in batch.added]
+        written = batch.added
         with self._cond:
             self._fresh.difference_update(written)  # tried: a full disk delays durability, never delivery
             if failure is None:
@@ -213,10 +214,10 @@ class Spool:
                         failure,
                     )
                 self._unsynced = True
-                kept = [(uid, body) for uid, body in batch.added if uid in self._held]
+                kept = [uid for uid in batch.added if uid in self._held]
                 unwritten = [*batch.unwritten, *self._batch.unwritten][-self.capacity :]
                 self._batch = SpoolBatch(
-                    [*kept, *self._batch.added], [*batch.finished, *self._batch.finished], unwritten
+                    self._body, [*kept, *self._batch.added], [*batch.finished, *self._batch.finished], unwritten
                 )
             journal = self._journal if failure is None else None
             if journal is not None:
@@ -224,6 +225,12 @@ class Spool:
         if journal is not None:  # its records are in the database now
             with contextlib.suppress(OSError):
                 os.replace(journal, journal.with_name(journal.name + ".imported"))
+
+    def _body(self, uid: str) -> bytes | None:
+        """The JSON of a record waiting to be written (None: finished meanwhile), on the writer's thread."""
+        with self._cond:
+            record = self._held.get(uid)
+        return _encode(record) if record is not None else None
 
     # ----- memory --------------------------------------------------------------------------------------
 
@@ -263,8 +270,8 @@ class Spool:
         gone = set(uids)
         unwritten: set[str] = set()
         if self._batch.added and any(uid in self._held for uid in uids):
-            unwritten = {uid for uid, _ in self._batch.added if uid in gone}
-            self._batch.added = [(uid, body) for uid, body in self._batch.added if uid not in gone]
+            unwritten = {uid for uid in self._batch.added if uid in gone}
+            self._batch.added = [uid for uid in self._batch.added if uid not in gone]
         self._fresh -= gone
         for uid in uids:
             self._bytes -= self._pending.pop(uid)
@@ -308,7 +315,7 @@ class Spool:
         if self._pending:
             log.info("log spool %s: %d record(s) still to send", self.path, len(self._pending))
         self._batch.finished.extend(damaged)
-        self._batch.added.extend((uid, _encode(record)) for uid, record in self._held.items())
+        self._batch.added.extend(self._held)
 
     def _replay_journal(self, journal: Path, entry: dict[str, Any]) -> None:
         try:

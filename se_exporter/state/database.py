@@ -55,11 +55,13 @@ log = logging.getLogger("se_exporter.state")
 
 @dataclass(slots=True)
 class SpoolBatch:
-    """The spool's changes since its last batch: records added (uid, JSON), in order, then uids finished
-    (delivered or dropped): ``finished`` those that may be in the table (deleted, and remembered),
-    ``unwritten`` those never written (only remembered: the spool keeps the newest of them)."""
+    """The spool's changes since its last batch: the uids of records added, in order (``body(uid)`` is each
+    one's JSON, made as it is written; None once it is gone), then uids finished (delivered or dropped):
+    ``finished`` those that may be in the table (deleted, and remembered), ``unwritten`` those never
+    written (only remembered: the spool keeps the newest of them)."""
 
-    added: list[tuple[str, bytes]] = field(default_factory=list)
+    body: Callable[[str], bytes | None]
+    added: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     unwritten: list[str] = field(default_factory=list)
 
@@ -286,7 +288,9 @@ class Database:
 
 
 def _write_spool(db: sqlite3.Connection, batch: SpoolBatch, finished_limit: int) -> None:
-    db.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", batch.added)
+    # Each record's JSON is made as sqlite takes it: a poll's records are not held twice until they are written.
+    rows = ((uid, body) for uid in batch.added if (body := batch.body(uid)) is not None)
+    db.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", rows)
     if batch.finished:
         db.executemany("DELETE FROM spool WHERE uid = ?", ((uid,) for uid in batch.finished))
     if batch.finished or batch.unwritten:

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,32 @@ def test_the_spool_is_bounded_in_bytes_of_memory_dropping_the_oldest_and_countin
     with opened(path) as database:
         again = Spool(database, max_bytes=10 << 20)
         assert uids(again.peek(10)) == ["uid-18", "uid-19"] and again.dropped == 0
+
+
+def test_while_the_disk_refuses_writes_the_records_waiting_are_held_once_within_the_bound(tmp_path: Path) -> None:
+    """The bound counts the records; each one's JSON, made when it was appended, was held beside it until a
+    write succeeded: twice the bound while the disk was full. It is made as it is written now."""
+    bound = 2 << 20
+    path = tmp_path / "state.json"
+    with opened(path) as database:
+        spool = Spool(database, max_bytes=bound)
+        shell = sqlite3.connect(path, isolation_level=None)
+        shell.execute("BEGIN IMMEDIATE")  # the write fails (it waits its busy timeout, then gives up)
+        tracemalloc.start()
+        try:
+            for n in range(60):  # 64 KiB each: about 30 are within the bound, the oldest dropped
+                spool.append([big(n, 64 << 10)])
+            spool.sync()
+            held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+            shell.rollback()
+            shell.close()
+        assert spool.write_errors == 1 and spool.dropped > 0 and spool.pending_bytes <= bound
+        assert held < bound * 1.25, f"{held / bound:.2f} times the bound held"
+        spool.sync()
+        assert spool.synced and len(spooled_records(path)) == spool.depth
+        spool.close()
 
 
 def test_a_journal_larger_than_the_bound_is_read_within_it_a_line_at_a_time(tmp_path: Path) -> None:
