@@ -3,14 +3,13 @@ the sections whose component changed and no other, and a failed write loses none
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from se_exporter.state.persistence import Persistence
-from tests.support.state_file import opened, saved_sections, section_rowids
+from tests.support.state_file import opened, saved_sections, section_rowids, writes_refused
 from tests.support.wait import wait_for
 
 
@@ -83,16 +82,11 @@ def test_a_failed_write_is_carried_by_the_snapshot_waiting_after_it(tmp_path: Pa
         )
         database.submit(1, {"events": b"[1]", "approvals": b"[1]"}, ("events", "approvals"))
         assert database.wait_durable(1, 30)
-        shell = sqlite3.connect(path, isolation_level=None)
-        shell.execute("BEGIN IMMEDIATE")  # holds the write lock: the writer waits its busy timeout, then fails
-        try:
+        with writes_refused(path):
             database.submit(2, {"approvals": b"[2]"}, ("events", "approvals"))
             wait_for(lambda: database.in_flight == 2, 10, "the writer on generation 2")
             database.submit(3, {"events": b"[3]"}, ("events", "approvals"))
             wait_for(lambda: failures, 30, "generation 2 failing")
-        finally:
-            shell.rollback()
-            shell.close()
         assert failures[0][0] == 2 and "locked" in failures[0][1], failures
         assert database.wait_durable(3, 30)
     assert saved_sections(path) == {"events": [3], "approvals": [2]}

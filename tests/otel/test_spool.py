@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
 import tracemalloc
@@ -16,7 +15,7 @@ import pytest
 from se_exporter.audit.records import AttributeValue, AuditRecord
 from se_exporter.audit.spool import Spool
 from se_exporter.state.database import WAL_LIMIT_BYTES
-from tests.support.state_file import finished_uids, on_disk, opened, spooled_records
+from tests.support.state_file import finished_uids, on_disk, opened, spooled_records, writes_refused
 
 
 def record(n: int) -> AuditRecord:
@@ -109,17 +108,12 @@ def test_a_long_outage_of_the_disk_remembers_the_newest_delivered_records_not_ev
         spool = Spool(database, capacity=100)
         spool.append([record(0)])
         spool.sync()  # in the table before the outage
-        shell = sqlite3.connect(path, isolation_level=None)
-        shell.execute("BEGIN IMMEDIATE")  # every write fails (it waits its busy timeout, then gives up)
-        try:
+        with writes_refused(path):
             for n in range(1, 5001):
                 spool.append([record(n)])
                 spool.ack([f"uid-{n}"])
             spool.sync()
             assert spool.write_errors == 1 and not spool.synced
-        finally:
-            shell.rollback()
-            shell.close()
         spool.ack(["uid-0"])
         spool.sync()
         assert spool.synced
@@ -210,18 +204,15 @@ def test_while_the_disk_refuses_writes_the_records_waiting_are_held_once_within_
     path = tmp_path / "state.json"
     with opened(path) as database:
         spool = Spool(database, max_bytes=bound)
-        shell = sqlite3.connect(path, isolation_level=None)
-        shell.execute("BEGIN IMMEDIATE")  # the write fails (it waits its busy timeout, then gives up)
-        tracemalloc.start()
-        try:
-            for n in range(60):  # 64 KiB each: about 30 are within the bound, the oldest dropped
-                spool.append([big(n, 64 << 10)])
-            spool.sync()
-            held = tracemalloc.get_traced_memory()[0]
-        finally:
-            tracemalloc.stop()
-            shell.rollback()
-            shell.close()
+        with writes_refused(path):
+            tracemalloc.start()
+            try:
+                for n in range(60):  # 64 KiB each: about 30 are within the bound, the oldest dropped
+                    spool.append([big(n, 64 << 10)])
+                spool.sync()
+                held = tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
         assert spool.write_errors == 1 and spool.dropped > 0 and spool.pending_bytes <= bound
         assert held < bound * 1.25, f"{held / bound:.2f} times the bound held"
         spool.sync()

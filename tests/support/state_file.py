@@ -62,6 +62,19 @@ def opened(path: Path) -> Iterator[Database]:
         database.close(10)
 
 
+@contextlib.contextmanager
+def writes_refused(path: Path) -> Iterator[None]:
+    """Every write of the database at ``path`` fails while the block runs: another connection (an operator's
+    sqlite3 shell) holds the write lock, so the writer waits its busy timeout, then gives up."""
+    shell = sqlite3.connect(path, isolation_level=None)
+    shell.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        shell.rollback()
+        shell.close()
+
+
 def on_disk(path: Path) -> int:
     """The bytes of the database and its WAL."""
     return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
