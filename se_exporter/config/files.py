@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 
+from se_exporter.common.files import NotARegularFile, read_bounded
 from se_exporter.errors import ConfigError
 
 
@@ -30,39 +30,6 @@ def show(value: object) -> str:
 
 
 MAX_FILE_BYTES = 1 << 20  # every file an operator names, read whole before it is parsed (docs/design.md)
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-class NotARegularFile(OSError):
-    """A file an operator named that is not read: not a regular file, or too large."""
-
-
-def read_bounded(path: str | os.PathLike[str]) -> bytes:
-    """A regular file's bytes, at most ``MAX_FILE_BYTES``; else ``OSError`` whose strerror says why.
-
-    A link to /dev/zero, a FIFO (whose open would wait for a writer) or a huge file is refused before a
-    byte is parsed, with the same words on Linux and Windows (where opening a directory says "Permission
-    denied")."""
-    mode = os.stat(path).st_mode  # through symlinks: what would be read
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
-        raise NotARegularFile(errno.EINVAL, f"it is {kind}, not a regular file")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the two looks
-            raise NotARegularFile(errno.EINVAL, "it is not a regular file")
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise NotARegularFile(errno.EFBIG, f"it is larger than {MAX_FILE_BYTES >> 20} MiB")
-    return data
-
-
 FileStamp = tuple[int, ...] | None
 
 
@@ -79,7 +46,7 @@ def stamp(path: str | os.PathLike[str]) -> FileStamp:
 def read_text(prefix: str, path: str | os.PathLike[str], error: type[Exception] = ConfigError) -> str:
     """The file's text; ``error("<prefix>: cannot read the file: ...")`` saying why it cannot be read."""
     try:
-        return read_bounded(path).decode("utf-8")
+        return read_bounded(path, MAX_FILE_BYTES).decode("utf-8")
     except OSError as exc:
         raise error(f"{prefix}: cannot read the file: {os_problem(exc)}") from None
     except UnicodeDecodeError:

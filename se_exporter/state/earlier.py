@@ -1,6 +1,7 @@
 """The files of releases before the database, read once to import them (``state/loading.py``).
 
-The state file was JSON, ``{"version": 1, "sections": {<name>: <section>}}``, written atomically. The log
+The state file was JSON, ``{"version": 1, "sections": {<name>: <section>}}``, written atomically (a
+temporary file beside it, renamed: one a crash left behind is removed, ``remove_leftovers``). The log
 spool was a journal of JSON lines beside it (``<state file>.spool``)::
 
     {"add": {<record>}}        a record to send
@@ -15,6 +16,7 @@ mid-write) ignored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from se_exporter.state.atomic import NotARegularFile, open_regular, read_bounded
+from se_exporter.common.files import NotARegularFile, open_regular, read_bounded
 
 FORMAT_VERSION = 1
 MAX_LINE_BYTES = 8 << 20  # a record is bounded by the 4 MiB IMDS body it comes from
@@ -42,8 +44,8 @@ def is_json_state(head: bytes) -> bool:
 
 def state_sections(path: Path, max_bytes: int) -> tuple[bytes, dict[str, bytes]]:
     """An earlier release's state file as read, and its sections, each still its raw JSON; raises
-    ``OSError`` (``FileTooLarge`` included) or ``ValueError`` saying why it cannot be used."""
-    raw = read_bounded(path, max_bytes) or b""
+    ``OSError`` (``NotARegularFile`` when too large) or ``ValueError`` saying why it cannot be used."""
+    raw = read_bounded(path, max_bytes)
     try:
         data = msgspec.json.decode(raw, type=_StateFile)
     except msgspec.MsgspecError as error:
@@ -61,13 +63,13 @@ def journal_entries(path: Path) -> Iterator[dict[str, Any]]:
     """The entries of an earlier release's log spool, oldest first; damaged lines are logged and skipped."""
     try:
         file = open_regular(path)
+    except FileNotFoundError:
+        return
     except NotARegularFile as error:
         log.warning("ignoring log spool %s: %s", path, error.strerror)
         return
     except OSError as error:
         log.warning("ignoring unreadable log spool %s: %s", path, error)
-        return
-    if file is None:
         return
     with file:
         number, pending_damage = 0, ""
@@ -93,3 +95,16 @@ def journal_entries(path: Path) -> Iterator[dict[str, Any]]:
 def _skip_rest_of_line(file: BinaryIO) -> None:
     while (chunk := file.readline(1 << 20)) and not chunk.endswith(b"\n"):
         pass
+
+
+def remove_leftovers(path: Path) -> int:
+    """Remove the temporary files an earlier release's write of the state file at ``path`` left behind in a
+    crash (only the owner of ``path`` may call it: it holds the state lock); returns how many were removed."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for leftover in path.parent.iterdir():
+            if leftover.name.startswith(f".{path.name}.") and leftover.name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+                    removed += 1
+    return removed

@@ -22,11 +22,12 @@ import errno
 import logging
 import os
 import sqlite3
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from se_exporter.common.files import NotARegularFile, open_regular
 from se_exporter.platform import PRIVATE_FILE_MODE, current
-from se_exporter.state.atomic import FileTooLarge, NotARegularFile, open_regular, write_atomically
 from se_exporter.state.database import Database, configure, create_schema, write_sections
 from se_exporter.state.earlier import is_json_state, state_sections
 
@@ -110,7 +111,7 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
     try:
         original, sections = state_sections(path, earlier_max_bytes)
     except (OSError, ValueError) as error:
-        problem = error.strerror if isinstance(error, FileTooLarge) else error
+        problem = error.strerror if isinstance(error, NotARegularFile) else error
         return _fresh(path, max_bytes, str(problem))
     try:
         _replace_with_database(path, original, sections)
@@ -145,7 +146,12 @@ def _import_again(path: Path, earlier_max_bytes: int) -> None:
 
 def _replace_with_database(path: Path, original: bytes, sections: dict[str, bytes]) -> None:
     """The earlier file's sections in a new database that replaces it (the file kept as .before-sqlite)."""
-    write_atomically(path.with_name(path.name + ".before-sqlite"), original)
+    # For a person to look at: a crash before the rename below writes it again at the next start.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
+    with os.fdopen(os.open(path.with_name(path.name + ".before-sqlite"), flags, PRIVATE_FILE_MODE), "wb") as kept:
+        kept.write(original)
+        kept.flush()
+        os.fsync(kept.fileno())
     building = path.with_name(f".{path.name}.upgrade.tmp")
     for stale in (building, *(building.with_name(building.name + side) for side in SIDE_FILES)):
         stale.unlink(missing_ok=True)
@@ -174,10 +180,20 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), PRIVATE_FILE_MODE))
 
 
+def check_writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written in it; ``OSError`` if not."""
+    if directory.exists() and not directory.is_dir():  # mkdir would say "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=directory):
+        pass
+
+
 def _head(path: Path) -> bytes:
     """The first bytes of the file (empty when there is none); ``NotARegularFile`` for a directory or FIFO."""
-    file = open_regular(path)
-    if file is None:
+    try:
+        file = open_regular(path)
+    except FileNotFoundError:
         return b""
     with file:
         return file.read(len(SQLITE_HEADER))

@@ -28,9 +28,9 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from se_exporter.state.atomic import check_writable, remove_leftovers
 from se_exporter.state.database import Database
-from se_exporter.state.loading import open_database
+from se_exporter.state.earlier import remove_leftovers
+from se_exporter.state.loading import check_writable, open_database
 from se_exporter.state.lock import StateLock
 
 # What the sections may weigh: the event store (bounded by the document bounds), the open lifecycles

@@ -20,7 +20,8 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from se_exporter.config.files import os_problem, read_bounded, show
+from se_exporter.common.files import read_bounded
+from se_exporter.config.files import MAX_FILE_BYTES, os_problem, show
 from se_exporter.config.schema import field_problem
 from se_exporter.errors import ConfigError
 
@@ -192,7 +193,7 @@ def private_pem_file(text: str) -> Iterator[str]:
 
 def _read_text(config: TLSServerConfig, key: str, path: Path) -> str:
     try:
-        return read_bounded(path).decode("ascii", errors="replace")
+        return read_bounded(path, MAX_FILE_BYTES).decode("ascii", errors="replace")
     except OSError as exc:
         config._fail(key, f"cannot read {path}: {os_problem(exc)}")
 
