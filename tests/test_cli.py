@@ -349,12 +349,12 @@ def test_every_commands_flags_are_in_our_table_with_their_kind_and_twin() -> Non
     """Issue 57, point 3: the flags, their SE_EXPORTER_* twins and their kinds come from our own table
     (argparse only parses); --help lists exactly the flags in it."""
     parser = build_parser()
-    kinds = {flag.options[0]: flag.kind for sub in parser.commands.values() for flag in sub.flags}
+    kinds = {flag.option: flag.kind for sub in parser.commands.values() for flag in sub.flags}
     assert kinds["--web.listen-address"] == "value" and kinds["--loop"] == "switch"
     assert kinds["--scenario"] == "list"
     for name, sub in parser.commands.items():
         listed = set(re.findall(r"\[(--[\w.-]+)", sub.format_usage())) - {"--help", "--version"}
-        table = {flag.options[0] for flag in sub.flags}
+        table = {flag.option for flag in sub.flags}
         assert listed == table, name
         twins = [flag.env for flag in sub.flags]
         assert len(twins) == len(set(twins)) and all(t.startswith("SE_EXPORTER_") for t in twins), name

@@ -13,20 +13,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from se_exporter.config.flags import Parser
+from se_exporter.config.flags import Flag, Parser
 from se_exporter.config.values import optional_file
 from se_exporter.errors import ConfigError
 
-FILE_FLAGS = {  # flag -> (dest, what it is)
-    "--approval.config": ("approval_config", "approval policy (YAML)"),
-    "--actions.config": ("actions_config", "actions on transitions (YAML)"),
-    "--web.config.file": ("web_config_file", "TLS, basic auth and headers (exporter-toolkit format)"),
-}
+FILE_FLAGS = tuple(
+    Flag(option, dest, help_text, convert=optional_file, metavar="FILE")
+    for option, dest, help_text in (
+        ("--approval.config", "approval_config", "approval policy (YAML)"),
+        ("--actions.config", "actions_config", "actions on transitions (YAML)"),
+        ("--web.config.file", "web_config_file", "TLS, basic auth and headers (exporter-toolkit format)"),
+    )
+)
 
 
 def add_arguments(parser: Parser) -> None:
-    for flag, (dest, help_text) in FILE_FLAGS.items():
-        parser.add_argument(flag, dest=dest, type=optional_file, default=None, metavar="FILE", help=help_text)
+    parser.add_flags(FILE_FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,13 +37,14 @@ def run(args: argparse.Namespace) -> int:
     from se_exporter.operator_files import load_operator_files
     from se_exporter.platform import current
 
-    files = {dest: getattr(args, dest) for dest, _ in FILE_FLAGS.values()}
+    files = {flag.dest: getattr(args, flag.dest) for flag in FILE_FLAGS}
     platform = current()
     interpreter = platform.service_interpreter_problem(sys.base_prefix)
     if interpreter:
         raise ConfigError(interpreter)
     if not any(files.values()) and platform.service_account is None:  # else the interpreter was something to check
-        raise ConfigError(f"nothing to check: give {', '.join(FILE_FLAGS)} (or their SE_EXPORTER_* variables)")
+        given = ", ".join(flag.option for flag in FILE_FLAGS)
+        raise ConfigError(f"nothing to check: give {given} (or their SE_EXPORTER_* variables)")
     if any(files.values()):
         load_operator_files(ExporterConfig(**files))
     print("ok")

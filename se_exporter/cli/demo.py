@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from se_exporter.config.flags import Parser
+from se_exporter.config.flags import Flag, Parser
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.flags import speed
@@ -46,22 +46,26 @@ DEMO_ORDER = (
 
 def add_arguments(parser: Parser) -> None:
     add_exporter_flags(parser, imds_url=False)  # the demo's IMDS is its own simulator
-    demo = parser.flag_group("demo")
-    demo.add_argument(
-        "--demo.speed",
-        dest="demo_speed",
-        type=speed,
-        default=30.0,
-        metavar="FACTOR",
-        help="simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)",
-    )
-    demo.add_argument(
-        "--demo.gap",
-        dest="demo_gap",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="simulated seconds between scenarios (default 60)",
+    parser.add_flags(
+        (
+            Flag(
+                "--demo.speed",
+                "demo_speed",
+                "simulated seconds per real second (default 30: a 15-minute notice lasts 30 s)",
+                convert=speed,
+                default=30.0,
+                metavar="FACTOR",
+            ),
+            Flag(
+                "--demo.gap",
+                "demo_gap",
+                "simulated seconds between scenarios (default 60)",
+                convert=float,
+                default=60.0,
+                metavar="SECONDS",
+            ),
+        ),
+        "demo",
     )
     # At 30x a Freeze stays Started for about a second: poll fast enough to see it.
     parser.set_defaults(poll_interval=0.25)

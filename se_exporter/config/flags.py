@@ -21,75 +21,55 @@ MAX_DURATION_SECONDS = 7 * 24 * 3600.0
 
 @dataclass(frozen=True, slots=True)
 class Flag:
-    """A flag as the code declared it: its environment twin, its kind and how its text becomes a value.
-    Read by :func:`apply_environment` and :func:`refuse_repeats`; argparse only parses the command line."""
+    """One row of a command's flag table: the option, where its value goes, its kind and how its text becomes a
+    value. The table is read by :func:`apply_environment` and :func:`refuse_repeats`, and handed to argparse,
+    which only parses the command line."""
 
-    options: tuple[str, ...]  # the long options, the first one named in messages (--web.listen-address)
+    option: str  # --web.listen-address; also names its environment twin
     dest: str
-    kind: Literal["value", "switch", "list"]  # a value given once; a true/false switch; a repeatable list
+    help: str
     convert: Callable[[str], Any] | None = None
-    choices: tuple[Any, ...] | None = None
+    default: Any = None
+    metavar: str | None = None
+    kind: Literal["value", "switch", "list"] = "value"  # a value given once; a true/false switch; repeatable
+    choices: tuple[str, ...] | None = None
 
     @property
     def env(self) -> str:
-        return env_name(self.options[0])
+        return env_name(self.option)
 
-    @classmethod
-    def declared(cls, options: Sequence[str], kwargs: Mapping[str, Any]) -> Flag | None:
-        """The flag an ``add_argument`` call declares; None for --help, --version and positionals."""
-        long_options = tuple(o for o in options if o.startswith("--"))
-        action = kwargs.get("action", "store")
-        if not long_options or action in ("help", "version"):
-            return None
-        kind: Literal["value", "switch", "list"] = "value"
-        if action == "store_true":
-            kind = "switch"
-        elif action == "append" or kwargs.get("nargs") in ("*", "+"):
-            kind = "list"
-        dest = kwargs.get("dest") or long_options[0].lstrip("-").replace("-", "_").replace(".", "_")
-        choices = kwargs.get("choices")
-        return cls(long_options, dest, kind, kwargs.get("type"), tuple(choices) if choices is not None else None)
+    def argparse_keywords(self) -> dict[str, Any]:
+        if self.kind == "switch":
+            return {"dest": self.dest, "action": "store_true", "help": self.help}
+        keywords = {"dest": self.dest, "default": self.default, "metavar": self.metavar, "help": self.help}
+        if self.convert is not None:
+            keywords["type"] = self.convert
+        if self.choices is not None:
+            keywords["choices"] = self.choices
+        if self.kind == "list":  # a fresh list for each parse, appended to
+            keywords |= {"action": "append", "default": list(self.default or ())}
+        return keywords
 
 
-class _TakesArguments(Protocol):  # an argparse argument group (its class is private to argparse)
-    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action: ...
-
-
-class _TakesCommands(Protocol):  # what argparse's add_subparsers returns (its class is private too)
+class _TakesCommands(Protocol):  # what argparse's add_subparsers returns (its class is private)
     def add_parser(self, name: str, **kwargs: Any) -> Parser: ...
 
 
-class FlagGroup:
-    """An argparse argument group that also keeps what each flag is in its parser's table."""
-
-    def __init__(self, parser: Parser, group: _TakesArguments) -> None:
-        self._parser, self._group = parser, group
-
-    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action:
-        self._parser.declare(options, kwargs)
-        return self._group.add_argument(*options, **kwargs)
-
-
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line naming the flag (the usage is behind --help), and the flags it
-    was given are kept in a table of ours (:attr:`flags`), with the subcommands' parsers (:attr:`commands`)."""
+    """argparse, but a usage error is one line naming the flag (the usage is behind --help), its flags come from
+    our tables (:attr:`flags`), and the subcommands' parsers are kept (:attr:`commands`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.flags: list[Flag] = []
         self.commands: dict[str, Parser] = {}
         super().__init__(*args, **kwargs)
 
-    def declare(self, options: Sequence[str], kwargs: Mapping[str, Any]) -> None:
-        if (flag := Flag.declared(options, kwargs)) is not None:
-            self.flags.append(flag)
-
-    def add_argument(self, *options: str, **kwargs: Any) -> argparse.Action:
-        self.declare(options, kwargs)
-        return super().add_argument(*options, **kwargs)
-
-    def flag_group(self, title: str) -> FlagGroup:
-        """A titled group of flags in --help (argparse's argument group), kept in the table like the others."""
-        return FlagGroup(self, self.add_argument_group(title))
+    def add_flags(self, table: Sequence[Flag], title: str | None = None) -> None:
+        """The flags of ``table``, listed in --help under ``title`` (argparse's argument group) if given."""
+        holder = self.add_argument_group(title) if title else self
+        for flag in table:
+            holder.add_argument(flag.option, **flag.argparse_keywords())
+        self.flags.extend(table)
 
     def add_commands(self, **kwargs: Any) -> None:
         """Subcommands (argparse's subparsers); each is then added with :meth:`add_command`."""
@@ -139,7 +119,7 @@ def apply_environment(
 ) -> None:
     """Fill every flag not given on the command line from its environment twin, validated."""
     for flag in parser.flags:
-        if flag.env in environ and not _given(flag.options, argv):
+        if flag.env in environ and not _given(flag.option, argv):
             setattr(args, flag.dest, _convert(parser, flag, environ[flag.env]))
 
 
@@ -147,16 +127,16 @@ def refuse_repeats(parser: Parser, argv: Sequence[str]) -> None:
     """A single-value flag given twice is an error, as kingpin-based exporters make it (argparse keeps the
     last value silently: ``check --approval.config=bad --approval.config=good`` said ok)."""
     for flag in parser.flags:
-        if flag.kind == "value" and sum(_is(arg, flag.options) for arg in argv) > 1:
-            parser.error(f"flag {flag.options[0]} cannot be repeated")
+        if flag.kind == "value" and sum(_is(arg, flag.option) for arg in argv) > 1:
+            parser.error(f"flag {flag.option} cannot be repeated")
 
 
-def _is(arg: str, options: Sequence[str]) -> bool:
-    return any(arg == option or arg.startswith(option + "=") for option in options)
+def _is(arg: str, option: str) -> bool:
+    return arg == option or arg.startswith(option + "=")
 
 
-def _given(options: Sequence[str], argv: Sequence[str]) -> bool:
-    return any(_is(arg, options) for arg in argv)
+def _given(option: str, argv: Sequence[str]) -> bool:
+    return any(_is(arg, option) for arg in argv)
 
 
 def _convert(parser: Parser, flag: Flag, raw: str) -> object:

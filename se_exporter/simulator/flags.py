@@ -63,141 +63,148 @@ def _counted(kind: str, parse_value: Callable[[str], object]) -> Callable[[str],
 
 def add_arguments(parser: flags.Parser) -> None:
     """Register the ``simulate`` flags on ``parser``."""
-    add = parser.add_argument
-    add(
-        "--web.listen-address",
-        dest="listen",
-        type=listen_address,
-        default=("127.0.0.1", 8080),
-        metavar="HOST:PORT",
-        help="host:port to serve the fake IMDS on (port 0: any free port; default 127.0.0.1:8080)",
+    parser.add_flags(
+        (
+            flags.Flag(
+                "--web.listen-address",
+                "listen",
+                "host:port to serve the fake IMDS on (port 0: any free port; default 127.0.0.1:8080)",
+                convert=listen_address,
+                default=("127.0.0.1", 8080),
+                metavar="HOST:PORT",
+            ),
+            flags.Flag(
+                "--scenario",
+                "scenarios",
+                f"built-in scenario ({', '.join(builtin_names())}, or 'all') or YAML file; repeatable",
+                metavar="NAME|FILE",
+                kind="list",
+            ),
+            flags.Flag(
+                "--speed",
+                "speed",
+                "simulated seconds per real second (default 1)",
+                convert=speed,
+                default=1.0,
+                metavar="FACTOR",
+            ),
+            flags.Flag("--loop", "loop", "replay the scenarios forever", kind="switch"),
+            flags.Flag(
+                "--loop.gap",
+                "loop_gap",
+                "simulated pause between scenarios (default 10s)",
+                convert=duration,
+                default=10.0,
+                metavar="DURATION",
+            ),
+            flags.Flag(
+                "--vm.name",
+                "vm_name",
+                "name of the simulated VM (default sim-vm-0)",
+                default="sim-vm-0",
+                metavar="NAME",
+            ),
+            flags.Flag("--seed", "seed", "random seed for EventIds and fault dice", convert=int),
+            flags.Flag(
+                "--events.disable-after",
+                "disable_after",
+                "simulated time without requests that disables Scheduled Events; the next request enables them again "
+                "and DocumentIncarnation starts over (Azure: 24h, the default; 0: never)",
+                convert=duration,
+                default=DISABLE_AFTER_SECONDS,
+                metavar="DURATION",
+            ),
+            flags.Flag(
+                "--events.enable-delay",
+                "enable_delay",
+                "how long the answers to an enabling request take, in simulated time (Azure: up to 2m, the default)",
+                convert=duration,
+                default=ANSWER_DELAY_SECONDS,
+                metavar="DURATION",
+            ),
+            flags.Flag(
+                "--events.list-delay",
+                "list_delay",
+                "how long after an enabling request events are listed, in simulated time (Azure: within 5m, the "
+                "default)",
+                convert=duration,
+                default=EVENTS_DELAY_SECONDS,
+                metavar="DURATION",
+            ),
+            flags.Flag(
+                "--events.start-disabled",
+                "start_disabled",
+                "start with Scheduled Events disabled, as on a VM that never asked: the first request enables them",
+                kind="switch",
+            ),
+            flags.Flag(
+                "--fault.first-response-delay",
+                "first_delay",
+                "delay the first scheduled-events answer by this real duration",
+                convert=duration,
+                default=0.0,
+                metavar="DURATION",
+            ),
+            flags.Flag(
+                "--fault.status",
+                "fault_status",
+                "answer CODE (500, 503, 429, 410...) to the next COUNT polls",
+                convert=_counted("status", int),
+                metavar="CODE[:COUNT]",
+                kind="list",
+            ),
+            flags.Flag(
+                "--fault.error-rate",
+                "error_rate",
+                "probability (0-1) that any poll fails with --fault.error-code",
+                convert=float,
+                default=0.0,
+                metavar="P",
+            ),
+            flags.Flag(
+                "--fault.error-code",
+                "error_code",
+                "code for --fault.error-rate",
+                convert=int,
+                default=503,
+                metavar="CODE",
+            ),
+            flags.Flag(
+                "--fault.malformed",
+                "fault_malformed",
+                f"answer a broken body to the next COUNT polls; KIND: {', '.join(MALFORMED)}",
+                convert=_counted("malformed", _malformed_kind),
+                metavar="KIND[:COUNT]",
+                kind="list",
+            ),
+            flags.Flag(
+                "--fault.reset",
+                "fault_reset",
+                "reset the connection of the next COUNT polls",
+                convert=int,
+                default=0,
+                metavar="COUNT",
+            ),
+            flags.Flag(
+                "--fault.delay",
+                "fault_delay",
+                "delay the next COUNT polls by DURATION (real time)",
+                convert=_counted("delay", duration),
+                metavar="DURATION[:COUNT]",
+                kind="list",
+            ),
+            flags.Flag(
+                "--fault.rate-limit",
+                "rate_limit",
+                "answer 429 beyond this many requests per second (IMDS: 5; default 0 = off)",
+                convert=int,
+                default=0,
+                metavar="N",
+            ),
+            flags.Flag("--list-scenarios", "list_scenarios", "print the built-in scenarios and exit", kind="switch"),
+            flags.Flag("--quiet", "quiet", "do not log document changes on stderr", kind="switch"),
+        )
     )
-    add(
-        "--scenario",
-        dest="scenarios",
-        action="append",
-        default=[],
-        metavar="NAME|FILE",
-        help=f"built-in scenario ({', '.join(builtin_names())}, or 'all') or YAML file; repeatable",
-    )
-    add("--speed", type=speed, default=1.0, metavar="FACTOR", help="simulated seconds per real second (default 1)")
-    add("--loop", action="store_true", help="replay the scenarios forever")
-    add(
-        "--loop.gap",
-        dest="loop_gap",
-        type=duration,
-        default=10.0,
-        metavar="DURATION",
-        help="simulated pause between scenarios (default 10s)",
-    )
-    add(
-        "--vm.name",
-        dest="vm_name",
-        default="sim-vm-0",
-        metavar="NAME",
-        help="name of the simulated VM (default sim-vm-0)",
-    )
-    add("--seed", type=int, default=None, help="random seed for EventIds and fault dice")
-    add(
-        "--events.disable-after",
-        dest="disable_after",
-        type=duration,
-        default=DISABLE_AFTER_SECONDS,
-        metavar="DURATION",
-        help="simulated time without requests that disables Scheduled Events; the next request enables them "
-        "again and DocumentIncarnation starts over (Azure: 24h, the default; 0: never)",
-    )
-    add(
-        "--events.enable-delay",
-        dest="enable_delay",
-        type=duration,
-        default=ANSWER_DELAY_SECONDS,
-        metavar="DURATION",
-        help="how long the answers to an enabling request take, in simulated time (Azure: up to 2m, the default)",
-    )
-    add(
-        "--events.list-delay",
-        dest="list_delay",
-        type=duration,
-        default=EVENTS_DELAY_SECONDS,
-        metavar="DURATION",
-        help="how long after an enabling request events are listed, in simulated time (Azure: within 5m, the default)",
-    )
-    add(
-        "--events.start-disabled",
-        dest="start_disabled",
-        action="store_true",
-        help="start with Scheduled Events disabled, as on a VM that never asked: the first request enables them",
-    )
-    add(
-        "--fault.first-response-delay",
-        dest="first_delay",
-        type=duration,
-        default=0.0,
-        metavar="DURATION",
-        help="delay the first scheduled-events answer by this real duration",
-    )
-    add(
-        "--fault.status",
-        dest="fault_status",
-        action="append",
-        default=[],
-        type=_counted("status", int),
-        metavar="CODE[:COUNT]",
-        help="answer CODE (500, 503, 429, 410...) to the next COUNT polls",
-    )
-    add(
-        "--fault.error-rate",
-        dest="error_rate",
-        type=float,
-        default=0.0,
-        metavar="P",
-        help="probability (0-1) that any poll fails with --fault.error-code",
-    )
-    add(
-        "--fault.error-code",
-        dest="error_code",
-        type=int,
-        default=503,
-        metavar="CODE",
-        help="code for --fault.error-rate",
-    )
-    add(
-        "--fault.malformed",
-        dest="fault_malformed",
-        action="append",
-        default=[],
-        metavar="KIND[:COUNT]",
-        type=_counted("malformed", _malformed_kind),
-        help=f"answer a broken body to the next COUNT polls; KIND: {', '.join(MALFORMED)}",
-    )
-    add(
-        "--fault.reset",
-        dest="fault_reset",
-        type=int,
-        default=0,
-        metavar="COUNT",
-        help="reset the connection of the next COUNT polls",
-    )
-    add(
-        "--fault.delay",
-        dest="fault_delay",
-        action="append",
-        default=[],
-        type=_counted("delay", duration),
-        metavar="DURATION[:COUNT]",
-        help="delay the next COUNT polls by DURATION (real time)",
-    )
-    add(
-        "--fault.rate-limit",
-        dest="rate_limit",
-        type=int,
-        default=0,
-        metavar="N",
-        help="answer 429 beyond this many requests per second (IMDS: 5; default 0 = off)",
-    )
-    add("--list-scenarios", action="store_true", help="print the built-in scenarios and exit")
-    add("--quiet", action="store_true", help="do not log document changes on stderr")
 
 
 def build_faults(args: argparse.Namespace, rng: random.Random) -> FaultPlan:
