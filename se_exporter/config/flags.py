@@ -39,6 +39,7 @@ class Flag:
         return env_name(self.option)
 
     def argparse_keywords(self) -> dict[str, Any]:
+        """What ``add_argument`` is given for this row."""
         if self.kind == "switch":
             return {"dest": self.dest, "action": "store_true", "help": self.help}
         keywords = {"dest": self.dest, "default": self.default, "metavar": self.metavar, "help": self.help}
@@ -46,7 +47,7 @@ class Flag:
             keywords["type"] = self.convert
         if self.choices is not None:
             keywords["choices"] = self.choices
-        if self.kind == "list":  # a fresh list for each parse, appended to
+        if self.kind == "list":  # a list of its own (argparse copies it before appending)
             keywords |= {"action": "append", "default": list(self.default or ())}
         return keywords
 
