@@ -175,6 +175,9 @@ class Poller:
             self._on_failure(error)
             if span is not None:
                 mark_error(span, error.reason, str(error))
+            # The loop holds the error through its pause and the next poll: not the frames its traceback holds
+            # (a refused 500,000-Resources document is about 30 MB there, and the next one would come beside it).
+            error.__traceback__ = error.__cause__ = error.__context__ = None
             return error
         changed = not self.store.is_unchanged(document)
         if span is not None:

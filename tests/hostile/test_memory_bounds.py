@@ -132,6 +132,33 @@ def test_a_document_beyond_the_bounds_is_refused_and_said(fake_imds: FakeIMDS, s
     assert said in exporter.logs()
 
 
+def test_documents_beyond_the_bounds_one_after_another_stay_under_96_mib(
+    fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    """One event listing 500,000 Resources is refused, but decoding it takes about 30 MB. The loop kept the
+    refusal through its pause and the next poll with its traceback, so two in a row held twice that: the
+    soak saw an exporter reach 124 MiB, and this exporter reached 111 without a state file or OpenTelemetry."""
+    overgrown = {"EventId": "X0", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["r"] * 500_000}
+    bad = Answer(body=json.dumps({"DocumentIncarnation": 1, "Events": [overgrown]}).encode())
+    good = document(2, scheduled_event("GOOD"))
+    served = iter([bad] * 3)
+    fake_imds.respond = lambda seen: next(served, good) if "scheduledevents" in seen.path else good
+    exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a")
+    wait_for(
+        lambda: (
+            value(exporter.metrics(), "azure_scheduled_events_pending", event_type="Reboot", event_status="Scheduled")
+            == 1
+        ),
+        30,
+        "the good document after three refused ones",
+    )
+    assert value(exporter.metrics(), "azure_scheduled_events_poll_errors_total", reason="invalid_document") == 3
+    assert f"holds at most {MAX_RESOURCES} (docs/reliability.md)" in exporter.logs()
+    peak = peak_kib(exporter)
+    assert exporter.stop() == 0
+    assert peak < LIMIT_KIB, f"peak {peak / 1024:.1f} MiB"
+
+
 def huge_description_peak(fake_imds: FakeIMDS, start_exporter: StartExporter, **env: str) -> int:
     """The exporter's peak (KiB) while a new event with a 3.5 MB Description comes every other poll, 30 in
     all, the collector down."""
