@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.common.tracing import mark_error
-from se_exporter.errors import IMDSError, IMDSStopped
+from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
@@ -175,9 +175,7 @@ class Poller:
             self._on_failure(error)
             if span is not None:
                 mark_error(span, error.reason, str(error))
-            # The loop holds the error through its pause and the next poll: not the frames its traceback holds
-            # (a refused 500,000-Resources document is about 30 MB there, and the next one would come beside it).
-            error.__traceback__ = error.__cause__ = error.__context__ = None
+            forget_traceback(error)  # the loop holds it through its pause and the next poll, not its frames
             return error
         changed = not self.store.is_unchanged(document)
         if span is not None:

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from typing import SupportsIndex
 from wsgiref.types import WSGIApplication
 
+from se_exporter.errors import forget_traceback
 from se_exporter.web.config import WebConfig
 from se_exporter.web.exchange import Exchange, close_quietly
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.renders import ClientGone, Renders
-from se_exporter.web.sockets import bind, client_name, forget_traceback, readable
+from se_exporter.web.sockets import bind, client_name, readable
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, handshake, is_tls_hello
 from se_exporter.web.wire import HEAD_TIMEOUT_SECONDS, Timeout
 

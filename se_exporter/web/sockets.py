@@ -1,5 +1,4 @@
-"""What the server does with a socket besides HTTP: bind it, wait for it to be readable, name its peer, and
-let go of what a connection's error holds."""
+"""What the server does with a socket besides HTTP: bind it, wait for it to be readable, name its peer."""
 
 from __future__ import annotations
 
@@ -7,21 +6,6 @@ import asyncio
 import contextlib
 import errno
 import socket
-
-
-def forget_traceback(error: BaseException) -> None:
-    """Drop what a connection's error holds: its traceback's frames hold the connection's reader, writer
-    and transport, and asyncio's reader holds the error, a reference cycle that only a full collection
-    frees; with TLS each such connection kept asyncio's 256 KiB read buffer (250 clients that reset their
-    connections took 60 MiB more each round, never given back)."""
-    seen: set[int] = set()
-    pending: BaseException | None = error
-    while pending is not None and id(pending) not in seen:
-        seen.add(id(pending))
-        pending.__traceback__ = None
-        following = pending.__cause__ or pending.__context__
-        pending.__context__ = pending.__cause__ = None
-        pending = following
 
 
 async def readable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> bool:
