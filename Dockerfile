@@ -27,10 +27,14 @@ COPY se_exporter ./se_exporter
 # The versions and hashes of uv.lock, nothing resolved here: uv (itself installed by its hashes) writes the
 # lock's runtime set out with every file's hash, and pip fetches only files with those hashes. The image
 # carries the [grpc] extra, so OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen).
+# The project's wheel is built by the lock's setuptools (the group "build", by its hashes), not by whatever
+# version build isolation would fetch.
 RUN pip install --require-hashes --no-deps -r .ci/uv.txt \
     && uv export --frozen --no-dev --extra grpc --no-emit-project --format requirements-txt --output-file /tmp/locked.txt \
+    && uv export --frozen --only-group build --no-emit-project --format requirements-txt --output-file /tmp/build.txt \
     && pip wheel --require-hashes --no-deps --wheel-dir /wheels -r /tmp/locked.txt \
-    && pip wheel --no-deps --wheel-dir /wheels .
+    && pip install --require-hashes --no-deps -r /tmp/build.txt \
+    && pip wheel --no-build-isolation --no-deps --wheel-dir /wheels .
 
 
 FROM ${PYTHON_IMAGE}

