@@ -80,7 +80,9 @@ def post_503_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post503Ru
     world = SimWorld(clock=SimClock(1.0), rng=random.Random(503))
     server = SimulatorServer(world).start()
     server.faults.fail_next(503, PostRetry().attempts, method="POST")  # then IMDS recovers
-    event_id = world.add_event(EventPlan("Reboot", "User", resources=(SELF, "other-vm")))
+    # Started for an hour, not the simulator's minute: the module's last test, which finds it Started, may run
+    # minutes after the approval on a loaded machine (a full run found it already gone).
+    event_id = world.add_event(EventPlan("Reboot", "User", resources=(SELF, "other-vm"), started_for=3600.0))
     exporter = ExporterProcess(
         *exporter_args(server.url, design_policy(tmp), tmp / "state.json"), log_path=tmp / "exporter.log"
     )
