@@ -129,6 +129,19 @@ def test_this_environment_holds_the_locked_versions() -> None:
     assert not differ, "this environment was not installed from uv.lock:\n" + "\n".join(differ)
 
 
+def test_uv_builds_the_project_with_the_locked_setuptools_by_its_hashes() -> None:
+    """The README's `uv sync` builds the project (editable) in an isolated environment: pyproject's build
+    constraint gives it the lock's setuptools, verified by the lock's hashes (uv.lock records no build
+    dependencies; the group "build" locks setuptools for the image and the release)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (constraint,) = pyproject["tool"]["uv"]["build-constraint-dependencies"]
+    (locked,) = locked_packages()["setuptools"]
+    wanted = {"requirement": f"setuptools=={locked.version}", "hashes": sorted(locked.hashes)}
+    assert {**constraint, "hashes": sorted(constraint["hashes"])} == wanted, (
+        f"pyproject.toml's [tool.uv] build-constraint-dependencies is not the lock's setuptools: make it {wanted}"
+    )
+
+
 def test_the_dockerfile_builds_from_the_lock_with_hashes() -> None:
     dockerfile = (REPO / "Dockerfile").read_text(encoding="utf-8")
     assert "pip install --require-hashes --no-deps -r .ci/uv.txt" in dockerfile
