@@ -36,5 +36,5 @@ def container_name(podman: Podman) -> Iterator[Callable[[], str]]:
 
     yield new
     for name in names:
-        podman.run("rm", "--force", "--time", "0", name, check=False)
+        podman.run("rm", "--force", "--volumes", "--time", "0", name, check=False)  # and the image's anonymous volume
         podman.run("volume", "rm", "--force", name, check=False)
