@@ -83,9 +83,9 @@ def test_the_windows_capable_unit_tests_pass_on_windows_cpython() -> None:
 
 
 def never_started(code: int, output: str) -> bool:
-    """Wine's own fault before the interpreter ran: a failure without a word, not even pytest's (a full run in
-    CI once ended so at once, exit 1, and the same tree passed run again). Wine's messages are off
-    (``WINEDEBUG=-all``), and pytest says something whenever it runs."""
+    """Wine's own fault before the interpreter ran: a failure without a word, not even pytest's (a full run of
+    the README's command once ended so at once, exit 1, and the same tree passed run again). Wine's messages
+    are off (``WINEDEBUG=-all``), and pytest says something whenever it runs."""
     return code != 0 and not output.strip()
 
 
