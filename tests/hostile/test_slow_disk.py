@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,22 +20,18 @@ from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
-from tests.support.tools import require
+from tests.support.preload import build_shim
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.debian]
 StartExporter = Callable[..., ExporterProcess]
-SHIM_SOURCE = Path(__file__).resolve().parents[1] / "support" / "slow_fsync.c"
 FSYNC_SECONDS = 8.0
 INTERVAL = 0.5
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    library = tmp_path_factory.mktemp("shim") / "slow_fsync.so"
-    gcc = require("gcc")
-    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(SHIM_SOURCE), "-ldl"], check=True, timeout=60)
-    return library
+    return build_shim("slow_fsync", tmp_path_factory.mktemp("shim"))
 
 
 def due_in(event_id: str, seconds: float, **fields: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,22 +15,18 @@ import pytest
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
-from tests.support.tools import require
+from tests.support.preload import build_shim
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.posix
 StartExporter = Callable[..., ExporterProcess]
-SHIM_SOURCE = Path(__file__).resolve().parents[1] / "support" / "step_clock.c"
 STARTED = scheduled_event("E1", EventSource="Platform", EventStatus="Started", NotBefore="")
 IN_STARTED = "azure_scheduled_events_event_started_seconds"
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    library = tmp_path_factory.mktemp("shim") / "step_clock.so"
-    gcc = require("gcc")
-    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(SHIM_SOURCE), "-ldl"], check=True, timeout=60)
-    return library
+    return build_shim("step_clock", tmp_path_factory.mktemp("shim"))
 
 
 def in_started(exporter: ExporterProcess) -> float:
