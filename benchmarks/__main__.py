@@ -25,6 +25,7 @@ BENCHMARKS = {
     "scrape": "benchmarks.bench_scrape",  # /metrics as Prometheus scrapes: over HTTP, each a fresh render
     "detection": "benchmarks.bench_detection",  # IMDS change → /metrics, → transition log
     "startup": "benchmarks.bench_startup",  # spawn → ready, import time
+    "writes": "benchmarks.bench_writes",  # disk writes of the state file: 1,000 events, one change a second
     "series": "benchmarks.bench_series",  # series per VM, fleet cost
     "fleet": "benchmarks.bench_fleet",  # the dashboards and rules over a simulated fleet in Prometheus
     "fleet_engine": "benchmarks.bench_fleet_engine",  # the same fleet through remote_write to VictoriaMetrics
