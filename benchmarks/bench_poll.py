@@ -71,7 +71,7 @@ def _time(fn: Callable[[], Any], repeats: int) -> list[float]:
 
 def _core_cases(size: int) -> dict[str, tuple[Callable[[], Any], Callable[[], None]]]:
     from se_exporter.imds.document import parse_document
-    from se_exporter.store import EventStore
+    from se_exporter.lifecycle import EventStore
 
     steady = make_body(size, 1)
     bodies = [make_body(size, 2 + i, variant=i % 2) for i in range(2)]

@@ -2,7 +2,7 @@
 
 The exporter runs as it always does (``se_exporter.cli.main``), in a child interpreter that traces its Python
 allocations (``tracemalloc``, one frame) and, at each SIGUSR1, writes what is held, grouped by the package
-of the line that allocated it (``se_exporter.store``, ``prometheus_client``, ``opentelemetry.sdk``,
+of the line that allocated it (``se_exporter.lifecycle``, ``prometheus_client``, ``opentelemetry.sdk``,
 ``json``…), with its VmRSS. What tracemalloc cannot see (C libraries' own memory: OpenSSL, protobuf's
 upb arena, glibc's free lists) is the gap between RSS and the traced total. A map, not a ledger:
 allocations are charged to the innermost Python line, so a document decoded by msgspec for the store is
@@ -43,7 +43,7 @@ EVENTS = 1000
 
 
 def package(filename: str) -> str:
-    """``se_exporter.store`` for se_exporter/store/events.py, ``httpx`` for …/site-packages/httpx/…"""
+    """``se_exporter.lifecycle`` for se_exporter/store/events.py, ``httpx`` for …/site-packages/httpx/…"""
     path = Path(filename)
     parts = path.parts
     if "se_exporter" in parts:

@@ -30,6 +30,7 @@ from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
+from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.registry import exporter_registry
@@ -41,7 +42,6 @@ from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Poller, PollSink
 from se_exporter.state.lock import LockHeld
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventStore
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer

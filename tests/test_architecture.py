@@ -28,11 +28,11 @@ STAGES: dict[str, int] = {
     "process": 0,  # the stop request, serve, and running an operator's command: foundation, no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files
-    "store": 3,  # the state machine and its values (event states, transitions)
+    "lifecycle": 3,  # the pure state machine and its values (event states, transitions)
     "simulator": 3,  # a world of its own beside the state machine
-    "approval": 4,  # decides on the store's events
-    "actions": 4,  # runs the operator's commands on the store's transitions
-    "poller": 5,  # drives IMDS → store → approver → sinks
+    "approval": 4,  # decides on the listed events
+    "actions": 4,  # runs the operator's commands on the transitions
+    "poller": 5,  # drives IMDS → lifecycle → approver → sinks
     "metrics": 6,
     "audit": 6,
     "otel": 6,

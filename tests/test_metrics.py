@@ -13,9 +13,9 @@ from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.document import Document, ScheduledEvent, parse_document
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import POLL_ERROR_REASONS, PollResult, PollStatus
-from se_exporter.store import EventStore
 from tests.support import exposition
 from tests.support.tools import require
 

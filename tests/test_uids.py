@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from se_exporter.imds.document import ScheduledEvent
-from se_exporter.store.lifecycle import Transition, TransitionKind
+from se_exporter.lifecycle.transitions import Transition, TransitionKind
 
 pytestmark = pytest.mark.pure
 

@@ -20,7 +20,7 @@ from se_exporter.config.schema import CommandWord, check_command, decode, field_
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import EventTypeName
 from se_exporter.imds.impact import Cause, Impact
-from se_exporter.store.lifecycle import Transition, TransitionKind
+from se_exporter.lifecycle.transitions import Transition, TransitionKind
 
 KIND = "actions config"
 DEFAULT_TIMEOUT_SECONDS = 30.0

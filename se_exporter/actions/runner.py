@@ -26,9 +26,9 @@ from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState,
 from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import Classification
+from se_exporter.lifecycle.transitions import Transition
 from se_exporter.platform import Platform, current
 from se_exporter.process.command import CommandResult, CommandRunner
-from se_exporter.store.lifecycle import Transition
 
 log = logging.getLogger("se_exporter.actions")
 MAX_RUNS = 10_000  # waiting, running or not yet reported

@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
+from se_exporter.lifecycle.transitions import Transition
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import Transition
 
 
 class RunState(StrEnum):

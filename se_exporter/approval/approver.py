@@ -41,7 +41,7 @@ from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, s
 from se_exporter.approval.view import LatestView, Remembered
 from se_exporter.imds.document import SCHEDULED
 from se_exporter.imds.impact import Classification
-from se_exporter.store.lifecycle import EventState
+from se_exporter.lifecycle.transitions import EventState
 
 log = logging.getLogger("se_exporter.approval")
 

@@ -10,7 +10,7 @@ from se_exporter.approval.ledger import LedgerEntry, event_revision
 from se_exporter.approval.policy import NO_RULE, NOT_LEADER, NOT_SCHEDULED, NOT_THIS_VM, Policy, Verdict
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Classification
-from se_exporter.store.lifecycle import EventState
+from se_exporter.lifecycle.transitions import EventState
 
 NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook runs
 # Skip reason when the event changed (another revision: Resources, type, NotBefore…) after the policy matched

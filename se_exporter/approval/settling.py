@@ -20,8 +20,8 @@ from se_exporter.approval.poster import Dropped, PostOutcome
 from se_exporter.errors import IMDSError
 from se_exporter.imds.changes import describe_change
 from se_exporter.imds.document import ScheduledEvent
+from se_exporter.lifecycle.transitions import EventState
 from se_exporter.process.command import CommandResult
-from se_exporter.store.lifecycle import EventState
 
 Ledger = MutableMapping[str, LedgerEntry]
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from se_exporter.store.lifecycle import EventState
+from se_exporter.lifecycle.transitions import EventState
 
 FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS down: the POST fails anyway)
 SAVED_WAIT_SECONDS = 60.0  # a decision not on disk by then is not POSTed (skip reason state_unsaved)

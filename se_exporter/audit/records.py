@@ -20,7 +20,7 @@ from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
 from se_exporter.common.times import rfc3339, unix_nanos
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
-from se_exporter.store.lifecycle import OPENING, Transition, TransitionKind
+from se_exporter.lifecycle.transitions import OPENING, Transition, TransitionKind
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"

@@ -18,11 +18,11 @@ from prometheus_client.registry import Collector
 
 from se_exporter.imds.document import KNOWN_LISTINGS
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.transitions import EventState
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.names import PREFIX, affects_label, label
 from se_exporter.poller import PollStatus
-from se_exporter.store import EventStore
-from se_exporter.store.lifecycle import EventState
 
 
 class HasStatus(Protocol):

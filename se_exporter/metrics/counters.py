@@ -18,9 +18,9 @@ from prometheus_client.core import Metric
 from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.decision import COUNTED_RESULTS
 from se_exporter.imds.document import APPROVABLE_EVENT_TYPES, EVENT_TYPES
+from se_exporter.lifecycle.transitions import TransitionKind
 from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
-from se_exporter.store.lifecycle import TransitionKind
 
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 STARTED_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)

@@ -19,9 +19,9 @@ from opentelemetry.context import Context
 from se_exporter.common.times import rfc3339, unix_nanos
 from se_exporter.imds.document import MAX_EVENTS
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle.transitions import CLOSING, Transition, TransitionKind
 from se_exporter.poller import PollResult
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import CLOSING, Transition, TransitionKind
 
 log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"

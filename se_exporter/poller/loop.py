@@ -24,6 +24,7 @@ from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import Backoff
+from se_exporter.lifecycle import EventStore
 from se_exporter.poller.gaps import ViewGaps
 from se_exporter.poller.results import (
     UNREACHABLE,
@@ -34,7 +35,6 @@ from se_exporter.poller.results import (
     Reactor,
 )
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventStore
 
 if TYPE_CHECKING:
     from opentelemetry import trace

@@ -13,7 +13,7 @@ from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.store.lifecycle import EventState, Transition
+from se_exporter.lifecycle.transitions import EventState, Transition
 
 _NAMELESS = VMIdentity()
 POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from se_exporter.imds.document import SCHEDULED, STARTED
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.store import EventStore
-from se_exporter.store.lifecycle import EventState
+from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.transitions import EventState
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ import yaml
 
 from se_exporter.actions.config import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_SECONDS, load_actions, parse_actions
 from se_exporter.errors import ConfigError
-from se_exporter.store.lifecycle import TransitionKind
+from se_exporter.lifecycle.transitions import TransitionKind
 from tests.support.readme import DOCS, code_blocks
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata" / "actions"

@@ -14,8 +14,8 @@ from pathlib import Path
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.pacing import RateLimiter
-from se_exporter.store import EventStore
-from se_exporter.store.lifecycle import EventState
+from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.transitions import EventState
 from tests.support.quiet_server import QuietHTTPServer
 from tests.support.wait import wait_for
 

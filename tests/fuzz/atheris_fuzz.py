@@ -29,9 +29,9 @@ with atheris.instrument_imports():
     from se_exporter.errors import ConfigError, InvalidDocument
     from se_exporter.imds.document import parse_document
     from se_exporter.imds.identity import VMIdentity
+    from se_exporter.lifecycle import EventStore
     from se_exporter.poller import PollStatus
     from se_exporter.state.persistence import Persistence
-    from se_exporter.store import EventStore
     from se_exporter.web.config import parse_web_config
     from tests.fuzz.documents import mutate
     from tests.support.exposition import render

@@ -24,9 +24,9 @@ from se_exporter.approval.policy import Policy, load_policy, parse_policy
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
 from se_exporter.poller import PollStatus
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventStore
 from se_exporter.web.config import parse_web_config
 from tests.fuzz.strategies import config_values, json_values, nasty_text
 from tests.support.exposition import render

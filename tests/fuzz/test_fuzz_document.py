@@ -18,11 +18,11 @@ from se_exporter.audit.spool import Spool
 from se_exporter.errors import InvalidDocument
 from se_exporter.imds.document import Document, parse_document, parse_not_before
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
 from se_exporter.logs import JSONFormatter, LogfmtFormatter
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.names import MAX_LABEL_LENGTH, label
 from se_exporter.poller import PollResult, PollStatus
-from se_exporter.store import EventStore
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
 from tests.support.exposition import render
 

@@ -16,13 +16,13 @@ import pytest
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
+from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.transitions import Transition
 from se_exporter.poller import Poller
 from se_exporter.poller.results import PollResult
 from se_exporter.simulator import SELF, EventPlan, ManualClock, SimClock, SimulatedVM, SimulatorServer, SimWorld
 from se_exporter.simulator.enablement import EnablementTimes
 from se_exporter.state.persistence import Persistence
-from se_exporter.store import EventStore
-from se_exporter.store.lifecycle import Transition
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import series
 from tests.support.wait import wait_for

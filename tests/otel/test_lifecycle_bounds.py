@@ -10,9 +10,9 @@ from opentelemetry import trace
 
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
 from se_exporter.otel.lifecycle_spans import MAX_STEPS, LifecycleSpans
 from se_exporter.poller import PollResult
-from se_exporter.store import EventStore
 
 pytestmark = pytest.mark.pure
 

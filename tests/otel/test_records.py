@@ -16,11 +16,11 @@ from se_exporter.audit.trail import AuditTrail
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.transitions import Transition
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.resource import resource_attributes
 from se_exporter.poller import PollResult
-from se_exporter.store import EventStore
-from se_exporter.store.lifecycle import Transition
 
 pytestmark = pytest.mark.pure
 

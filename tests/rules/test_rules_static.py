@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from se_exporter.audit.spool import Spool
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
+from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollResult, PollStatus
-from se_exporter.store import EventStore
 from tests.support.exposition import render
 
 from .promql import (

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from se_exporter.imds.document import EVENT_TYPES
+from se_exporter.lifecycle.transitions import TransitionKind
 from se_exporter.simulator import SELF
 from se_exporter.simulator.truth import Change
-from se_exporter.store.lifecycle import TransitionKind
 from tests.soak.chaos import FIRST_ANSWER_DELAY, SLOW_ANSWER, ExporterRun, SoakResult
 from tests.soak.history import Expected, expected_transitions
 from tests.support.exposition import value

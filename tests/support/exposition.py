@@ -8,10 +8,10 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.collector import HasApprovals, ReloadsConfig, SnapshotCollector, SpoolGauge
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollStatus
-from se_exporter.store import EventStore
 
 Key = tuple[str, frozenset[tuple[str, str]]]
 

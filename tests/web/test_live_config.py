@@ -143,10 +143,10 @@ def test_a_new_client_auth_type_is_in_force_for_new_connections(serve: Serve, co
 def test_the_exporter_reports_the_reload_on_metrics(tmp_path: Path, config_dir: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from se_exporter.lifecycle import EventStore
     from se_exporter.metrics.collector import SnapshotCollector
     from se_exporter.metrics.counters import Counters
     from se_exporter.poller import PollStatus
-    from se_exporter.store import EventStore
 
     class Poller:
         status = PollStatus()

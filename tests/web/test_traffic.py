@@ -15,7 +15,7 @@ import pytest
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
-from se_exporter.store import EventStore
+from se_exporter.lifecycle import EventStore
 from se_exporter.web.traffic import TrafficGate
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS, document

@@ -33,8 +33,8 @@ import msgspec
 from se_exporter.imds.changes import content, describe_change, status_changed
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import classify
+from se_exporter.lifecycle.transitions import EventState, Transition, TransitionKind, UnixTime, content_key
 from se_exporter.state.persistence import decode_section
-from se_exporter.store.lifecycle import EventState, Transition, TransitionKind, UnixTime, content_key
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.store import MAX_NOT_BEFORE_HISTORY, EventStore
-from se_exporter.store.lifecycle import Transition, TransitionKind
+from se_exporter.lifecycle import MAX_NOT_BEFORE_HISTORY, EventStore
+from se_exporter.lifecycle.transitions import Transition, TransitionKind
 
 pytestmark = pytest.mark.pure
 
