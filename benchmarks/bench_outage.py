@@ -64,8 +64,8 @@ def fill_spool(state_file: Path, count: int) -> None:
     """``count`` transition records in the spool the exporter will load (as an earlier outage left them)."""
     from se_exporter.audit.records import AuditRecord
     from se_exporter.audit.spool import Spool
-    from se_exporter.state.loading import open_database
-    from se_exporter.state.persistence import MAX_DATABASE_BYTES
+    from se_exporter.durable.opening import open_database
+    from se_exporter.durable.persistence import MAX_DATABASE_BYTES
 
     database = open_database(state_file, MAX_DATABASE_BYTES).database
     spool = Spool(database)

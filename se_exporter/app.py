@@ -25,12 +25,16 @@ from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
 from se_exporter.config.files import os_problem, socket_problem
 from se_exporter.config.options import ExporterConfig
+from se_exporter.durable.lock import LockHeld
+from se_exporter.durable.persistence import Persistence
+from se_exporter.durable.schema import TooNew
 from se_exporter.errors import ConfigError, IMDSError, IMDSStopped
 from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
 from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.machine import TABLES as STORE_TABLES
 from se_exporter.metrics.collector import SnapshotCollector
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.registry import exporter_registry
@@ -40,8 +44,6 @@ from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment
 from se_exporter.otel.resource import resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Poller, PollSink
-from se_exporter.state.lock import LockHeld
-from se_exporter.state.persistence import Persistence
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.live_config import LiveWebConfig
 from se_exporter.web.server import WebServer
@@ -87,8 +89,8 @@ class Exporter:
             written_files=("state", "spool") if config.state_file else (),
         )
         self.persistence = _open_state_file(config.state_file, self.counters.observe_write)
-        store = self.persistence.restore("store", EventStore.from_state, EventStore)
-        self.persistence.track("store", store)
+        store = self.persistence.restore("store", STORE_TABLES, EventStore.from_rows, EventStore)
+        self.persistence.track("store", store, STORE_TABLES)
         settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
         if lacking := api_versions.lacks(config.api_version):  # older than the default: fields shown as unknown
             log.warning("api-version %s has no %s: shown as unknown", config.api_version, ", ".join(lacking))
@@ -112,11 +114,15 @@ class Exporter:
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
         if tracer is not None:  # else no lifecycle span is ever sent
-            from se_exporter.otel.lifecycle_spans import LifecycleSpans  # OpenTelemetry: only when spans go
+            from se_exporter.otel import lifecycle_spans  # OpenTelemetry: only when spans go
 
-            restore = functools.partial(LifecycleSpans.from_state, tracer)
-            lifecycle = self.persistence.restore("lifecycle", restore, functools.partial(LifecycleSpans, tracer))
-            self.persistence.track("lifecycle", lifecycle)
+            lifecycle = self.persistence.restore(
+                "lifecycle",
+                lifecycle_spans.TABLES,
+                functools.partial(lifecycle_spans.LifecycleSpans.from_rows, tracer, store.removal),
+                functools.partial(lifecycle_spans.LifecycleSpans, tracer, store.removal),
+            )
+            self.persistence.track("lifecycle", lifecycle, lifecycle_spans.TABLES)
             sinks.append(lifecycle)
         self.client = IMDSClient(
             settings,
@@ -239,6 +245,11 @@ def _open_state_file(path: Path | None, observe_write: Callable[[str, float], No
     event."""
     try:
         return Persistence(path, observe_write=observe_write)
+    except TooNew as error:
+        raise ConfigError(
+            f"--state.file: {path} was written by a newer se-exporter ({error}); it is left as it was: run that "
+            "release, or point --state.file at another file"
+        ) from None
     except LockHeld as error:
         raise ConfigError(
             f"--state.file: {path} is in use by another se-exporter (pid {error.holder or 'unknown'}); two on one "
@@ -262,6 +273,7 @@ def _textfile_writer(path: Path | None) -> TextfileWriter | None:
 
 def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll_interval: float) -> Approver:
     from se_exporter.approval.approver import Approver
+    from se_exporter.approval.ledger import TABLES as LEDGER_TABLES
 
     def post(event_ids: Sequence[str]) -> None:
         client.approve(event_ids, paced=False)  # the poster waited for the slot before its recheck
@@ -272,15 +284,15 @@ def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll
         # for its request slot before its recheck, and for its decision to be on disk.
         "fresh_within": max(5.0, 2 * poll_interval),
         "pace": client.pace,
-        "generation": lambda: persistence.next_generation,
-        "remembered": persistence.wait_durable,
+        "commit_requested": persistence.commit_requested,
     }
     built = persistence.restore(
         "approvals",
-        lambda section: Approver.from_state(section, policy, post, **options),
+        LEDGER_TABLES,
+        lambda tables: Approver.from_rows(tables, policy, post, **options),
         lambda: Approver(policy, post, **options),
     )
-    persistence.track("approvals", built)
+    persistence.track("approvals", built, LEDGER_TABLES)
     mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
     log.info(
         "approval policy %s loaded: %d rule(s), leader=%s, %s", policy.source, len(policy.rules), policy.leader, mode
@@ -289,20 +301,16 @@ def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll
 
 
 def _action_runner(actions: Actions, persistence: Persistence, clock: Callable[[], float]) -> ActionRunner:
-    from se_exporter.actions.runner import ActionRunner
+    from se_exporter.actions.runner import TABLES, ActionRunner
 
-    options: dict[str, Any] = {
-        "save": persistence.flush,
-        "generation": lambda: persistence.next_generation,
-        "clock": clock,
-    }
+    options: dict[str, Any] = {"save": persistence.flush, "clock": clock}
     runner = persistence.restore(
         "actions",
-        lambda section: ActionRunner.from_state(section, actions, **options),
+        TABLES,
+        lambda tables: ActionRunner.from_rows(tables, actions, **options),
         lambda: ActionRunner(actions, **options),
     )
-    persistence.track("actions", runner)
-    persistence.on_durable(runner.durable)  # a released run starts once the state saying so is on disk
+    persistence.track("actions", runner, TABLES)
     log.info("actions %s loaded: %s", actions.source, ", ".join(action.name for action in actions.actions))
     return runner
 

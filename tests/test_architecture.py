@@ -24,7 +24,7 @@ STAGES: dict[str, int] = {
     "logs": 0,
     "common": 0,  # times, stable ids, bounded HTTP answers, send outcomes
     "platform": 0,
-    "state": 0,
+    "durable": 0,  # the state file: opens, migrates, reads and writes the database (no domain type)
     "process": 0,  # the stop request, serve, and running an operator's command: foundation, no domain
     "imds": 1,  # IMDS client and document model
     "config": 2,  # what the operator writes: flags, options, files

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.lifecycle import MAX_NOT_BEFORE_HISTORY, EventStore
 from se_exporter.lifecycle.transitions import Transition, TransitionKind
+from tests.support.state_file import encoded
 
 pytestmark = pytest.mark.pure
 
@@ -254,10 +255,12 @@ def test_impact_and_cause_follow_the_event_and_an_event_that_appeared_started_st
     (first,) = store.reconcile(Document(2, (started, ev("lm", event_type="Freeze"))), T0 + 1)[:1]
     assert (first.impact, first.cause) == ("reboot", "failure")
     assert (store.events["lm"].impact, store.events["lm"].cause) == ("pause", "unknown")
-    saved = json.loads(json.dumps(msgspec.to_builtins(store.to_state())))
-    for state in saved["events"]:  # a state file written before impact and cause existed
+    saved = encoded(store)
+    for key, body in saved["events"].items():  # a state file written before impact and cause existed
+        state = json.loads(body)
         del state["impact"], state["cause"]
-    restored = EventStore.from_state(saved)
+        saved["events"][key] = json.dumps(state).encode()
+    restored = EventStore.from_rows(saved)
     assert (restored.events["hw"].impact, restored.events["hw"].cause) == ("reboot", "failure")
     (completed,) = restored.reconcile(Document(3, (ev("lm", event_type="Freeze"),)), T0 + 60)
     assert (completed.kind, completed.impact, completed.cause) == ("completed", "reboot", "failure")
@@ -291,7 +294,7 @@ def test_an_event_rescheduled_at_every_poll_keeps_a_bounded_history() -> None:
         store.reconcile(Document(minute + 1, (ev(not_before=NB1 + timedelta(minutes=minute)),)), T0 + minute)
     history = store.events["e1"].not_before_history
     assert len(history) == MAX_NOT_BEFORE_HISTORY and history[-1] == NB1 + timedelta(minutes=499)
-    assert len(msgspec.json.encode(store.to_state())) < 4096
+    assert sum(len(body) for rows in encoded(store).values() for body in rows.values()) < 4096
 
 
 def test_an_update_says_what_changed_and_has_a_uid_per_content() -> None:
@@ -361,7 +364,7 @@ def test_a_removal_across_a_gap_in_the_view(name: str) -> None:
 def test_a_restored_store_remembers_its_last_look() -> None:
     store = EventStore()
     store.reconcile(Document(1, (ev(),)), NB1_T - 120)
-    restored = EventStore.from_state(json.loads(msgspec.json.encode(store.to_state())))
+    restored = EventStore.from_rows(encoded(store))
     assert restored.last_look == NB1_T - 120
 
 
@@ -389,7 +392,7 @@ def test_time_in_started_ignores_a_step_of_the_wall_clock(step: float) -> None:
 def test_across_a_restart_time_in_started_is_the_saved_wall_clock_start_and_never_negative() -> None:
     store = EventStore()
     store.reconcile(Document(1, (ev(status="Started"),)), T0, mono=100.0)
-    restored = EventStore.from_state(json.loads(msgspec.json.encode(store.to_state())))
+    restored = EventStore.from_rows(encoded(store))
     assert restored.started_seconds(restored.events["e1"], T0 + 42, mono=5.0) == 42.0
     (done,) = restored.reconcile(Document(2, ()), T0 - 3600, mono=6.0)  # the wall clock stepped back since
     assert done.started_seconds == 0.0

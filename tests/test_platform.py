@@ -336,7 +336,7 @@ def test_windows_locks_the_state_files_first_byte_without_waiting() -> None:
 
 @pytest.mark.skipif(os.name == "nt", reason="flock")
 def test_the_state_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
-    from se_exporter.state.lock import LockHeld, StateLock
+    from se_exporter.durable.lock import LockHeld, StateLock
 
     first = StateLock.acquire(tmp_path / "state.json")
     with pytest.raises(LockHeld) as held:

@@ -1,8 +1,8 @@
 """Runs the actions a poll's transitions call for, in the background; never blocks a poll.
 
 Each poll queues a run per (transition, matching action) and reports the runs that ended since the last
-poll. Runs start only once the state file says they may have started (``release``, after the state was
-saved, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
+poll. Runs start only once the state file says they may have started (``release``: when the commit that
+carries it succeeded, up to twice ``concurrency`` at a time): so a transition runs each action **at most once**, across
 restarts and crashes alike. While runs wait, the poll loop asks ``startable`` between polls and releases more
 as soon as a worker frees, whatever IMDS answers; runs of a disruptive event of this VM go first, the
 rest in the order their transitions happened. Every failure of a run, even to write its event file, ends
@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
-from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_state, runs_to_state
+from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_rows, runs_to_rows
+from se_exporter.durable.persistence import Tables
 from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import Classification
@@ -31,6 +32,7 @@ from se_exporter.platform import Platform, current
 from se_exporter.process.command import CommandResult, CommandRunner
 
 log = logging.getLogger("se_exporter.actions")
+TABLES = ("action_runs",)
 MAX_RUNS = 10_000  # waiting, running or not yet reported
 MAX_RUN_BYTES = 8 << 20  # what they hold (their events), so the state file stays far under its bound
 INTERRUPTED = "not run again: the exporter stopped while this run was started or about to start (at most once)"
@@ -41,8 +43,7 @@ class ActionRunner:
         self,
         actions: Actions,
         *,
-        save: Callable[[], bool] = lambda: True,
-        generation: Callable[[], int] = lambda: 0,  # the generation the next save will carry (state.persistence)
+        save: Callable[[], Future[None]] | None = None,  # the future of the commit carrying what changed so far
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
         platform: Platform | None = None,
@@ -50,9 +51,8 @@ class ActionRunner:
         runs: Sequence[Run] = (),
     ) -> None:
         self.actions = actions
-        self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
-        self._save, self._generation, self._clock, self._environ = save, generation, clock, environ
-        self._awaiting: list[tuple[int, list[Run]]] = []  # released runs, and the save that must reach the disk
+        self.state_version = 0  # moves whenever to_state() would save something new (durable.persistence)
+        self._save, self._clock, self._environ = save or _saved, clock, environ
         self._closed = False
         self._platform = platform or current()
         self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)
@@ -61,19 +61,18 @@ class ActionRunner:
         self._runs: dict[tuple[str, str], Run] = {}
         self._futures: dict[tuple[str, str], Future[None]] = {}
         self._bytes = 0
-        self._saving_failed = False
         for run in runs:
             self._restore(run)
 
     @classmethod
-    def from_state(cls, section: object, actions: Actions, **options: object) -> ActionRunner:
-        """The runner with the runs ``to_state`` saved (a msgspec error if the section is damaged)."""
-        runs = runs_from_state(section) if section is not None else []
-        return cls(actions, runs=runs, **options)  # type: ignore[arg-type]
+    def from_rows(cls, tables: Tables, actions: Actions, **options: object) -> ActionRunner:
+        """The runner with the runs ``rows`` saved (a msgspec error if a row is damaged)."""
+        return cls(actions, runs=runs_from_rows(tables), **options)  # type: ignore[arg-type]
 
-    def to_state(self) -> object:
+    def rows(self) -> dict[str, Mapping[str, object]]:
+        """A row per run waiting, running or not yet reported (``action_runs``)."""
         with self._lock:
-            return runs_to_state(list(self._runs.values()))
+            return {"action_runs": runs_to_rows(list(self._runs.values()))}
 
     def on_poll(self, transitions: Sequence[Transition], identity: VMIdentity) -> list[ActionOutcome]:
         """Queue the runs ``transitions`` call for; return the outcomes to report now (runs that ended since
@@ -105,8 +104,8 @@ class ActionRunner:
         return 2 * self.actions.concurrency - sum(run.state is RunState.RELEASED for run in self._runs.values())
 
     def release(self) -> None:
-        """Mark queued runs as possibly started and save: each starts once the state file says so on disk
-        (``durable``, told by the state writer's thread), so a slow disk delays runs, never a poll."""
+        """Mark queued runs as possibly started and save: they start once the commit carrying that succeeded
+        (on the state writer's thread), so a slow or full disk delays runs, never a poll."""
         with self._lock:
             waiting = [run for run in self._runs.values() if run.state is RunState.QUEUED]
             waiting.sort(key=lambda run: not run.urgent)  # stable: in order within each kind
@@ -114,29 +113,15 @@ class ActionRunner:
             for run in queued:
                 run.state = RunState.RELEASED
             self.state_version += bool(queued)
-            if queued:
-                self._awaiting.append((self._generation(), queued))
-        if not queued:
-            return
-        if not self._save():  # the last write failed: not started until one succeeds
-            with self._lock:
-                self._awaiting = [(generation, runs) for generation, runs in self._awaiting if runs is not queued]
-                for run in queued:
-                    run.state = RunState.QUEUED
-            if not self._saving_failed:
-                log.warning("actions held back: the state file cannot be saved, and a run must be remembered first")
-            self._saving_failed = True
-            return
-        self._saving_failed = False
+        if queued:
+            self._save().add_done_callback(lambda saved: self._start(queued, saved))
 
-    def durable(self, generation: int) -> None:
-        """The state of ``generation`` is on disk: the runs it released start."""
+    def _start(self, runs: list[Run], saved: Future[None]) -> None:
+        """The commit saying ``runs`` may have started succeeded: they start (unless the exporter stopped)."""
         with self._lock:
-            if self._closed:
+            if self._closed or saved.cancelled():
                 return
-            ready = [run for saved, runs in self._awaiting if saved <= generation for run in runs]
-            self._awaiting = [(saved, runs) for saved, runs in self._awaiting if saved > generation]
-            for run in ready:
+            for run in runs:
                 if run.state is RunState.RELEASED and run.key not in self._futures:
                     self._futures[run.key] = self._executor.submit(self._run, run)
 
@@ -150,13 +135,10 @@ class ActionRunner:
             if not future.cancelled():
                 future.exception(timeout=10)  # ends within the grace: its command was just stopped
         with self._lock:
-            for key, future in self._futures.items():
-                if future.cancelled() and key in self._runs:
-                    self._runs[key].state = RunState.QUEUED
-            for _, runs in self._awaiting:  # released, never started: they run after the restart
-                for run in runs:
+            for key, run in self._runs.items():  # released, never started: they run after the restart
+                started = self._futures.get(key)
+                if run.state is RunState.RELEASED and (started is None or started.cancelled()):
                     run.state = RunState.QUEUED
-            self._awaiting.clear()
             self.state_version += 1
         return self.on_poll((), VMIdentity())
 
@@ -235,3 +217,10 @@ class ActionRunner:
         return ActionOutcome(
             run.action, run.transition, run.vm_name, result, summary, duration, self._clock(), last_output
         )
+
+
+def _saved() -> Future[None]:
+    """Without a state file: nothing to wait for."""
+    future: Future[None] = Future()
+    future.set_result(None)
+    return future

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
+from se_exporter.durable.persistence import Tables, decode_row
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.lifecycle.transitions import Transition
-from se_exporter.state.persistence import decode_section
 
 
 class RunState(StrEnum):
@@ -94,16 +94,17 @@ class _SavedRun(msgspec.Struct, forbid_unknown_fields=True):
     outcome: ActionOutcome | None
 
 
-class _SavedRuns(msgspec.Struct, forbid_unknown_fields=True):
-    version: Literal[1]
-    runs: list[_SavedRun]
+def runs_to_rows(runs: list[Run]) -> dict[str, _SavedRun]:
+    """A row per run, keyed by its transition's uid and its action."""
+    return {
+        f"{run.transition.uid}/{run.action}": _SavedRun(run.action, run.state, run.transition, run.vm_name, run.outcome)
+        for run in runs
+    }
 
 
-def runs_to_state(runs: list[Run]) -> _SavedRuns:
-    return _SavedRuns(1, [_SavedRun(run.action, run.state, run.transition, run.vm_name, run.outcome) for run in runs])
-
-
-def runs_from_state(section: object) -> list[Run]:
-    """The saved runs (a msgspec error when the section is not one this version wrote)."""
-    saved = decode_section(section, _SavedRuns)
-    return [Run(run.action, run.transition, run.vm_name, run.state, run.outcome) for run in saved.runs]
+def runs_from_rows(tables: Tables) -> list[Run]:
+    """The saved runs, in the order their transitions were observed (a msgspec error when a row is not one
+    this version wrote)."""
+    saved = [decode_row(body, _SavedRun) for body in tables.get("action_runs", {}).values()]
+    saved.sort(key=lambda run: run.transition.observed_at)
+    return [Run(run.action, run.transition, run.vm_name, run.state, run.outcome) for run in saved]

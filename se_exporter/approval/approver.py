@@ -8,7 +8,9 @@ because retries take seconds and the poll loop must keep observing meanwhile. Wh
 settled by ``approval/settling.py``, every decision is the judge's (``approval/judge.py``).
 
 Its semantics (``approved`` is final; one POST per poll for every candidate; a change means a new decision;
-nothing approved after NotBefore; retries of ``failed``) are in full in docs/approval.md.
+nothing approved after NotBefore; retries of ``failed``; at most once across crashes: a POST is saved as
+being sent before it leaves, and one saved so and never settled is ``unknown`` after a restart, never sent
+again) are in full in docs/approval.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, NamedTuple
 
 from se_exporter.approval.decision import ApprovalDecision
@@ -25,8 +29,10 @@ from se_exporter.approval.hook import HookRunner, HookSubmitter
 from se_exporter.approval.judge import STATE_UNSAVED, Judge, past_not_before, revision
 from se_exporter.approval.ledger import (
     HOOK_RUNNING,
+    IN_FLIGHT,
     POST_DUE,
     POSTING,
+    QUEUED,
     RETENTION_SECONDS,
     LedgerEntry,
     approved_times,
@@ -38,8 +44,9 @@ from se_exporter.approval.ledger import (
 from se_exporter.approval.policy import Policy, Verdict
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostRetry, PostStartRequests
 from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, settle_post
-from se_exporter.approval.view import LatestView, Remembered
-from se_exporter.imds.document import SCHEDULED
+from se_exporter.approval.view import SAVED_WAIT_SECONDS, LatestView
+from se_exporter.durable.persistence import Tables
+from se_exporter.imds.document import SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import EventState
 
@@ -70,8 +77,8 @@ class Approver:
         can_remember: Callable[[], bool] = lambda: True,
         fresh_within: float = 5.0,  # a POST waits for a look this young (approval/view.py)
         pace: Callable[[], None] = lambda: None,  # waits for a POST's request slot, before its recheck
-        generation: Callable[[], int] = lambda: 0,  # of the next state save (state.persistence)
-        remembered: Remembered = lambda _generation, _timeout: True,  # whether that save is on disk
+        # The future of a commit carrying every change made so far (durable.persistence: commit_requested).
+        commit_requested: Callable[[], Future[None]] | None = None,
         ledger: Mapping[str, LedgerEntry] | None = None,  # decisions restored from the state file
     ) -> None:
         self._policy = policy
@@ -88,26 +95,27 @@ class Approver:
             post_start_requests, self._recheck, post_retry, monotonic, pace
         )
         self._lock = threading.Lock()
-        self._generation = generation
-        self._view = LatestView(self._lock, fresh_within, clock, monotonic, remembered)  # for the poster
+        self._commit_requested = commit_requested or _committed
+        self._view = LatestView(self._lock, fresh_within, clock, monotonic)  # for the poster
+        # POSTs that were being sent when the exporter died: said once, at the first poll, as ``unknown``.
+        self._unknown = [key for key, entry in self._ledger.items() if entry.status == Result.UNKNOWN and entry.reason]
         self._said_no_name = False
         self._closed = False
         self.approved: Mapping[str, float] = approved_times(self._ledger)  # replaced whole, read by /metrics
-        self.state_version = 0  # moves whenever to_state() would save something new (state.persistence)
+        self.state_version = 0  # moves whenever to_state() would save something new (durable.persistence)
 
     @classmethod
-    def from_state(
-        cls, section: object, policy: Policy, post_start_requests: PostStartRequests, **kwargs: Any
+    def from_rows(
+        cls, tables: Tables, policy: Policy, post_start_requests: PostStartRequests, **kwargs: Any
     ) -> Approver:
-        """An approver that remembers the decisions ``to_state`` saved (``ValueError`` if the section is
-        damaged). With a different policy only ``approved`` is kept: the rest is decided again."""
-        ledger = restore_ledger(section, policy.fingerprint) if section is not None else None
-        return cls(policy, post_start_requests, ledger=ledger, **kwargs)
+        """An approver that remembers the decisions ``rows`` saved (``ValueError`` if a row is damaged).
+        With a different policy only final ones are kept: the rest is decided again."""
+        return cls(policy, post_start_requests, ledger=restore_ledger(tables, policy.fingerprint), **kwargs)
 
-    def to_state(self) -> dict[str, object]:
-        """The decisions to keep across a restart (see ``approval.ledger`` for the format)."""
+    def rows(self) -> dict[str, Mapping[str, object]]:
+        """The decisions to keep across a restart, a row each (see ``approval.ledger`` for the format)."""
         with self._lock:
-            return dump_ledger(self._ledger, self._policy.fingerprint)
+            return {"approvals": dump_ledger(self._ledger, self._policy.fingerprint)}
 
     def on_poll(self, events: Sequence[EventState], vm_name: str | None) -> PollDecisions:
         """Decide on this poll's listed events (the store's, classified); never blocks on a hook or a POST."""
@@ -120,6 +128,7 @@ class Approver:
             self._view.update(listed, vm_name, now)
             batch: list[Item] = []
             hooks = len(self._hooks)
+            decisions.settled.extend(self._restored_unknown(listed, now))
             decisions.settled.extend(self._settle_posts(now))
             self._settle_hooks(listed, vm_name, now, batch, decisions.made)
             if not vm_name and not self._said_no_name:
@@ -128,7 +137,6 @@ class Approver:
             for state in events:
                 self._consider(state, vm_name, now, batch, decisions.made)
             if batch:
-                self._view.decided((item.event.event_id for item in batch), self._generation())
                 self._poster.submit(batch)
             pruned = prune_ledger(self._ledger, listed.keys(), now, self._retention)
             if decisions.settled or decisions.made or batch or pruned or len(self._hooks) != hooks:
@@ -138,7 +146,8 @@ class Approver:
 
     def close(self, timeout: float = 10.0) -> list[ApprovalDecision]:
         """Stop: kill running hooks, wait up to ``timeout`` for an in-flight POST and return its outcome
-        (the owner saves ``to_state`` after). A POST still in flight is saved as ``post_due``."""
+        (the owner saves ``rows`` after). A POST decided and not sent is saved as ``post_due``, one being sent
+        as ``posting`` (``unknown`` after the restart)."""
         with self._lock:
             if self._closed:
                 return []
@@ -161,7 +170,7 @@ class Approver:
         entry = self._ledger.get(event.event_id)
         if entry is not None:
             entry.last_seen = now
-            if entry.status in (Result.APPROVED, HOOK_RUNNING, POSTING) or event.event_status != SCHEDULED:
+            if entry.status in (Result.APPROVED, Result.UNKNOWN, *IN_FLIGHT) or event.event_status != SCHEDULED:
                 return  # final, in flight, or its approval story is over
         current = revision(entry, event)  # a hash, once per event object: only for events still to be decided
         if entry is not None and entry.revision == current and self._decided(entry, vm_name, now):
@@ -197,7 +206,7 @@ class Approver:
         hook_passed = entry is not None and entry.revision == current and entry.status in (Result.FAILED, POST_DUE)
         attempts = entry.attempts if entry is not None and hook_passed else 0
         new = self._ledger[event.event_id] = new_entry(
-            POSTING, event, current, now, rule=verdict.rule, attempts=attempts
+            QUEUED, event, current, now, rule=verdict.rule, attempts=attempts
         )
         if (late := past_not_before(event, now)) is not None:
             new.status = Result.EXPIRED
@@ -248,8 +257,26 @@ class Approver:
             if item is not None:
                 batch.append(item)
 
+    def _restored_unknown(self, listed: Mapping[str, EventState], now: float) -> list[ApprovalDecision]:
+        """The POSTs that were being sent when the exporter died, said once: their outcome is unknown."""
+        decisions = []
+        for event_id in self._unknown:
+            entry = self._ledger.get(event_id)
+            if entry is None:
+                continue
+            state = listed.get(event_id)
+            event = state.event if state is not None else ScheduledEvent(event_id, entry.event_type, "")
+            reason = (
+                "unknown: the exporter stopped while its POST StartRequests was being sent; not sent again "
+                "(at most once)"
+            )
+            decisions.append(ApprovalDecision(event, Result.UNKNOWN, entry.rule, reason, None, now))
+            entry.reason, entry.decided_at = "", now
+        self._unknown = []
+        return decisions
+
     def _settle_posts(self, now: float) -> list[ApprovalDecision]:
-        # A batch never sent (shut down) stays POSTING: saved as post_due.
+        # A batch never sent (shut down) stays QUEUED (saved as post_due), one being sent POSTING.
         return [
             decision
             for outcome in self._poster.done()
@@ -257,13 +284,30 @@ class Approver:
         ]
 
     def _recheck(self, items: tuple[Item, ...]) -> tuple[list[tuple[str, Item]], list[Any]]:
-        """A fresh decision on the latest document before a POST attempt (called on the poster's thread)."""
+        """Before a POST attempt (on the poster's thread): the entries saved as being sent, on disk, then a
+        fresh decision on the latest document. A crash after the commit and before the answer leaves them
+        ``unknown``: never sent again."""
         with self._lock:
-            saved_in = self._view.saved_in(item.event.event_id for item in items)
-        remembered = self._view.remembered(saved_in)  # the disk, waited for without the lock: never the poll
+            for item in items:
+                if (entry := self._ledger.get(item.event.event_id)) is not None and entry.status == QUEUED:
+                    entry.status = POSTING
+            self.state_version += 1
+            committed = self._commit_requested()
+        try:  # the disk, waited for without the lock: never the poll
+            committed.result(SAVED_WAIT_SECONDS)
+            saved = True
+        except (FutureTimeout, CancelledError):
+            saved = False
         with self._lock:
-            if not remembered:
-                why = f"{STATE_UNSAVED}: the decision did not reach the state file; not POSTed"
+            if not saved:
+                why = f"{STATE_UNSAVED}: the POST could not be saved as being sent first; not POSTed"
                 return [], [Dropped(item, Result.SKIPPED, why) for item in items]
             self._view.wait_fresh()  # never on what was seen before a pause of the process
             return recheck(items, self._view.events, self._view.vm_name, self._clock(), self._judge)
+
+
+def _committed() -> Future[None]:
+    """Without a state file: nothing to wait for."""
+    future: Future[None] = Future()
+    future.set_result(None)
+    return future

@@ -14,6 +14,7 @@ class ApprovalResult(StrEnum):
     FAILED = "failed"  # the POST failed
     HOOK_FAILED = "hook_failed"  # the pre-approval hook failed or timed out
     EXPIRED = "expired"  # NotBefore passed before the approval could be carried out: nothing was POSTed
+    UNKNOWN = "unknown"  # the exporter died while the POST was sent (or about to be): never sent again
     SKIPPED = "skipped"  # not approvable (logged once, never counted)
 
 
@@ -23,6 +24,7 @@ COUNTED_RESULTS = (
     ApprovalResult.FAILED,
     ApprovalResult.HOOK_FAILED,
     ApprovalResult.EXPIRED,
+    ApprovalResult.UNKNOWN,
 )
 
 

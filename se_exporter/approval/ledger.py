@@ -1,17 +1,16 @@
-"""The approver's ledger: what it remembers per event, and its section of the state file.
+"""The approver's ledger: what it remembers per event, and its rows of the state file (``approvals``).
 
-Section format (``version`` 1)::
+One row per event (key: EventId)::
 
-    {"version": 1,
-     "policy": "<fingerprint of the policy that made these decisions>",
-     "events": {"<EventId>": {"status": "approved", "revision": "<16 hex>", "rule": "user-initiated",
-                              "attempts": 0, "retry_at": null, "decided_at": 1712345678.9,
-                              "last_seen": 1712345690.1}}}
+    {"status": "approved", "revision": "<16 hex>", "rule": "user-initiated", "attempts": 0,
+     "retry_at": null, "decided_at": 1712345678.9, "last_seen": 1712345690.1,
+     "policy": "<fingerprint of the policy that made the decision>", "event_type": "Freeze"}
 
-Only entries that must survive a restart are written: ``approved`` (never approve twice),
-``dry_run``, ``hook_failed`` and ``expired`` (not redone until the event changes), ``failed`` (with its retry
-budget) and ``post_due`` (a POST was in flight: the hook had passed; POST again, IMDS answers 200 if
-the event was already approved). Skips and running hooks are not saved: they are decided again.
+Only entries that must survive a restart are written: ``approved`` (never approve twice), ``unknown``
+(a POST that was sent, or about to be, when the exporter died: never sent again, at most once), ``dry_run``,
+``hook_failed`` and ``expired`` (not redone until the event changes), ``failed`` (with its retry budget),
+``post_due`` (decided, its hook passed, not sent yet: POSTed after the restart) and ``posting`` (a POST is
+being sent: read back as ``unknown``). Skips and running hooks are not saved: they are decided again.
 """
 
 from __future__ import annotations
@@ -27,15 +26,19 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from se_exporter.approval.decision import ApprovalResult
+from se_exporter.durable.persistence import Tables, decode_row
 from se_exporter.imds.document import MAX_EVENTS, ScheduledEvent
-from se_exporter.state.persistence import decode_section
 
-LEDGER_VERSION = 1
-# Statuses of an entry besides the results: a hook or a POST in flight, or a POST owed after a restart.
+TABLES = ("approvals",)
+# Statuses of an entry besides the results: a hook running, a POST decided and waiting for the poster
+# (QUEUED, saved as post_due), a POST owed after a restart (POST_DUE), a POST being sent (POSTING: saved
+# before the request leaves, so that a crash never sends it twice).
 HOOK_RUNNING = "hook_running"
-POSTING = "posting"
+QUEUED = "queued"
 POST_DUE = "post_due"
-SavedStatus = Literal["approved", "dry_run", "hook_failed", "expired", "failed", "post_due"]
+POSTING = "posting"
+IN_FLIGHT = (HOOK_RUNNING, QUEUED, POSTING)
+SavedStatus = Literal["approved", "unknown", "dry_run", "hook_failed", "expired", "failed", "post_due", "posting"]
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
 # How long a decision on an event no longer listed is remembered: an approval for a week (an EventId that
 # comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
@@ -63,14 +66,19 @@ class LedgerEntry:
     vm_name: str | None = None
     seen: ScheduledEvent | None = field(default=None, repr=False)
     seen_revision: str = ""
+    event_type: str = ""  # saved: what the audit record of an ``unknown`` outcome says after a restart
+    policy: str = ""  # saved: the fingerprint of the policy that decided
 
 
-def restore_ledger(section: object, fingerprint: str) -> dict[str, LedgerEntry]:
-    """The decisions a state file kept (``ValueError`` if damaged); with another policy only ``approved``."""
-    entries, saved_with = load_ledger(section)
-    if saved_with == fingerprint:
-        return entries
-    kept = {key: entry for key, entry in entries.items() if entry.status == ApprovalResult.APPROVED}
+FINAL = (ApprovalResult.APPROVED, ApprovalResult.UNKNOWN)  # never POSTed again, whatever the policy
+
+
+def restore_ledger(tables: Tables, fingerprint: str) -> dict[str, LedgerEntry]:
+    """The decisions a state file kept (``ValueError`` if damaged); those of another policy only when final
+    (approved, or a POST whose outcome is unknown). An entry saved while its POST was being sent is
+    ``unknown`` now: it is never sent again."""
+    entries = load_ledger(tables)
+    kept = {key: entry for key, entry in entries.items() if entry.policy == fingerprint or entry.status in FINAL}
     if forgotten := len(entries) - len(kept):
         log.info("approval policy changed since the state was saved: deciding %d event(s) again", forgotten)
     return kept
@@ -86,7 +94,16 @@ def approved_times(ledger: Mapping[str, LedgerEntry]) -> Mapping[str, float]:
 
 def new_entry(status: str, event: ScheduledEvent, revision: str, now: float, **more: Any) -> LedgerEntry:
     """An entry decided now about this revision of ``event`` (seen now, too)."""
-    return LedgerEntry(status, revision, decided_at=now, last_seen=now, seen=event, seen_revision=revision, **more)
+    return LedgerEntry(
+        status,
+        revision,
+        decided_at=now,
+        last_seen=now,
+        seen=event,
+        seen_revision=revision,
+        event_type=event.event_type,
+        **more,
+    )
 
 
 class _SavedEntry(msgspec.Struct, forbid_unknown_fields=True):
@@ -97,12 +114,8 @@ class _SavedEntry(msgspec.Struct, forbid_unknown_fields=True):
     retry_at: _UnixTime | None
     decided_at: _UnixTime
     last_seen: _UnixTime
-
-
-class _SavedLedger(msgspec.Struct, forbid_unknown_fields=True):
-    version: Literal[1]
     policy: str
-    events: dict[str, _SavedEntry]
+    event_type: str = ""
 
 
 def event_revision(event: ScheduledEvent) -> str:
@@ -120,44 +133,61 @@ def event_revision(event: ScheduledEvent) -> str:
     return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 
-def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> dict[str, object]:
-    events: dict[str, object] = {}
+def dump_ledger(entries: Mapping[str, LedgerEntry], policy_fingerprint: str) -> dict[str, _SavedEntry]:
+    """The ``approvals`` rows of the entries that must survive a restart."""
+    rows: dict[str, _SavedEntry] = {}
     for event_id, entry in entries.items():
-        status = POST_DUE if entry.status == POSTING else entry.status
+        status = POST_DUE if entry.status == QUEUED else entry.status
         if status in _SAVED:
-            events[event_id] = {
-                "status": status,
-                "revision": entry.revision,
-                "rule": entry.rule,
-                "attempts": entry.attempts,
-                "retry_at": entry.retry_at,
-                "decided_at": entry.decided_at,
-                "last_seen": entry.last_seen,
-            }
-    return {"version": LEDGER_VERSION, "policy": policy_fingerprint, "events": events}
+            rows[event_id] = _SavedEntry(
+                status,  # type: ignore[arg-type]  # one of SavedStatus: _SAVED says so
+                entry.revision,
+                entry.rule,
+                entry.attempts,
+                entry.retry_at,
+                entry.decided_at,
+                entry.last_seen,
+                entry.policy or policy_fingerprint,
+                entry.event_type,
+            )
+    return rows
 
 
-def load_ledger(section: object) -> tuple[dict[str, LedgerEntry], str]:
-    """Parse ``dump_ledger`` output; raise ``ValueError`` saying what is wrong."""
-    try:
-        saved = decode_section(section, _SavedLedger)
-    except msgspec.MsgspecError as error:
-        raise ValueError(f"approval state: {error}") from None
-    entries = {
-        event_id: LedgerEntry(e.status, e.revision, e.rule, "", e.attempts, e.retry_at, e.decided_at, e.last_seen)
-        for event_id, e in saved.events.items()
-    }
-    return entries, saved.policy
+def load_ledger(tables: Tables) -> dict[str, LedgerEntry]:
+    """Parse the ``approvals`` rows; raise ``ValueError`` saying what is wrong."""
+    entries: dict[str, LedgerEntry] = {}
+    for event_id, body in tables.get("approvals", {}).items():
+        try:
+            e = decode_row(body, _SavedEntry)
+        except msgspec.MsgspecError as error:
+            raise ValueError(f"approval state of {event_id}: {error}") from None
+        # A POST being sent when the exporter died: unknown now (its reason says so until it is reported).
+        status, reason = (ApprovalResult.UNKNOWN, POSTING) if e.status == POSTING else (e.status, "")
+        entries[event_id] = LedgerEntry(
+            status,
+            e.revision,
+            e.rule,
+            reason,
+            e.attempts,
+            e.retry_at,
+            e.decided_at,
+            e.last_seen,
+            event_type=e.event_type,
+            policy=e.policy,
+        )
+    return entries
 
 
 _SAVED = frozenset(
     {
         ApprovalResult.APPROVED,
+        ApprovalResult.UNKNOWN,
         ApprovalResult.DRY_RUN,
         ApprovalResult.HOOK_FAILED,
         ApprovalResult.EXPIRED,
         ApprovalResult.FAILED,
         POST_DUE,
+        POSTING,
     }
 )
 
@@ -167,16 +197,12 @@ def prune_ledger(
 ) -> bool:
     """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
     ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest, approvals last; True if any."""
-    gone = [
-        event_id
-        for event_id, entry in ledger.items()
-        if event_id not in listed and entry.status not in (HOOK_RUNNING, POSTING)
-    ]
+    gone = [event_id for event_id, entry in ledger.items() if event_id not in listed and entry.status not in IN_FLIGHT]
     forget = {event_id for event_id in gone if _expired(ledger[event_id], now, retention)}
     if (excess := len(ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
         kept = sorted(
             (event_id for event_id in gone if event_id not in forget),
-            key=lambda event_id: (ledger[event_id].status == ApprovalResult.APPROVED, ledger[event_id].last_seen),
+            key=lambda event_id: (ledger[event_id].status in FINAL, ledger[event_id].last_seen),
         )
         forget.update(kept[:excess])
     for event_id in forget:
@@ -187,5 +213,5 @@ def prune_ledger(
 def _expired(entry: LedgerEntry, now: float, retention: float) -> bool:
     if entry.status == ApprovalResult.SKIPPED:
         return True
-    limit = retention if entry.status == ApprovalResult.APPROVED else min(retention, OTHER_RETENTION_SECONDS)
+    limit = retention if entry.status in FINAL else min(retention, OTHER_RETENTION_SECONDS)
     return now - entry.last_seen > limit

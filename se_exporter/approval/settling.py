@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.decision import ApprovalResult as Result
 from se_exporter.approval.judge import CHANGED, NOT_LISTED, Judge, past_not_before
-from se_exporter.approval.ledger import POSTING, LedgerEntry, event_revision
+from se_exporter.approval.ledger import QUEUED, LedgerEntry, event_revision
 from se_exporter.approval.poster import Dropped, PostOutcome
 from se_exporter.errors import IMDSError
 from se_exporter.imds.changes import describe_change
@@ -106,7 +106,7 @@ def _after_passing_hook(
         entry.status = Result.EXPIRED
         reason = f"{hook}, but NotBefore passed {late:.0f} s ago; nothing POSTed"
         return _decided(current, Result.EXPIRED, verdict.rule, reason, now), None
-    entry.status = POSTING
+    entry.status = QUEUED
     return None, Item(current, verdict.rule, f"{verdict.detail}; {hook}", revision)
 
 

@@ -6,22 +6,20 @@ SIGSTOP), it wakes up with the poll loop and, without this, would POST on what i
 event may have started, or gone, meanwhile. So a POST waits (on its own thread, bounded) for a look younger
 than ``fresh_within``, by both clocks (a paused VM's monotonic clock may not have moved).
 
-And a decision is POSTed only once the state file holds it (``remembered``): a restart in between must
-not approve again. The state is written off the poll loop (``state/writer.py``): the POST waits for it,
-on its own thread, never the poll.
+A POST is sent only once the state file holds it as being sent (the approver waits up to
+``SAVED_WAIT_SECONDS`` for that commit, on the poster's thread, never the poll's).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from se_exporter.lifecycle.transitions import EventState
 
 FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS down: the POST fails anyway)
-SAVED_WAIT_SECONDS = 60.0  # a decision not on disk by then is not POSTed (skip reason state_unsaved)
-Remembered = Callable[[int, float], bool]  # whether the state of a generation is on disk within a time
+SAVED_WAIT_SECONDS = 60.0  # a POST not saved as being sent by then is not sent (skip reason state_unsaved)
 
 
 class LatestView:
@@ -33,11 +31,8 @@ class LatestView:
         fresh_within: float,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        remembered: Remembered = lambda _generation, _timeout: True,
     ) -> None:
         self._changed = threading.Condition(lock)
-        self._remembered = remembered
-        self._saved_in: dict[str, int] = {}  # event -> the state generation holding the decision to POST it
         self._fresh_within = fresh_within
         self._clock = clock
         self._monotonic = monotonic
@@ -60,18 +55,6 @@ class LatestView:
             if left <= 0:
                 return
             self._changed.wait(min(left, 1.0))
-
-    def decided(self, event_ids: Iterable[str], generation: int) -> None:
-        """These events' POST was decided; the state of ``generation`` holds the decision."""
-        for event_id in event_ids:
-            self._saved_in[event_id] = generation
-
-    def saved_in(self, event_ids: Iterable[str]) -> int:
-        return max((self._saved_in.get(event_id, 0) for event_id in event_ids), default=0)
-
-    def remembered(self, generation: int) -> bool:
-        """Called WITHOUT the lock: whether that state reached the disk (waits, bounded)."""
-        return self._remembered(generation, SAVED_WAIT_SECONDS)
 
     def close(self) -> None:
         self._closed = True

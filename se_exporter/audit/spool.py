@@ -3,7 +3,7 @@
 The SDK's exporters give up after a short retry window; transitions and approvals must not. The
 poll loop ``append``s records (before it saves the event store), the shipper ``peek``s the oldest,
 exports them and ``ack``s them once the collector accepted them. On disk the records are the state
-database's ``spool`` table (``state/database.py``); in memory only without a database. The poll loop never
+database's ``spool`` table (``durable/database.py``); in memory only without a database. The poll loop never
 waits for the disk: the database's writer takes what the spool changed (``take_batch``) in the same
 transaction as the state snapshot handed over after it, and a record is shipped only once its write was
 tried (``sync``, then ``peek``).
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.state.database import Database, SpoolBatch
-from se_exporter.state.earlier import journal_entries, journal_path
+from se_exporter.durable.database import Database, SpoolBatch
+from se_exporter.durable.earlier_release import journal_entries, journal_path
 
 log = logging.getLogger(__name__)
 DEFAULT_CAPACITY = 10_000

@@ -17,7 +17,9 @@ misses), so it is ``completed`` with ``started_observed=False``, and no start or
 
 Time in Started is measured on the caller's monotonic clock (``mono``) within a process, so a step of the
 wall clock never makes it negative or inflates it; across a restart, from the saved wall-clock start.
-``to_state``/``from_state`` are its own codec for the state file.
+``rows``/``from_rows`` are its own codec for the state file: a row per listed event (``events``), a row
+per recently removed event (``removed_events``: its last life, how and when it ended, which the lifecycle
+spans of a run without OpenTelemetry are closed with later) and one row for the rest (``event_store``).
 """
 
 from __future__ import annotations
@@ -30,11 +32,11 @@ from typing import Annotated
 
 import msgspec
 
+from se_exporter.durable.persistence import Tables, decode_row
 from se_exporter.imds.changes import content, describe_change, status_changed
 from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
 from se_exporter.imds.impact import classify
 from se_exporter.lifecycle.transitions import EventState, Transition, TransitionKind, UnixTime, content_key
-from se_exporter.state.persistence import decode_section
 
 log = logging.getLogger(__name__)
 MAX_REMEMBERED_REMOVALS = 1000
@@ -47,12 +49,21 @@ MAX_NOT_BEFORE_HISTORY = 32
 MAX_UPDATED_CONTENTS = 32
 
 
-class _StoreState(msgspec.Struct):
-    """The store's section of the state file."""
+TABLES = ("events", "removed_events", "event_store")
+
+
+class Removal(msgspec.Struct, frozen=True):
+    """How an event's last life ended: its life number, its closing transition and when it was observed."""
+
+    life: Annotated[int, msgspec.Meta(ge=1)]
+    kind: str = TransitionKind.REMOVED
+    at: UnixTime = 0.0
+
+
+class _StoreRow(msgspec.Struct):
+    """The store's own row of the state file."""
 
     incarnation: int | None
-    events: tuple[EventState, ...]
-    removed: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
     last_look: UnixTime | None = None  # the last reconcile (a restart's gap in the view starts there)
 
 
@@ -69,28 +80,43 @@ class EventStore:
         self,
         events: Mapping[str, EventState] | None = None,
         incarnation: int | None = None,
-        removed: Mapping[str, int] | None = None,
+        removed: Mapping[str, Removal] | None = None,
         last_look: float | None = None,
     ):
         self._events: Mapping[str, EventState] = MappingProxyType(dict(events or {}))
         self.incarnation = incarnation
-        self.removed: dict[str, int] = dict(removed or {})  # EventId -> last life, oldest first
+        self.removed: dict[str, Removal] = dict(removed or {})  # EventId -> how its last life ended, oldest first
         self.last_look = last_look  # wall time of the last reconcile (saved: a restart's gap begins there)
-        self.state_version = 0  # bumped by every change worth saving (see state.persistence)
+        self.state_version = 0  # bumped by every change worth saving (see durable.persistence)
         self._last_document: Document | None = None
         self._started_mono: dict[str, float] = {}  # EventId -> monotonic time its start was seen, this process
 
     @classmethod
-    def from_state(cls, section: object) -> EventStore:
-        """The store saved by ``to_state`` (raw JSON or decoded); raises a msgspec error if it is damaged."""
-        if section is None:
-            return cls()
-        saved = decode_section(section, _StoreState)
-        events = {state.event.event_id: _classified(state) for state in saved.events}
-        return cls(events, saved.incarnation, saved.removed, saved.last_look)
+    def from_rows(cls, tables: Tables) -> EventStore:
+        """The store saved by ``rows``; raises a msgspec error if a row is damaged."""
+        head = tables.get("event_store", {}).get("store")
+        saved = decode_row(head, _StoreRow) if head is not None else _StoreRow(None)
+        events = dict(
+            sorted(
+                ((key, _classified(decode_row(body, EventState))) for key, body in tables.get("events", {}).items()),
+                key=lambda item: item[1].first_seen,
+            )
+        )
+        removed = {key: decode_row(body, Removal) for key, body in tables.get("removed_events", {}).items()}
+        return cls(
+            events, saved.incarnation, dict(sorted(removed.items(), key=lambda item: item[1].at)), saved.last_look
+        )
 
-    def to_state(self) -> _StoreState:
-        return _StoreState(self.incarnation, tuple(self._events.values()), self.removed, self.last_look)
+    def rows(self) -> dict[str, Mapping[str, object]]:
+        return {
+            "events": self._events,
+            "removed_events": self.removed,
+            "event_store": {"store": _StoreRow(self.incarnation, self.last_look)},
+        }
+
+    def removal(self, event_id: str) -> Removal | None:
+        """How the last life of ``event_id`` ended, while it is remembered."""
+        return self.removed.get(event_id)
 
     @property
     def events(self) -> Mapping[str, EventState]:
@@ -138,7 +164,8 @@ class EventStore:
                 updated[event.event_id] = previous
                 continue
             if previous is None:  # a returning EventId starts its next life (see the class docstring)
-                life = self.removed.pop(event.event_id, 0) + 1
+                gone = self.removed.pop(event.event_id, None)
+                life = gone.life + 1 if gone is not None else 1
                 state, emitted = _first_sighting(event, now, life=life, watching=watching)
             else:
                 state, emitted = _advance(previous, event, now)
@@ -154,8 +181,9 @@ class EventStore:
             if keep_missing:  # after the listed ones: the document's events stay first, in its order
                 updated[event_id] = state
                 continue
-            self._forget(event_id, state.life)
-            transitions.append(self._removal(state, now, incarnation, mono, blind_since))
+            removal = self._removal(state, now, incarnation, mono, blind_since)
+            self._forget(event_id, Removal(state.life, removal.kind, now))
+            transitions.append(removal)
         self._events = MappingProxyType(updated)
         self.incarnation = incarnation
         self.last_look = now
@@ -184,8 +212,8 @@ class EventStore:
             kind, flags = TransitionKind.REMOVED, {}
         return msgspec.structs.replace(_transition(kind, state, previous, now, incarnation), **flags)
 
-    def _forget(self, event_id: str, life: int) -> None:
-        self.removed[event_id] = life
+    def _forget(self, event_id: str, removal: Removal) -> None:
+        self.removed[event_id] = removal
         while len(self.removed) > MAX_REMEMBERED_REMOVALS:
             del self.removed[next(iter(self.removed))]
 

@@ -100,11 +100,11 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
             else None
         )
         detail = content_key(self.event) if self.kind is TransitionKind.UPDATED else not_before
-        return _transition_uid(self.event.event_id, self.life, self.kind, detail)
+        return transition_uid(self.event.event_id, self.life, self.kind, detail)
 
 
 @functools.lru_cache(maxsize=1024)  # each sink asks for the uid of the same transition
-def _transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> str:
+def transition_uid(event_id: str, life: int, kind: str, detail: str | None) -> str:
     key = event_id if life == 1 else f"{event_id}#{life}"
     key += f"/{kind}"
     if detail is not None:

@@ -1,15 +1,20 @@
 """One span per Scheduled Event lifecycle, from first sighting to removal (OTel API only).
 
 A span cannot be kept open across a restart, so none is open: each transition is remembered (and
-saved in the state file's ``lifecycle`` section by ``to_state``), and when the event is removed the whole span is
-recorded at once with its real start (first sighting), end (removal) and one span event per
+saved in the state file, a row per open lifecycle in ``open_spans``), and when the event is removed the
+whole span is recorded at once with its real start (first sighting), end (removal) and one span event per
 transition at the time it was observed. A restart therefore keeps the original start time.
 The span is a root span (its own trace) linked to the poll that saw the removal.
+
+A lifecycle whose event ended while OpenTelemetry was off (a run without it in between) is ended at the
+first poll after: with the closing transition and time the event store remembers (``removal``), else as
+``removed`` at that poll.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -17,11 +22,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from se_exporter.common.times import rfc3339, unix_nanos
+from se_exporter.durable.persistence import Tables, decode_row
 from se_exporter.imds.document import MAX_EVENTS
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.lifecycle.transitions import CLOSING, Transition, TransitionKind
+from se_exporter.lifecycle.machine import Removal
+from se_exporter.lifecycle.transitions import CLOSING, Transition, TransitionKind, transition_uid
 from se_exporter.poller import PollResult
-from se_exporter.state.persistence import decode_section
 
 log = logging.getLogger(__name__)
 SPAN_NAME = "scheduled_event.lifecycle"
@@ -54,36 +60,57 @@ class _Lifecycle(msgspec.Struct):
     steps: list[_Step] = []
 
 
-class LifecycleSpans:
-    """A poll sink; ``from_state``/``to_state`` carry the open lifecycles across restarts."""
+TABLES = ("open_spans",)
+Removals = Callable[[str], Removal | None]  # how an event's last life ended (the event store's)
 
-    def __init__(self, tracer: trace.Tracer, open_lifecycles: dict[str, _Lifecycle] | None = None) -> None:
+
+class LifecycleSpans:
+    """A poll sink; ``rows``/``from_rows`` carry the open lifecycles across restarts."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        removal: Removals = lambda _event_id: None,
+        open_lifecycles: dict[str, _Lifecycle] | None = None,
+    ) -> None:
         self._tracer = tracer
+        self._removal = removal
         self._open = open_lifecycles or {}
+        self._restored = bool(self._open)  # the first poll ends those whose event ended meanwhile
         self.state_version = 0
 
     @classmethod
-    def from_state(cls, tracer: trace.Tracer, section: object) -> LifecycleSpans:
-        """The open lifecycles saved by ``to_state``; raises a msgspec error if the section is damaged."""
-        if section is None:
-            return cls(tracer)
-        return cls(tracer, decode_section(section, dict[str, _Lifecycle]))
+    def from_rows(cls, tracer: trace.Tracer, removal: Removals, tables: Tables) -> LifecycleSpans:
+        """The open lifecycles saved by ``rows``; raises a msgspec error if a row is damaged."""
+        saved = {key: decode_row(body, _Lifecycle) for key, body in tables.get("open_spans", {}).items()}
+        return cls(tracer, removal, dict(sorted(saved.items(), key=lambda item: item[1].first_seen)))
 
-    def to_state(self) -> dict[str, _Lifecycle]:
-        return self._open
+    def rows(self) -> dict[str, dict[str, _Lifecycle]]:
+        return {"open_spans": self._open}
 
     def on_poll(self, result: PollResult) -> None:
-        if result.transitions or result.changed:
+        if result.transitions or result.changed or self._restored:
             self.state_version += 1
         for transition in result.transitions:
             self._record(transition, result.identity)
-        if result.changed:  # anything still open but no longer listed ended without a removal transition
+        if result.changed or self._restored:  # anything still open but no longer listed ended unseen by us
+            self._restored = False
             listed = {event.event_id for event in result.document.events}
             for event_id in [key for key in self._open if key not in listed]:
-                entry = self._open.pop(event_id)
-                self._emit(event_id, entry, None, outcome=REMOVED, end=result.now, identity=result.identity)
+                self._end_unseen(event_id, self._open.pop(event_id), result)
         while len(self._open) > MAX_OPEN:
             self._open.pop(next(iter(self._open)))
+
+    def _end_unseen(self, event_id: str, entry: _Lifecycle, result: PollResult) -> None:
+        """A lifecycle whose closing transition this sink did not see: the store's word on how it ended."""
+        removal = self._removal(event_id)
+        if removal is None or removal.life != entry.life:
+            self._emit(event_id, entry, None, outcome=REMOVED, end=result.now, identity=result.identity)
+            return
+        status = entry.steps[-1].status if entry.steps else ""
+        uid = transition_uid(event_id, removal.life, TransitionKind(removal.kind), None)
+        entry.steps.append(_Step(removal.kind, removal.at, "", status, 0, None, uid))
+        self._emit(event_id, entry, None, outcome=removal.kind, end=removal.at, identity=result.identity)
 
     def _record(self, transition: Transition, identity: VMIdentity) -> None:
         event = transition.event

@@ -37,12 +37,12 @@ from se_exporter.audit.records import ERROR, WARN, AuditRecord
 from se_exporter.audit.shipper import LogShipper
 from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import Outcome
+from se_exporter.durable.database import Database
 from se_exporter.errors import ConfigError
 from se_exporter.otel import exporters
 from se_exporter.otel.config import OTelConfig
 from se_exporter.otel.span_export import ReportedSpans
 from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
-from se_exporter.state.database import Database
 
 SCOPE = "se_exporter"
 # "No trace", said so that the SDK hears it: an empty Context is falsy, and the SDK then takes the current one.

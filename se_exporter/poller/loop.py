@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.common.tracing import mark_error
+from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback
 from se_exporter.imds.client import IMDSClient
 from se_exporter.imds.document import Document
@@ -34,7 +35,6 @@ from se_exporter.poller.results import (
     PollStatus,
     Reactor,
 )
-from se_exporter.state.persistence import Persistence
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -82,6 +82,7 @@ class Poller:
         self._after_poll = after_poll
         self._told = False  # the log said once what to check when IMDS cannot be reached
         self._last_document = Document(incarnation=0)
+        self._first_document = True
         # A store restored from the state file: the view had a gap since its last look (unknown: since ever).
         self._gaps = ViewGaps(interval, (store.last_look or 0.0) if store.events else None)
 
@@ -209,8 +210,11 @@ class Poller:
             settled, decisions = self._approver.on_poll(states, identity.name)
         outcomes = self._actions.on_poll(transitions, identity) if self._actions is not None else ()
         self._last_document = document
-        if changed or transitions or decisions or settled or outcomes:  # else no sink has anything to do
+        # Else no sink has anything to do; the first document is published all the same, so that the sinks see
+        # what is listed after a restart (the lifecycle spans end those whose event ended while they were off).
+        if changed or transitions or decisions or settled or outcomes or self._first_document:
             self._publish(PollResult(document, transitions, decisions, changed, identity, now, settled, outcomes))
+        self._first_document = False
         self._persistence.flush()  # after the sinks: a crash in between re-emits, never loses
         if self._actions is not None:
             self._actions.release()  # runs start once the state says they may have: at most once

@@ -33,7 +33,7 @@ from tests.approval.helpers import DESIGN_POLICY, TESTDATA
 from tests.support.exporter_process import REPO, ExporterProcess
 from tests.support.exposition import series, value
 from tests.support.fake_imds import Answer, FakeIMDS, Seen, document
-from tests.support.state_file import saved_sections
+from tests.support.state_file import saved_rows
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -310,10 +310,10 @@ def fake_polls(fake: FakeIMDS) -> int:
 
 def saved_status(state: Path, event_id: str) -> str | None:
     try:
-        sections = saved_sections(state)
+        rows = saved_rows(state)
     except sqlite3.Error:  # not made yet
         return None
-    status = sections.get("approvals", {}).get("events", {}).get(event_id, {}).get("status")
+    status = rows.get("approvals", {}).get(event_id, {}).get("status")
     return None if status is None else str(status)
 
 

@@ -26,12 +26,13 @@ with atheris.instrument_imports():
     from se_exporter.approval.policy import parse_policy
     from se_exporter.audit.records import transition_record
     from se_exporter.config.strict_yaml import load_yaml
+    from se_exporter.durable.persistence import Persistence
     from se_exporter.errors import ConfigError, InvalidDocument
     from se_exporter.imds.document import parse_document
     from se_exporter.imds.identity import VMIdentity
     from se_exporter.lifecycle import EventStore
+    from se_exporter.lifecycle.machine import TABLES
     from se_exporter.poller import PollStatus
-    from se_exporter.state.persistence import Persistence
     from se_exporter.web.config import parse_web_config
     from tests.fuzz.documents import mutate
     from tests.support.exposition import render
@@ -84,7 +85,7 @@ def state(data: bytes) -> None:
     except (ValueError, RecursionError):  # nested deeper than json.dumps goes: not a file we could have written
         return
     persistence = Persistence(STATE_FILE)
-    store = persistence.restore("store", EventStore.from_state, EventStore)
+    store = persistence.restore("store", TABLES, EventStore.from_rows, EventStore)
     persistence.close()
     _render(store)
 

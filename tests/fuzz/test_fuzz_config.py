@@ -21,16 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from se_exporter.approval.policy import Policy, load_policy, parse_policy
+from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import ConfigError
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
+from se_exporter.lifecycle.machine import TABLES
 from se_exporter.poller import PollStatus
-from se_exporter.state.persistence import Persistence
 from se_exporter.web.config import parse_web_config
 from tests.fuzz.strategies import config_values, json_values, nasty_text
 from tests.support.exposition import render
-from tests.support.state_file import saved_sections
+from tests.support.state_file import encoded, saved_rows
 
 pytestmark = pytest.mark.pure
 
@@ -262,8 +263,17 @@ def _valid_section() -> dict[str, Any]:
         1_700_000_000.0,
     )
     store.reconcile(Document(4, (ScheduledEvent("E1", "Freeze", "Scheduled"),)), 1_700_000_001.0)
-    section: dict[str, Any] = json.loads(msgspec.json.encode(store.to_state()))
-    return section
+    return earlier_section(store)
+
+
+def earlier_section(store: EventStore) -> dict[str, Any]:
+    """The store as an earlier release saved it: one JSON section (its events in a list)."""
+    return {
+        "incarnation": store.incarnation,
+        "events": [msgspec.to_builtins(state) for state in store.events.values()],
+        "removed": {key: removal.life for key, removal in store.removed.items()},
+        "last_look": store.last_look,
+    }
 
 
 EVENT_KEYS = [
@@ -304,7 +314,7 @@ def restore(section: object) -> EventStore:
         path.write_text(json.dumps({"version": 1, "sections": {"store": section}}))  # NaN, lone surrogates...
         persistence = Persistence(path)
         try:
-            return persistence.restore("store", EventStore.from_state, EventStore)
+            return persistence.restore("store", TABLES, EventStore.from_rows, EventStore)
         finally:
             persistence.close()
 
@@ -315,7 +325,7 @@ def test_restoring_a_damaged_store_never_raises(section: object) -> None:
     store = restore(section)
     assert isinstance(store, EventStore)
     # Whatever it kept is usable: saved again, and reconciled against a document.
-    msgspec.json.encode(store.to_state())
+    encoded(store)
     render(store, status=PollStatus(identity=VMIdentity(name="vm-a")))
     store.reconcile(Document(1, (ScheduledEvent("E1", "Freeze", "Scheduled"),)), time.time())
     render(store)
@@ -330,12 +340,13 @@ def test_restoring_a_bad_life(life: object) -> None:
 def test_a_damaged_section_is_lost_alone_and_counted(tmp_path: Path, incarnation: str) -> None:
     path = tmp_path / "state.json"
     store = '{"incarnation": ' + incarnation + ', "events": []}'
-    path.write_text('{"version": 1, "sections": {"store": ' + store + ', "other": {"a": 1}}}')
+    lifecycle = '{"E1": {"first_seen": 1700000000.0, "life": 1, "steps": []}}'
+    path.write_text('{"version": 1, "sections": {"store": ' + store + ', "lifecycle": ' + lifecycle + "}}")
     persistence = Persistence(path)
-    assert persistence.restore("store", EventStore.from_state, EventStore).incarnation is None
+    assert persistence.restore("store", TABLES, EventStore.from_rows, EventStore).incarnation is None
     assert persistence.errors == 1
-    assert msgspec.json.decode(persistence.section("other") or b"") == {"a": 1}
     persistence.close()
+    assert list(saved_rows(path)["open_spans"]) == ["E1"], "the other section's rows imported all the same"
 
 
 @pytest.mark.parametrize(
@@ -352,7 +363,9 @@ def test_a_file_we_could_not_have_written_is_set_aside_and_counted(tmp_path: Pat
     path = tmp_path / "state.json"
     path.write_text(text)
     persistence = Persistence(path)
-    assert persistence.section("store") is None and persistence.errors == 1
+    assert persistence.restore("store", TABLES, EventStore.from_rows, EventStore).events == {}
+    assert persistence.errors == 1
     assert (tmp_path / "state.json.discarded").read_text(encoding="utf-8") == text
     persistence.close()
-    assert saved_sections(path) == {}, "a new database in its place"
+    assert path.read_bytes().startswith(b"SQLite format 3"), "a new database in its place"
+    assert saved_rows(path) == {}

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from se_exporter.audit.spool import DEFAULT_MAX_BYTES
+from se_exporter.durable.persistence import MAX_STATE_BYTES
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOURCES
-from se_exporter.state.persistence import MAX_STATE_BYTES
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
-from tests.support.fake_imds import Answer, FakeIMDS, document, scheduled_event
+from tests.support.fake_imds import Answer, FakeIMDS, Seen, document, scheduled_event
 from tests.support.state_file import on_disk
 from tests.support.wait import wait_for
 
@@ -195,3 +195,39 @@ def test_huge_descriptions_on_every_span_cost_no_more_than_without_spans(
     print(f"peak RSS, 30 lifecycles of 3.5 MB Descriptions: {with_spans / 1024:.1f} MiB, no spans {without / 1024:.1f}")
     assert with_spans - without < 12 * 1024, f"spans added {(with_spans - without) / 1024:.1f} MiB"
     assert max(with_spans, without) < LIMIT_KIB
+
+
+def test_a_new_event_with_a_3_5_mb_description_at_every_poll_with_the_state_file_stays_under_96_mib(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+) -> None:
+    """Issue 64: with the collector down and the state file on, every poll for 30 s lists a new event whose
+    Description is 3.5 MB (the one before it gone): each poll saves a new event and ends another, and spools
+    their records, which the spool's byte bound drops. The sqlite store of issue 57 reached 99 MiB here
+    within 30 s, twice in a row."""
+    description = "Planned maintenance. " + "x" * (3_500_000 - 21)
+    served = [0]
+
+    def respond(seen: Seen) -> Answer:
+        if "scheduledevents" not in seen.path:
+            return fake_imds.compute
+        served[0] += 1
+        return document(served[0], scheduled_event(f"huge-{served[0]}", Description=description))
+
+    fake_imds.respond = respond
+    dead_collector = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    exporter = start_exporter(
+        f"--imds.url={fake_imds.url}",
+        "--poll.interval=250ms",
+        "--vm.name=vm-a",
+        f"--state.file={tmp_path / 'state.db'}",
+        env=dead_collector,
+    )
+    exporter.wait_ready()
+    began = served[0]
+    wait_for(lambda: served[0] >= began + 120, 120, "120 polls, a new event at each (30 s at 250 ms)")
+    text = exporter.metrics()
+    assert (value(text, "azure_scheduled_events_log_spool_dropped_total") or 0) > 0, "the spool's bound held"
+    peak = peak_kib(exporter)
+    assert exporter.stop() == 0
+    print(f"peak RSS, a new 3.5 MB event at every poll with the state file: {peak / 1024:.1f} MiB")
+    assert peak < LIMIT_KIB, f"peak {peak / 1024:.1f} MiB"

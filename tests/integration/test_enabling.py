@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from se_exporter.durable.persistence import Persistence
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.pacing import RateLimiter
@@ -22,9 +23,9 @@ from se_exporter.poller import Poller
 from se_exporter.poller.results import PollResult
 from se_exporter.simulator import SELF, EventPlan, ManualClock, SimClock, SimulatedVM, SimulatorServer, SimWorld
 from se_exporter.simulator.enablement import EnablementTimes
-from se_exporter.state.persistence import Persistence
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import series
+from tests.support.state_file import encoded
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -120,7 +121,7 @@ def restarted_after(
 ) -> tuple[Poller, Wall, Recorder]:
     """The exporter stopped for ``days``, then started again from its state file."""
     clock.advance(days * DAY)
-    restored = EventStore.from_state(store.to_state())
+    restored = EventStore.from_rows(encoded(store))
     wall, recorder = Wall(clock), Recorder()
     return poller(url, restored, wall, recorder), wall, recorder
 

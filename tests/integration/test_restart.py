@@ -12,7 +12,7 @@ import pytest
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
-from tests.support.state_file import saved_sections
+from tests.support.state_file import saved_rows
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -43,9 +43,9 @@ def test_restart_emits_no_transition_twice(
     fake_imds.respond = lambda seen: document(2, STARTED)
     wait_for(lambda: transitions(first) == ["scheduled", "started"], 20, "started logged")
     started_at = time.time()
-    wait_for(lambda: saved_sections(state)["store"]["events"][0]["started_at"], 10, "state saved")
+    wait_for(lambda: saved_rows(state)["events"]["E1"]["started_at"], 10, "state saved")
     # No OTLP configured: no lifecycle span is ever sent, so none is kept (in memory or in the file).
-    assert set(saved_sections(state)) == {"store"}
+    assert set(saved_rows(state)) == {"events", "event_store"}
     code = first.stop(stop_signal)
     assert code == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
     assert state.stat().st_mode & 0o077 == 0, "the state file must not be readable by others"
@@ -99,7 +99,7 @@ def test_corrupt_state_file_is_logged_and_ignored(
     assert "cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
     assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
     assert (tmp_path / "state.json.discarded").read_bytes() == content, "kept for a person to look at"
-    wait_for(lambda: "store" in saved_sections(state), 10, "a new state file written")
+    wait_for(lambda: "event_store" in saved_rows(state), 10, "a new state file written")
 
 
 def test_a_damaged_section_is_logged_and_its_component_starts_empty(
@@ -111,6 +111,7 @@ def test_a_damaged_section_is_logged_and_its_component_starts_empty(
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad section")
     assert "its store section cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
+    assert "rows cannot be used" not in exporter.logs(), "said once: the section, not its rows too"
     assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
 
 

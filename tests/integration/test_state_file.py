@@ -71,10 +71,15 @@ def test_a_state_file_too_large_to_hold_is_set_aside_said_and_counted(
     wait_for(lambda: state.is_file() and state.stat().st_size < 10_000, 10, "a new, small state file")
 
 
-def test_temporary_files_a_crash_left_are_removed_at_start(
-    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
+@pytest.mark.parametrize("importing", [True, False], ids=["importing-0.1", "a-database"])
+def test_temporary_files_an_earlier_release_left_are_removed_when_its_state_file_is_imported(
+    tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, importing: bool
 ) -> None:
+    """0.1 wrote its state file atomically through temporary files beside it; a crash left them. They are
+    swept once, by the import; a start on a database looks at nothing else in the directory."""
     state = tmp_path / "state.json"
+    if importing:
+        state.write_text('{"version": 1, "sections": {}}')
     leftovers = [tmp_path / ".state.json.k2j4h1.tmp", tmp_path / ".state.json.spool.abc.tmp"]
     for leftover in leftovers:
         leftover.write_bytes(b"half a save")
@@ -82,7 +87,7 @@ def test_temporary_files_a_crash_left_are_removed_at_start(
     unrelated.write_bytes(b"not ours")
     exporter = start_exporter(*args(fake_imds, state))
     exporter.wait_ready()
-    assert [path.exists() for path in leftovers] == [False, False] and unrelated.exists()
+    assert [path.exists() for path in leftovers] == [not importing] * 2 and unrelated.exists()
 
 
 def test_a_file_system_out_of_inodes_at_start_is_tolerated_like_a_full_disk(

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import COMPUTE, Answer, FakeIMDS, document, scheduled_event
-from tests.support.state_file import saved_sections
+from tests.support.state_file import saved_event_ids
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.posix, pytest.mark.full]
@@ -45,7 +45,7 @@ def test_every_stop_signal_is_a_clean_stop_that_saves_the_state(
     assert stopped_within(exporter, sig, 5) == 0
     logs = exporter.logs()
     assert f"received {signal.Signals(sig).name}, shutting down" in logs
-    assert [e["event"]["event_id"] for e in saved_sections(state)["store"]["events"]] == ["E1"]
+    assert saved_event_ids(state) == ["E1"]
 
 
 def test_a_stop_while_start_up_waits_on_imds_is_clean_and_quick(

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from se_exporter.durable.opening import open_database
+from se_exporter.durable.persistence import MAX_DATABASE_BYTES
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
 from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
-from se_exporter.state.loading import open_database
-from se_exporter.state.persistence import MAX_DATABASE_BYTES
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
 

@@ -26,7 +26,7 @@ def test_an_event_rescheduled_at_every_poll_keeps_a_bounded_number_of_steps() ->
         now, moved = T0 + minute, NB + timedelta(minutes=minute)
         document = Document(minute + 1, (ScheduledEvent("E1", "Reboot", "Scheduled", not_before=moved),))
         spans.on_poll(PollResult(document, store.reconcile(document, now), (), True, VMIdentity(), now))
-    (lifecycle,) = spans.to_state().values()
+    (lifecycle,) = spans.rows()["open_spans"].values()
     assert len(lifecycle.steps) == MAX_STEPS
     assert lifecycle.steps[0].kind == "scheduled" and lifecycle.steps[-1].at == T0 + 499
-    assert len(msgspec.json.encode(spans.to_state())) < 64 * 1024
+    assert len(msgspec.json.encode(spans.rows())) < 64 * 1024

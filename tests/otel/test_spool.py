@@ -14,7 +14,7 @@ import pytest
 
 from se_exporter.audit.records import AttributeValue, AuditRecord
 from se_exporter.audit.spool import Spool
-from se_exporter.state.database import WAL_LIMIT_BYTES
+from se_exporter.durable.schema import WAL_LIMIT_BYTES
 from tests.support.state_file import finished_uids, on_disk, opened, spooled_records, writes_refused
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 
-from se_exporter.state.persistence import SAVE_WAIT_SECONDS
+from se_exporter.durable.persistence import SAVE_WAIT_SECONDS
 from tests.support.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 # A clean stop saves the state, and on a disk other work floods (the image build beside the suite in CI) it
-# may wait as long as the exporter allows: 2 x SAVE_WAIT_SECONDS (state/persistence.py). One stop in CI once
+# may wait as long as the exporter allows: 2 x SAVE_WAIT_SECONDS (durable/persistence.py). One stop in CI once
 # took over the 20 s allowed before, its cause unseen; a stop that takes too long now shows where each
 # thread waits (``_stacks``). A test that needs a quick stop passes its own bound.
 STOP_SECONDS = 2 * SAVE_WAIT_SECONDS + 15

@@ -1,5 +1,6 @@
-"""What the exporter saved in its state file (the sqlite database, ``se_exporter/state/database.py``), read
-as an operator would with sqlite: a read-only connection beside the running exporter."""
+"""What the exporter saved in its state file (the sqlite database, ``se_exporter/durable/schema.py``), read
+as an operator would with sqlite: a read-only connection beside the running exporter; and a component's
+rows as the state file would hold them (``encoded``, ``as_json``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from se_exporter.state.database import Database
-from se_exporter.state.loading import open_database
-from se_exporter.state.persistence import MAX_DATABASE_BYTES
+import msgspec
+
+from se_exporter.durable.database import Database
+from se_exporter.durable.opening import open_database
+from se_exporter.durable.persistence import MAX_DATABASE_BYTES, Stateful, Tables
+from se_exporter.durable.schema import COMPONENT_TABLES
 
 
 def _read(path: Path, query: str) -> list[tuple[Any, ...]]:
@@ -23,22 +27,40 @@ def _read(path: Path, query: str) -> list[tuple[Any, ...]]:
         connection.close()
 
 
-def saved_sections(path: Path) -> dict[str, Any]:
-    """Every section, decoded; {} while the file does not exist yet."""
+def saved_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """Every component table's rows (table -> key -> decoded body), tables without rows left out; {} while
+    the file does not exist yet."""
     if not path.exists():
         return {}
-    return {str(name): json.loads(body) for name, body in _read(path, "SELECT name, body FROM sections")}
+    saved: dict[str, dict[str, Any]] = {}
+    for table in COMPONENT_TABLES:
+        for key, body in _read(path, f"SELECT key, body FROM {table}"):
+            saved.setdefault(table, {})[str(key)] = json.loads(body)
+    return saved
 
 
-def section_rowids(path: Path) -> dict[str, int]:
-    """Each section's rowid: a section written again gets a new one."""
-    return {str(name): int(rowid) for name, rowid in _read(path, "SELECT name, rowid FROM sections")}
+def row_ids(path: Path, table: str) -> dict[str, int]:
+    """Each row's rowid: a row written again gets a new one."""
+    return {str(key): int(rowid) for key, rowid in _read(path, f"SELECT key, rowid FROM {table}")}
 
 
 def saved_event_ids(path: Path) -> list[str]:
-    """The EventIds of the event store's section, in its order; [] while nothing is saved."""
-    sections = saved_sections(path)
-    return [event["event"]["event_id"] for event in sections["store"]["events"]] if "store" in sections else []
+    """The EventIds of the event store's rows, in the order they were first seen; [] while nothing is saved."""
+    events = saved_rows(path).get("events", {})
+    return sorted(events, key=lambda key: events[key]["first_seen"])
+
+
+def encoded(component: Stateful) -> Tables:
+    """``component``'s rows as the state file holds them (what its ``from_rows`` reads back)."""
+    return {
+        table: {key: msgspec.json.encode(value) for key, value in rows.items()}
+        for table, rows in component.rows().items()
+    }
+
+
+def as_json(component: Stateful) -> dict[str, dict[str, Any]]:
+    """``component``'s rows, each decoded from its JSON."""
+    return {table: {key: json.loads(body) for key, body in rows.items()} for table, rows in encoded(component).items()}
 
 
 def spooled_records(path: Path) -> list[dict[str, Any]]:

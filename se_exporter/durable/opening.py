@@ -3,9 +3,12 @@
 - Nothing: a new database.
 - A database: opened and checked (``PRAGMA quick_check``). One that sqlite cannot read, or that fails the
   check, is moved aside as ``<state file>.discarded`` for a person to look at, and a new one begins.
-- An earlier release's JSON state file (``state/earlier.py``): its sections are imported into a new
-  database that takes its place, once; the file itself is kept as ``<state file>.before-sqlite``. One that
-  cannot be used (too large, not JSON, another version) is moved aside as ``<state file>.discarded``.
+- A database of an earlier schema version: migrated (``durable/schema.py``), in one transaction.
+- A database of a newer release: refused (``schema.TooNew``), untouched: the caller stops with exit code 2.
+- An earlier release's JSON state file (``durable/earlier_release.py``): its sections are imported as rows
+  into a new database that takes its place, once (the temporary files that release left are removed then);
+  the file itself is kept as ``<state file>.before-sqlite``. One that cannot be used (too large, not JSON,
+  another version) is moved aside as ``<state file>.discarded``.
 - Anything else (a FIFO, a device, a directory) is moved aside the same way.
 
 When the database cannot be made (a full disk, no inode left), the exporter monitors without state and
@@ -27,22 +30,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from se_exporter.common.files import NotARegularFile, open_regular
+from se_exporter.durable import schema
+from se_exporter.durable.database import Database
+from se_exporter.durable.earlier_release import (
+    convert_sections,
+    converted_sections,
+    is_json_state,
+    remove_leftovers,
+    state_sections,
+)
 from se_exporter.platform import PRIVATE_FILE_MODE, current
-from se_exporter.state.database import Database, configure, create_schema, write_sections
-from se_exporter.state.earlier import is_json_state, state_sections
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what sqlite keeps beside a database
-log = logging.getLogger("se_exporter.state")
+log = logging.getLogger("se_exporter.durable")
 
 
 @dataclass(frozen=True, slots=True)
 class Opened:
     database: Database
     unusable: int  # files found that could not be used (0 or 1)
-    # An earlier release's sections this run starts from when they could not be imported yet (a full disk);
+    # An earlier release's rows this run starts from when they could not be imported yet (a full disk);
     # None: the database's own.
-    earlier_sections: dict[str, bytes] | None = None
+    earlier_rows: schema.Rows | None = None
 
 
 def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> Opened:
@@ -65,6 +75,8 @@ def _existing(path: Path, max_bytes: int, *, check: bool) -> Opened:
     """A database (or nothing yet), checked when there was one."""
     try:
         return Opened(Database(_connect(path, max_bytes, check=check), path), 0)
+    except schema.TooNew:
+        raise
     except (sqlite3.OperationalError, OSError) as error:  # it could not be made (a full disk): tried again
         return _unopened(path, max_bytes, f" cannot be opened ({error}): every write tries again", unusable=1)
     except sqlite3.DatabaseError as error:  # not a database, damaged
@@ -85,7 +97,9 @@ def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
     try:
         if check and (found := connection.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
             raise sqlite3.DatabaseError(f"damaged: {found}")
-        configure(connection, max_bytes)
+        schema.check(connection)  # before anything is written: a newer release's file stays as it was
+        schema.configure(connection, max_bytes)
+        schema.migrate(connection, convert_sections)
     except BaseException:
         connection.close()
         raise
@@ -108,13 +122,16 @@ def _fresh(path: Path, max_bytes: int, problem: str) -> Opened:
 def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
     """An earlier release's state file: its sections in a new database that replaces it atomically (a crash
     before the rename leaves the JSON file, imported again at the next start)."""
+    if removed := remove_leftovers(path):
+        log.info("removed %d temporary file(s) a crash of an earlier release left next to %s", removed, path)
     try:
         original, sections = state_sections(path, earlier_max_bytes)
     except (OSError, ValueError) as error:
         problem = error.strerror if isinstance(error, NotARegularFile) else error
         return _fresh(path, max_bytes, str(problem))
+    rows, unusable = converted_sections(sections)
     try:
-        _replace_with_database(path, original, sections)
+        _replace_with_database(path, original, rows, len(sections))
     except (OSError, sqlite3.Error) as error:  # a full disk: the file stays; this run starts from its sections
         log.error(
             "state file %s: cannot import it into a database (%s): starting from it, and every write tries "
@@ -127,8 +144,8 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
             _import_again(path, earlier_max_bytes)
             return _connect(path, max_bytes, check=False)
 
-        return Opened(Database(None, path, reconnect=import_then_connect), 1, sections)
-    return _begin(path, max_bytes, unusable=0)
+        return Opened(Database(None, path, reconnect=import_then_connect), 1 + unusable, rows)
+    return _begin(path, max_bytes, unusable=unusable)
 
 
 def _import_again(path: Path, earlier_max_bytes: int) -> None:
@@ -141,11 +158,11 @@ def _import_again(path: Path, earlier_max_bytes: int) -> None:
     except ValueError as error:  # changed since the start into something else: not to be imported
         log.error("state file %s cannot be imported any more (%s)%s", path, error, _set_aside(path))
         return
-    _replace_with_database(path, original, sections)
+    _replace_with_database(path, original, convert_sections(sections), len(sections))
 
 
-def _replace_with_database(path: Path, original: bytes, sections: dict[str, bytes]) -> None:
-    """The earlier file's sections in a new database that replaces it (the file kept as .before-sqlite)."""
+def _replace_with_database(path: Path, original: bytes, rows: schema.Rows, sections: int) -> None:
+    """The earlier file's rows in a new database that replaces it (the file kept as .before-sqlite)."""
     # For a person to look at: a crash before the rename below writes it again at the next start.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
     with os.fdopen(os.open(path.with_name(path.name + ".before-sqlite"), flags, PRIVATE_FILE_MODE), "wb") as kept:
@@ -158,17 +175,19 @@ def _replace_with_database(path: Path, original: bytes, sections: dict[str, byte
     _create_private(building)
     connection = sqlite3.connect(building)
     try:
-        create_schema(connection)
-        write_sections(connection, sorted(sections.items()))
+        schema.migrate(connection, convert_sections)
+        with connection:
+            schema.put_rows(connection, rows)
     finally:
         connection.close()
     os.replace(building, path)
     current().sync_directory(path.parent)
     log.info(
-        "state file %s: imported the %d section(s) of an earlier release's state file into a database "
-        "(the file is kept as %s.before-sqlite)",
+        "state file %s: imported the %d section(s) of an earlier release's state file into a database, as %d "
+        "row(s) (the file is kept as %s.before-sqlite)",
         path,
-        len(sections),
+        sections,
+        sum(len(table) for table in rows.values()),
         path.name,
     )
 

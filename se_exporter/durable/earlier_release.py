@@ -1,4 +1,9 @@
-"""The files of releases before the database, read once to import them (``state/loading.py``).
+"""What releases before this one left, read once to import it; removed in 0.4.0 (two releases after 0.2.0).
+
+- 0.1's state file (JSON, below) and its log journal, imported into a new database (``durable/opening.py``
+  calls ``import_state_file``; the spool replays the journal);
+- the sections of 0.2.0's development database (schema version 1), turned into rows by ``convert_sections``
+  (``durable/schema.py``'s migration), as 0.1's sections are.
 
 The state file was JSON, ``{"version": 1, "sections": {<name>: <section>}}``, written atomically (a
 temporary file beside it, renamed: one a crash left behind is removed, ``remove_leftovers``). The log
@@ -21,7 +26,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import msgspec
 
@@ -29,7 +34,7 @@ from se_exporter.common.files import NotARegularFile, open_regular, read_bounded
 
 FORMAT_VERSION = 1
 MAX_LINE_BYTES = 8 << 20  # a record is bounded by the 4 MiB IMDS body it comes from
-log = logging.getLogger("se_exporter.state")
+log = logging.getLogger("se_exporter.durable")
 
 
 class _StateFile(msgspec.Struct):
@@ -108,3 +113,62 @@ def remove_leftovers(path: Path) -> int:
                     leftover.unlink()
                     removed += 1
     return removed
+
+
+def convert_sections(sections: dict[str, bytes]) -> dict[str, dict[str, bytes | None]]:
+    """The rows of each table (``durable/schema.py``) that an earlier release's sections hold; a section that
+    cannot be read is logged and left out (its component starts without it, as it would have)."""
+    return converted_sections(sections)[0]
+
+
+def converted_sections(sections: dict[str, bytes]) -> tuple[dict[str, dict[str, bytes | None]], int]:
+    """``convert_sections``, and how many sections could not be used."""
+    rows: dict[str, dict[str, bytes | None]] = {}
+    unusable = 0
+    for name, body in sections.items():
+        try:
+            converted = {
+                table: {str(key): _json(value) for key, value in table_rows.items()}
+                for table, table_rows in _CONVERTERS[name](json.loads(body)).items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
+            log.error("state file: its %s section cannot be used (%r): starting without it", name, error)
+            unusable += 1
+            continue
+        for table, table_rows in converted.items():
+            rows.setdefault(table, {}).update(table_rows)
+    return rows, unusable
+
+
+def _store(section: dict[str, object]) -> dict[str, dict[str, object]]:
+    last_look = section.get("last_look")
+    events = cast("list[dict[str, dict[str, str]]]", section["events"])
+    removed = cast("dict[str, int]", section.get("removed") or {})
+    return {
+        "events": {state["event"]["event_id"]: state for state in events},
+        "removed_events": {
+            key: {"life": life, "kind": "removed", "at": last_look or 0.0} for key, life in removed.items()
+        },
+        "event_store": {"store": {"incarnation": section["incarnation"], "last_look": last_look}},
+    }
+
+
+def _approvals(section: dict[str, object]) -> dict[str, dict[str, object]]:
+    entries = cast("dict[str, dict[str, object]]", section["events"])
+    return {"approvals": {key: {**entry, "policy": section["policy"]} for key, entry in entries.items()}}
+
+
+def _actions(section: dict[str, object]) -> dict[str, dict[str, object]]:
+    runs = cast("list[dict[str, object]]", section["runs"])
+    return {"action_runs": {f"{index:06d}/{run['action']}": run for index, run in enumerate(runs)}}
+
+
+def _lifecycle(section: dict[str, object]) -> dict[str, dict[str, object]]:
+    return {"open_spans": dict(section)}
+
+
+_CONVERTERS = {"store": _store, "approvals": _approvals, "actions": _actions, "lifecycle": _lifecycle}
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
