@@ -59,7 +59,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
-    SE_EXPORTER_STATE_FILE=/var/lib/se-exporter/state.json
+    SE_EXPORTER_STATE_FILE=/var/lib/se-exporter/state.db
 
 # Fixed, non-root uid/gid (10160, like the port) so Kubernetes' runAsNonRoot can verify it and
 # host directories can be prepared with a known owner.

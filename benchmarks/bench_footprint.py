@@ -69,9 +69,9 @@ Key = tuple[str, str]
 
 def _spawn(sims: dict[str, Any], receiver: Any, state_dir: Path) -> dict[Key, Proc]:
     processes: dict[Key, Proc] = {}
-    fill_spool(state_dir / "state.json", WAITING)
+    fill_spool(state_dir / "state.db", WAITING)
     idle = sims[IDLE].url
-    dead_args = [f"--state.file={state_dir / 'state.json'}"]
+    dead_args = [f"--state.file={state_dir / 'state.db'}"]
     processes[(DEAD, IDLE)] = ExporterProc(idle, otel_env=dead_endpoint(), extra_args=dead_args, name="dead")
     processes[(PAIRS[DEAD], IDLE)] = StackScriptProc(idle, otel_env=dead_endpoint(), name="script-dead")
     for load, sim in sims.items():

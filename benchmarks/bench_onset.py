@@ -52,7 +52,7 @@ def _once(state_dir: Path, window: float, warmup: float) -> dict[str, float]:
             "loop": ReferenceProc(sim.url, name="reference"),
             "script": StackScriptProc(sim.url, otel_env=dead_endpoint(), name="script"),
             "exporter": ExporterProc(
-                sim.url, otel_env=dead_endpoint(), extra_args=[f"--state.file={state_dir / 'state.json'}"], name="onset"
+                sim.url, otel_env=dead_endpoint(), extra_args=[f"--state.file={state_dir / 'state.db'}"], name="onset"
             ),
         }
         try:

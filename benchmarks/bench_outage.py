@@ -62,13 +62,12 @@ PAIRS = {
 
 def fill_spool(state_file: Path, count: int) -> None:
     """``count`` transition records in the spool the exporter will load (as an earlier outage left them)."""
-    from se_exporter.audit.records import AuditRecord
-    from se_exporter.audit.spool import Spool
+    from se_exporter.audit.records import AuditRecord, decode_record, encode_record
     from se_exporter.durable.opening import open_database
     from se_exporter.durable.persistence import MAX_DATABASE_BYTES
 
     database = open_database(state_file, MAX_DATABASE_BYTES).database
-    spool = Spool(database)
+    spool = database.spool(encode=encode_record, decode=decode_record)
     spool.append(
         AuditRecord(
             "scheduled_event.transition",
@@ -85,6 +84,8 @@ def fill_spool(state_file: Path, count: int) -> None:
         )
         for n in range(count)
     )
+    database.submit({})  # the transaction a poll's save makes
+    database.sync(60)
     spool.close()
     database.close(60)
 
@@ -98,7 +99,7 @@ def dead_endpoint() -> dict[str, str]:
 
 
 def _spawn(url: str, receiver: Any, state_dir: Path) -> dict[str, Proc]:
-    state_file = state_dir / "state.json"
+    state_file = state_dir / "state.db"
     fill_spool(state_file, WAITING)
     processes: dict[str, Proc] = {
         "reference loop": ReferenceProc(url, name="reference"),

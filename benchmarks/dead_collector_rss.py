@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     extra = dict(item.split("=", 1) for item in args.env)
     with simulator(0) as sim, tempfile.TemporaryDirectory() as directory:
-        state = Path(directory) / "state.json"
+        state = Path(directory) / "state.db"
         if args.waiting:
             fill_spool(state, args.waiting)
         proc = ExporterProc(sim.url, otel_env=dead_endpoint() | extra, extra_args=[f"--state.file={state}"])

@@ -190,14 +190,13 @@ def test_an_unwritable_state_file_is_one_line(tmp_path: Path) -> None:
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("")
     result = se_exporter(
-        f"--state.file={not_a_directory}/state.json",
+        f"--state.file={not_a_directory}/state.db",
         "--imds.url=http://127.0.0.1:9",
         "--web.listen-address=127.0.0.1:0",
     )
     assert result.returncode == 2
     assert (
-        result.stderr == f"se-exporter: error: --state.file: cannot write {not_a_directory}/state.json: "
-        "Not a directory\n"
+        result.stderr == f"se-exporter: error: --state.file: cannot write {not_a_directory}/state.db: Not a directory\n"
     )
 
 

@@ -143,9 +143,9 @@ def test_windows_does_not_fsync_a_directory(tmp_path: Path) -> None:
         ({}, None),  # started by hand: no default, as on Linux
         (
             {"WINSW_SERVICE_ID": "se-exporter", "PROGRAMDATA": r"D:\Data"},
-            Path(r"D:\Data") / "se-exporter" / "state.json",
+            Path(r"D:\Data") / "se-exporter" / "state.db",
         ),
-        ({"WINSW_SERVICE_ID": "se-exporter"}, Path(r"C:\ProgramData") / "se-exporter" / "state.json"),
+        ({"WINSW_SERVICE_ID": "se-exporter"}, Path(r"C:\ProgramData") / "se-exporter" / "state.db"),
     ],
 )
 def test_windows_service_keeps_its_state_in_programdata(environ: dict[str, str], expected: Path | None) -> None:
@@ -338,12 +338,12 @@ def test_windows_locks_the_state_files_first_byte_without_waiting() -> None:
 def test_the_state_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
     from se_exporter.durable.lock import LockHeld, StateLock
 
-    first = StateLock.acquire(tmp_path / "state.json")
+    first = StateLock.acquire(tmp_path / "state.db")
     with pytest.raises(LockHeld) as held:
-        StateLock.acquire(tmp_path / "state.json")
+        StateLock.acquire(tmp_path / "state.db")
     assert held.value.holder == str(os.getpid())
     first.release()
-    StateLock.acquire(tmp_path / "state.json").release()
+    StateLock.acquire(tmp_path / "state.db").release()
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def lifecycle_row(lay: Layout) -> None:
             "Approval failures (time range)",
             "Approvals that failed, whose hook failed, or that NotBefore overtook (expired) during the "
             "dashboard's time range.",
-            f'sum(increase({m("approvals_total")}{{{SEL}, result=~"failed|hook_failed|expired"}}[$__range]))'
+            f'sum(increase({m("approvals_total")}{{{SEL}, result=~"failed|hook_failed|expired|unknown"}}[$__range]))'
             " or vector(0)",
             "short",
             steps=thresholds((None, "green"), (0.5, "red")),

@@ -88,8 +88,8 @@ def health_alerts(settings: Settings) -> list[dict[str, Any]]:
             "warning",
             "se-exporter failed to approve an Azure maintenance event.",
             "{{ $value | humanize }} approval(s) of {{ $labels.event_type }} events on {{ $labels.instance }} "
-            "ended with result {{ $labels.result }} in the last 15 minutes: the event was not approved and "
-            "will start at its NotBefore.",
+            "ended with result {{ $labels.result }} in the last 15 minutes: the event was not approved (with "
+            "result unknown, the exporter died while approving: maybe not) and will start at its NotBefore.",
         ),
         alert(
             "AzureScheduledEventsActionFailing",

@@ -48,7 +48,7 @@ def job_level(*labels: str) -> str:
 def recording_rules(settings: Settings) -> list[dict[str, Any]]:
     """Per-instance rules aggregate "without" what they sum over, so every target label (node, cluster,
     resource_group, vmss, ...) reaches the alerts; job-level ones keep the group labels."""
-    failures = 'result=~"failed|hook_failed|expired"'
+    failures = 'result=~"failed|hook_failed|expired|unknown"'
     return [
         {
             # The only place a job selector is needed: Prometheus' synthetic up series.

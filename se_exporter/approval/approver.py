@@ -292,7 +292,9 @@ class Approver:
                 if (entry := self._ledger.get(item.event.event_id)) is not None and entry.status == QUEUED:
                     entry.status = POSTING
             self.state_version += 1
-            committed = self._commit_requested()
+        # Asked after the change and outside the lock: the flush that takes the request reads the rows after
+        # it, and a flush holds the persistence's lock while it asks for this approver's (never the reverse).
+        committed = self._commit_requested()
         try:  # the disk, waited for without the lock: never the poll
             committed.result(SAVED_WAIT_SECONDS)
             saved = True

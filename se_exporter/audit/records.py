@@ -8,10 +8,8 @@ the same uid, so the spool and downstream receivers can drop the duplicate.
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -48,46 +46,20 @@ class AuditRecord(msgspec.Struct, frozen=True, gc=False):  # a Struct: ten times
             size += len(key) + 16 + (sum(len(v) + 2 for v in value) if isinstance(value, tuple) else len(str(value)))
         return size
 
-    @property
-    def memory_size(self) -> int:
-        """About what it costs in memory (what the spool bounds): its strings, containers and the struct."""
-        size = sys.getsizeof(self.body) + sys.getsizeof(self.uid) + sys.getsizeof(self.attributes) + 128
-        for value in self.attributes.values():
-            size += sys.getsizeof(value)
-            if isinstance(value, tuple):
-                size += sum(sys.getsizeof(item) for item in value)
-        return size
 
-    def to_json(self) -> dict[str, Any]:
-        attributes = {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes.items()}
-        return {
-            "event_name": self.event_name,
-            "severity": self.severity,
-            "body": self.body,
-            "attributes": attributes,
-            "timestamp_ns": self.timestamp_ns,
-            "uid": self.uid,
-        }
+def encode_record(record: AuditRecord) -> bytes:
+    """A record as the spool keeps it (and 0.1's journal did): its fields as a JSON object."""
+    # Copied to its exact size: msgspec's buffer keeps its growth slack (96 KiB held for 64 KiB of JSON),
+    # and the spool holds these while no commit carried them.
+    return bytes(memoryview(msgspec.json.encode(record)))
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AuditRecord:
-        """Inverse of ``to_json``; raises KeyError/TypeError/ValueError on a malformed value."""
-        attributes: dict[str, AttributeValue] = {}
-        for key, raw in dict(data["attributes"]).items():
-            if isinstance(raw, list):  # JSON has no tuples; arrays are string arrays here
-                attributes[str(key)] = tuple(str(item) for item in raw)
-            elif isinstance(raw, str | bool | int | float):
-                attributes[str(key)] = raw
-            else:
-                raise TypeError(f"attribute {key!r} has an unsupported value {raw!r:.40}")
-        return cls(
-            str(data["event_name"]),
-            str(data["severity"]),
-            str(data["body"]),
-            attributes,
-            int(data["timestamp_ns"]),
-            str(data["uid"]),
-        )
+
+def decode_record(body: bytes) -> AuditRecord | None:
+    """The record the spool kept (None: a row this version cannot read, which the spool sets aside)."""
+    try:
+        return msgspec.json.decode(body, type=AuditRecord)
+    except msgspec.MsgspecError:
+        return None
 
 
 def transition_record(transition: Transition, identity: VMIdentity) -> AuditRecord:

@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import Outcome
+from se_exporter.durable.spool import Spool
 from se_exporter.imds.pacing import Backoff
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ Send = Callable[[Sequence[AuditRecord]], Outcome]  # an empty batch asks only wh
 class LogShipper:
     def __init__(
         self,
-        spool: Spool,
+        spool: Spool[AuditRecord],
         send: Send,
         *,
         abort: Callable[[], None] = lambda: None,  # makes an in-flight send give up (shutdown)
@@ -101,7 +101,7 @@ class LogShipper:
             if self._spool.path is None:
                 fate = " (lost: no --state.file)"
             elif not self._spool.synced:  # the truth, not a promise the disk did not keep
-                fate = f"; the spool {self._spool.path} could not be written (disk full?): they are lost"
+                fate = f"; the spool {self._spool.path} could not be written (disk full?): those not written are lost"
             else:
                 fate = "; they are sent after the next start"
             log.warning("stopping with %d log record(s) not yet accepted by the collector%s", left, fate)
@@ -109,8 +109,7 @@ class LogShipper:
 
     def _run(self) -> None:
         while True:
-            self._spool.sync()  # the journal, on this thread: a record is on disk before it is shipped
-            batch = self._next_batch()
+            batch = self._next_batch()  # committed records only: a record is on disk before it is shipped
             if not batch:
                 if self._stopping.is_set():
                     return
@@ -131,7 +130,7 @@ class LogShipper:
         """The oldest records, at most ``_batch_size`` and ``MAX_BATCH_BYTES`` (at least one record)."""
         batch: list[AuditRecord] = []
         size = 0
-        for record in self._spool.peek(self._batch_size):
+        for record in self._spool.peek(self._batch_size, MAX_BATCH_BYTES):
             size += record.approximate_size
             if batch and size > MAX_BATCH_BYTES:
                 break

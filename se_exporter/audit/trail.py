@@ -5,8 +5,8 @@ the document shows), then the document's transitions, then the decisions made on
 record is written twice: as one structured line on stderr (logger ``se_exporter.events``,
 logfmt or JSON per ``--log.format``, so journald / Fluent Bit users need no collector) and into the
 OTLP log spool when log export is on. The poll loop calls ``on_poll`` before it saves the event
-store, and the spool is durable when the call returns: a crash in between re-emits the transition
-on restart with the same uid, which the spool recognises, so the collector gets it exactly once.
+store: the records are inserted by the transaction that saves the store's rows, so a crash keeps both or
+neither, and the collector gets each transition exactly once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import itertools
 import logging
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord, action_record, approval_record, transition_record
-from se_exporter.audit.spool import Spool
+from se_exporter.durable.spool import Spool
 from se_exporter.logs import FIELDS
 from se_exporter.poller import PollResult
 
@@ -37,7 +37,7 @@ class AuditTrail:
     """A poll sink: writes each result's decisions, action outcomes and transitions as log lines and into the
     spool."""
 
-    def __init__(self, spool: Spool | None = None) -> None:
+    def __init__(self, spool: Spool[AuditRecord] | None = None) -> None:
         self._spool = spool
 
     def on_poll(self, result: PollResult) -> None:

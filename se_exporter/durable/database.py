@@ -17,42 +17,40 @@ the WAL truncated to ``WAL_LIMIT_BYTES`` after each checkpoint, a page cache of 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from se_exporter.durable.earlier_release import journal_path
 from se_exporter.durable.schema import COMPONENT_TABLES, Rows, put_rows
+from se_exporter.durable.spool import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, Record, Spool, SpoolBatch
+
+R = TypeVar("R", bound=Record)
 
 RETRY_SECONDS = 1.0  # after a failed commit: a full disk or a held lock is not asked again at once
 log = logging.getLogger("se_exporter.durable")
 
 
-@dataclass(slots=True)
-class SpoolBatch:
-    """The spool's changes since its last batch: the uids of records added, in order (``body(uid)`` is each
-    one's JSON, made as it is written; None once it is gone), then uids finished (delivered or dropped):
-    ``finished`` those that may be in the table (deleted, and remembered), ``unwritten`` those never
-    written (only remembered: the spool keeps the newest of them)."""
-
-    body: Callable[[str], bytes | None]
-    added: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    unwritten: list[str] = field(default_factory=list)
-
-
 class SpoolSource(Protocol):
-    """The spool, as the writer sees it: its changes are taken inside each transaction."""
+    """The spool, as the writer sees it (``durable/spool.py``): what it staged goes into the transaction of
+    the next ``submit``; each transaction takes its changes, writes them, and says how it went."""
+
+    def has_staged(self) -> bool: ...
+
+    def release(self) -> None: ...
 
     def take_batch(self) -> SpoolBatch | None: ...
 
+    def write(self, db: sqlite3.Connection, batch: SpoolBatch) -> None: ...
+
     def batch_written(self, batch: SpoolBatch, failure: Exception | None) -> None: ...
+
+    def opened(self, db: sqlite3.Connection, journal: Path | None) -> None: ...
 
 
 # What a commit reports: whether it carried rows of the components, whether it carried the spool's changes,
@@ -66,15 +64,14 @@ class Database:
     def __init__(
         self,
         connection: sqlite3.Connection | None,
-        path: Path,
+        path: Path | None,
         *,
         reconnect: Callable[[], sqlite3.Connection] | None = None,
-        finished_limit: int = 10_000,
     ) -> None:
-        """``connection`` None: the file could not be opened at start (a full disk, a directory in its
-        place); each commit tries ``reconnect`` first, and fails, counted, until it works."""
+        """``path`` None: an in-memory database (no --state.file: the spool's table only). ``connection``
+        None: the file could not be opened at start (a full disk, a directory in its place); each commit
+        tries ``reconnect`` first, and fails, counted, until it works."""
         self.path = path
-        self.finished_limit = finished_limit
         self.on_commit: Committed = lambda _rows, _spool, _seconds, _failure: None
         self._connection = connection
         self._reconnect = reconnect
@@ -84,6 +81,7 @@ class Database:
         self._rows: Rows = {}  # handed over, not yet being written
         self._futures: list[Future[None]] = []  # completed by the commit that carries ``_rows``
         self._retry_at = 0.0  # monotonic: after a failure, the rows wait until then
+        self._kicked = False  # request_commit
         self._requested = 0  # commits asked for (sync)
         self._done = 0  # of them, answered
         self._writing = False
@@ -115,39 +113,39 @@ class Database:
                 total += size
         return kept, too_large
 
-    def spool_rows(self, max_record_bytes: int) -> Iterator[tuple[str, bytes | None]]:
-        """The finished uids (body None), then the pending records (uid, JSON), oldest first; a record
-        larger than ``max_record_bytes`` (nothing the spool writes) comes with an empty body."""
-        connection = self._connection
-        if connection is None:
-            return
+    def spool(
+        self,
+        *,
+        encode: Callable[[R], bytes],
+        decode: Callable[[bytes], R | None],
+        capacity: int = DEFAULT_CAPACITY,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> Spool[R]:
+        """The OTLP log spool on this database's ``spool`` table (an earlier release's journal beside the
+        file imported into it first), attached to the writer."""
         with self._connection_lock:
-            finished = [str(uid) for (uid,) in connection.execute("SELECT uid FROM finished ORDER BY seq")]
-        for uid in finished:
-            yield uid, None
-        last = -1
-        while True:  # a page at a time: never the whole table in memory
-            with self._connection_lock:
-                page = connection.execute(
-                    "SELECT seq, uid, CASE WHEN length(body) <= ? THEN body ELSE x'' END FROM spool "
-                    "WHERE seq > ? ORDER BY seq LIMIT 256",
-                    (max_record_bytes, last),
-                ).fetchall()
-            if not page:
-                return
-            for seq, uid, body in page:
-                last = seq
-                yield str(uid), bytes(body)
+            spool: Spool[R] = Spool(
+                self.path,
+                encode=encode,
+                decode=decode,
+                reader=self._reader() if self.path is not None else None,
+                shared_lock=self._connection_lock,
+                capacity=capacity,
+                max_bytes=max_bytes,
+            )
+            if self._connection is not None:
+                spool.opened(self._connection, journal_path(self.path) if self.path is not None else None)
+        spool.attach(self.request_commit)
+        self.attach_spool(spool)
+        return spool
 
-    def spool_bodies(self, uids: Sequence[str]) -> dict[str, bytes]:
-        """The JSON of the spooled records among ``uids`` (those still in the table)."""
-        if not uids or self._connection is None:
-            return {}
-        with self._connection_lock:
-            rows = self._connection.execute(
-                "SELECT uid, body FROM spool WHERE uid IN (SELECT value FROM json_each(?))", (json.dumps(list(uids)),)
-            ).fetchall()
-        return {str(uid): bytes(body) for uid, body in rows}
+    def _reader(self) -> Callable[[], sqlite3.Connection]:
+        path = self.path
+
+        def connect() -> sqlite3.Connection:  # the shipper's own: WAL lets it read beside the writer
+            return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+
+        return connect
 
     # ----- writing ---------------------------------------------------------------------------------
 
@@ -157,14 +155,16 @@ class Database:
             self._spool = spool
 
     def submit(self, rows: Rows) -> Future[None]:
-        """Hand over changed rows (merged over those still waiting, the newest body winning); returns at once
-        with a future completed when a commit carrying them succeeded (cancelled if the database closes
-        first)."""
+        """Hand over changed rows (merged over those still waiting, the newest body winning) and the records
+        the spool staged; returns at once with a future completed when a commit carrying them succeeded
+        (cancelled if the database closes first)."""
         future: Future[None] = Future()
         with self._cond:
             if self._closed:
                 future.cancel()
                 return future
+            if self._spool is not None:
+                self._spool.release()
             _merge(self._rows, rows)
             self._futures.append(future)
             self._cond.notify_all()
@@ -172,9 +172,17 @@ class Database:
 
     @property
     def busy(self) -> bool:
-        """Whether rows wait to be written or are being written (a commit that may yet fail)."""
+        """Whether rows or staged records wait to be written, or are being written (a commit that may yet
+        fail)."""
         with self._cond:
-            return bool(self._rows or self._futures) or self._writing
+            staged = self._spool is not None and self._spool.has_staged()
+            return bool(self._rows or self._futures) or self._writing or staged
+
+    def request_commit(self) -> None:
+        """Have the writer commit soon what the spool changed (an acknowledgement to delete)."""
+        with self._cond:
+            self._kicked = True
+            self._cond.notify_all()
 
     def sync(self, timeout: float) -> bool:
         """Commit what was handed over and what the spool changed, and wait for it; False if that took
@@ -214,29 +222,34 @@ class Database:
     def _due(self) -> bool:
         if self._requested > self._done:
             return True
-        return bool(self._rows or self._futures) and time.monotonic() >= self._retry_at
+        return bool(self._rows or self._futures or self._kicked) and time.monotonic() >= self._retry_at
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._due() and not self._closed:
-                    wait = self._retry_at - time.monotonic() if (self._rows or self._futures) else None
+                    waiting = self._rows or self._futures or self._kicked
+                    wait = self._retry_at - time.monotonic() if waiting else None
                     self._cond.wait(None if wait is None else max(0.01, wait))
                 if self._closed:  # close() drained what it could; what is left is cancelled
                     return
                 rows, futures, self._rows, self._futures = self._rows, self._futures, {}, []
+                self._kicked = False
                 requested, spool = self._requested, self._spool
                 self._writing = True
             # Taken after the rows: every record appended before they were handed over is in this batch.
             batch = spool.take_batch() if spool is not None else None
             began, failure = time.monotonic(), None
             try:
-                self._commit(rows, batch)
+                self._commit(rows, spool, batch)
             except (sqlite3.Error, OSError) as error:
                 failure = error
             took = time.monotonic() - began
             with self._cond:
                 self._writing = False
+                if failure is not None and batch is not None:
+                    self._kicked = True  # the spool's changes wait in the spool: tried again with the rows
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
                 if failure is not None and (rows or futures):  # carried by the next commit, under what came since
                     newer, self._rows = self._rows, rows
                     _merge(self._rows, newer)
@@ -260,14 +273,14 @@ class Database:
             futures = []
             batch = None
 
-    def _commit(self, rows: Rows, batch: SpoolBatch | None) -> None:
+    def _commit(self, rows: Rows, spool: SpoolSource | None, batch: SpoolBatch | None) -> None:
         if not rows and batch is None:
             self._connect()  # nothing to write, but a future waits: the file must exist
             return
         db = self._connect()
         with self._connection_lock, db:  # one transaction: committed whole, or rolled back
-            if batch is not None:
-                _write_spool(db, batch, self.finished_limit)
+            if batch is not None and spool is not None:
+                spool.write(db, batch)
             put_rows(db, rows)
 
     def _connect(self) -> sqlite3.Connection:
@@ -275,7 +288,14 @@ class Database:
             return self._connection
         if self._reconnect is None:
             raise sqlite3.OperationalError("no database")
-        self._connection = connection = self._reconnect()
+        connection = self._reconnect()
+        try:
+            if self._spool is not None:  # made without the database: it finds what the table holds now
+                self._spool.opened(connection, journal_path(self.path) if self.path is not None else None)
+        except BaseException:  # the next write opens it again, and the spool finds it then
+            connection.close()
+            raise
+        self._connection = connection
         log.info("state file %s opened", self.path)
         return connection
 
@@ -283,15 +303,3 @@ class Database:
 def _merge(into: Rows, newer: Rows) -> None:
     for table, changes in newer.items():
         into.setdefault(table, {}).update(changes)
-
-
-def _write_spool(db: sqlite3.Connection, batch: SpoolBatch, finished_limit: int) -> None:
-    # Each record's JSON is made as sqlite takes it: a poll's records are not held twice until they are written.
-    rows = ((uid, body) for uid in batch.added if (body := batch.body(uid)) is not None)
-    db.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", rows)
-    if batch.finished:
-        db.executemany("DELETE FROM spool WHERE uid = ?", ((uid,) for uid in batch.finished))
-    if batch.finished or batch.unwritten:
-        remembered = ((uid,) for uid in (*batch.unwritten, *batch.finished))
-        db.executemany("INSERT OR IGNORE INTO finished (uid) VALUES (?)", remembered)
-        db.execute("DELETE FROM finished WHERE seq <= (SELECT max(seq) FROM finished) - ?", (finished_limit,))

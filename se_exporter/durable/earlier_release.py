@@ -1,9 +1,13 @@
-"""What releases before this one left, read once to import it; removed in 0.4.0 (two releases after 0.2.0).
+"""What releases before this one left, read once to import it; removed two releases after this one.
 
 - 0.1's state file (JSON, below) and its log journal, imported into a new database (``durable/opening.py``
   calls ``import_state_file``; the spool replays the journal);
-- the sections of 0.2.0's development database (schema version 1), turned into rows by ``convert_sections``
-  (``durable/schema.py``'s migration), as 0.1's sections are.
+- the sections of this release's development database (schema version 1), turned into rows by ``convert_sections``
+  (``durable/schema.py``'s migration), as 0.1's sections are;
+- the name: examples before this release called the file ``state.json``. When ``--state.file`` names a file
+  that does not exist (``state.db``) and ``state.json`` is beside it, that file, its side files and its
+  journal take the new name first (``take_earlier_name``), so changing the name in a unit or a chart loses
+  nothing.
 
 The state file was JSON, ``{"version": 1, "sections": {<name>: <section>}}``, written atomically (a
 temporary file beside it, renamed: one a crash left behind is removed, ``remove_leftovers``). The log
@@ -24,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -31,6 +37,8 @@ from typing import Any, BinaryIO, cast
 import msgspec
 
 from se_exporter.common.files import NotARegularFile, open_regular, read_bounded
+from se_exporter.durable.lock import StateLock
+from se_exporter.platform import current
 
 FORMAT_VERSION = 1
 MAX_LINE_BYTES = 8 << 20  # a record is bounded by the 4 MiB IMDS body it comes from
@@ -58,6 +66,31 @@ def state_sections(path: Path, max_bytes: int) -> tuple[bytes, dict[str, bytes]]
     if data.version != FORMAT_VERSION:
         raise ValueError(f"not a version {FORMAT_VERSION} state file")
     return raw, {name: bytes(section) for name, section in data.sections.items()}
+
+
+EARLIER_NAME = "state.json"
+_SIDE_FILES = ("-wal", "-shm", "-journal", ".spool")  # sqlite's, then 0.1's journal
+
+
+def take_earlier_name(path: Path) -> None:
+    """``state.json`` beside ``path``, when ``path`` does not exist yet, renamed to ``path`` with its side
+    files (those first: a crash between two renames leaves nothing behind that the next start misses), under
+    the old name's lock (``LockHeld`` if an exporter still runs on it)."""
+    earlier = path.with_name(EARLIER_NAME)
+    if earlier == path or path.exists() or path.is_symlink() or not earlier.is_file():
+        return
+    lock = StateLock.acquire(earlier)
+    try:
+        for side in _SIDE_FILES:
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(earlier.with_name(earlier.name + side), path.with_name(path.name + side))
+        os.replace(earlier, path)
+        current().sync_directory(path.parent)
+    finally:
+        lock.release()
+    with contextlib.suppress(OSError):
+        earlier.with_name(earlier.name + ".lock").unlink()
+    log.info("state file %s: moved here from %s, the name of earlier releases' examples", path, earlier)
 
 
 def journal_path(state_file: Path) -> Path:
@@ -95,6 +128,43 @@ def journal_entries(path: Path) -> Iterator[dict[str, Any]]:
                 pending_damage = str(error)
                 continue
             yield entry
+
+
+def import_journal(journal: Path, connection: sqlite3.Connection, capacity: int, max_bytes: int) -> None:
+    """0.1's spool journal beside the state file: the records it still owed the collector inserted into the
+    ``spool`` table (the newest within the bounds), in one transaction, and the journal kept as
+    ``<journal>.imported``. Records acknowledged or dropped in the journal are not imported."""
+    if not journal.exists() and not journal.is_symlink():
+        return
+    pending: dict[str, bytes] = {}
+    size = dropped = 0
+    for entry in journal_entries(journal):
+        try:
+            if "add" in entry:
+                body = _json(entry["add"])
+                uid = str(entry["add"]["uid"])
+                if uid not in pending:
+                    pending[uid] = body
+                    size += len(body)
+                while len(pending) > capacity or size > max_bytes:
+                    size -= len(pending.pop(next(iter(pending))))
+                    dropped += 1
+                continue
+            for uid in entry.get("ack") or entry.get("drop") or entry["seen"]:
+                if (gone := pending.pop(str(uid), None)) is not None:
+                    size -= len(gone)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            log.warning("log spool %s: skipping a damaged entry: %r", journal, error)
+    with connection:
+        connection.executemany("INSERT OR IGNORE INTO spool (uid, body) VALUES (?, ?)", pending.items())
+    with contextlib.suppress(OSError):
+        os.replace(journal, journal.with_name(journal.name + ".imported"))
+    log.info(
+        "log spool: imported %d record(s) from an earlier release's journal %s%s",
+        len(pending),
+        journal,
+        f" ({dropped} older ones over the spool's bounds dropped)" if dropped else "",
+    )
 
 
 def _skip_rest_of_line(file: BinaryIO) -> None:

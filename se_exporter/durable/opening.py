@@ -10,6 +10,7 @@
   the file itself is kept as ``<state file>.before-sqlite``. One that cannot be used (too large, not JSON,
   another version) is moved aside as ``<state file>.discarded``.
 - Anything else (a FIFO, a device, a directory) is moved aside the same way.
+- No file, but ``state.json`` beside it (earlier examples' name): that file takes the name first.
 
 When the database cannot be made (a full disk, no inode left), the exporter monitors without state and
 every write fails, counted: each tries to make it again, so once the disk has room the state is kept.
@@ -33,15 +34,19 @@ from se_exporter.common.files import NotARegularFile, open_regular
 from se_exporter.durable import schema
 from se_exporter.durable.database import Database
 from se_exporter.durable.earlier_release import (
+    EARLIER_NAME,
     convert_sections,
     converted_sections,
     is_json_state,
     remove_leftovers,
     state_sections,
+    take_earlier_name,
 )
+from se_exporter.durable.lock import LockHeld
 from se_exporter.platform import PRIVATE_FILE_MODE, current
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+SQLITE_TEMPORARY = ""  # sqlite's name for a private temporary database on disk
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what sqlite keeps beside a database
 log = logging.getLogger("se_exporter.durable")
 
@@ -55,9 +60,45 @@ class Opened:
     earlier_rows: schema.Rows | None = None
 
 
+def open_memory_database() -> Database:
+    """Without --state.file: a database for the log spool that nothing keeps. sqlite's private temporary
+    database (its file deleted as it is made, in the temporary directory) holds no more than its page cache
+    in memory; where no temporary directory can be written (a read-only container), ``:memory:``, which
+    holds the whole table."""
+    try:
+        connection = _temporary(SQLITE_TEMPORARY)
+    except sqlite3.Error as error:
+        log.debug("no temporary directory for the log spool's database (%s): keeping it in memory", error)
+        connection = _temporary(":memory:")
+    return Database(connection, None)
+
+
+def _temporary(name: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(name, check_same_thread=False, cached_statements=0)
+    try:
+        connection.execute(f"PRAGMA cache_size = -{schema.CACHE_KIB}")
+        schema.migrate(connection, convert_sections)
+        with connection:  # more than the page cache: sqlite makes its file now, or says it cannot
+            connection.execute("CREATE TEMP TABLE probe (body BLOB)")
+            connection.execute("INSERT INTO probe VALUES (zeroblob(?))", (4 * schema.CACHE_KIB << 10,))
+            connection.execute("DROP TABLE probe")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
 def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> Opened:
     """The database at ``path`` (at most ``max_bytes``), opened whatever was found there (see the module's
     docstring); an earlier release's state file is read up to ``earlier_max_bytes``."""
+    try:
+        take_earlier_name(path)
+    except LockHeld:
+        raise
+    except OSError as error:  # it stays where it is, untouched
+        log.error(
+            "state file %s: cannot take over %s (%s): starting without it", path, path.with_name(EARLIER_NAME), error
+        )
     try:
         head = _head(path)
     except NotARegularFile as error:  # opening it as a database could wait for ever (a FIFO)
@@ -93,7 +134,8 @@ def _begin(path: Path, max_bytes: int, *, unusable: int) -> Opened:
 
 def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
     _create_private(path)
-    connection = sqlite3.connect(path, check_same_thread=False)
+    # No statement cache: a cached statement keeps its last bound values (a 3.5 MB record) until it runs again.
+    connection = sqlite3.connect(path, check_same_thread=False, cached_statements=0)
     try:
         if check and (found := connection.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
             raise sqlite3.DatabaseError(f"damaged: {found}")

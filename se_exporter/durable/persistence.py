@@ -35,7 +35,7 @@ import msgspec
 
 from se_exporter.durable.database import Database
 from se_exporter.durable.lock import StateLock
-from se_exporter.durable.opening import check_writable, open_database
+from se_exporter.durable.opening import check_writable, open_database, open_memory_database
 from se_exporter.durable.schema import Rows
 
 # What the sections may weigh: the event store (bounded by the document bounds), the open lifecycles
@@ -85,7 +85,7 @@ class Persistence:
         self.path = path
         self.errors = 0  # failed saves, and unusable files at start-up: persistence_errors_total{file="state"}
         self.ok = True  # the last save succeeded (approvals wait while it did not)
-        self.database: Database | None = None
+        self.database: Database
         self._components: dict[str, tuple[Stateful, tuple[str, ...]]] = {}
         self._versions: dict[str, int] = {}  # of each component, when its rows were last handed over
         self._digests: dict[str, dict[str, bytes]] = {}  # table -> key -> digest of the row last handed over
@@ -95,7 +95,9 @@ class Persistence:
         self._max_bytes = max_bytes
         self._earlier_rows: Rows | None = None
         self._observe_write = observe_write
-        if path is not None:
+        if path is None:  # an in-memory database, for the log spool alone (no component's rows are kept)
+            self.database = open_memory_database()
+        else:
             self._open(path)
 
     def restore(
@@ -144,16 +146,12 @@ class Persistence:
                 if force or component.state_version != self._versions[name]
             ]
             rows: Rows = {}
-            for name in changed:
+            for name in changed if self.path is not None else ():
                 component, tables = self._components[name]
                 self._versions[name] = component.state_version  # read first: a change made meanwhile is saved next
                 self._diff(component.rows(), tables, rows)
-            if not rows and not requests and (self.database is None or not self.database.busy):
+            if not rows and not requests and not self.database.busy:
                 return _done()  # nothing new, nothing waiting: everything handed over is on disk
-        if self.database is None:
-            for request in requests:
-                request.set_result(None)
-            return _done()
         committed = self.database.submit(rows)
         for request in requests:
             committed.add_done_callback(functools.partial(_follow, request=request))
@@ -163,15 +161,12 @@ class Persistence:
         """Commit every change now (after whatever the writer was writing); a failure is logged (monitoring
         goes on) and returns False."""
         committed = self.flush(force=True)
-        if self.database is None:
-            return True
         self.database.sync(SAVE_WAIT_SECONDS)
         return committed.done() and not committed.cancelled()
 
     def close(self) -> None:
         """Stop the writer (what it was writing is finished first, bounded), close the file, release the lock."""
-        if self.database is not None:
-            self.database.close(SAVE_WAIT_SECONDS)
+        self.database.close(SAVE_WAIT_SECONDS)
         if self._file_lock is not None:
             self._file_lock.release()
             self._file_lock = None
@@ -220,7 +215,7 @@ class Persistence:
     def _read(self, table: str) -> dict[str, bytes]:
         if self._earlier_rows is not None:  # an earlier release's file not imported yet (a full disk)
             return {key: body for key, body in self._earlier_rows.get(table, {}).items() if body is not None}
-        if self.database is None:
+        if self.path is None:
             return {}
         rows, too_large = self.database.rows(table, self._max_bytes)
         for key in too_large:

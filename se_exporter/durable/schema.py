@@ -8,14 +8,14 @@
     approvals(key, body)       one row per approval ledger entry (key: EventId)
     action_runs(key, body)     one row per action run waiting, running or not yet reported
     open_spans(key, body)      one row per lifecycle span still open (key: EventId)
-    spool(seq, uid, body)      the OTLP log records waiting for the collector, oldest first
-    finished(seq, uid)         the newest uids of records delivered or dropped (a record appended twice is
-                               sent once)
+    spool(seq, uid, body)      the OTLP log records waiting for the collector, oldest first (their JSON);
+                               inserted in the transaction that holds the rows saying they were emitted,
+                               deleted when the collector took them
 
 Each body is the JSON its component encodes; a row is written when it changed and deleted when its
 component is done with it, never because a component is off in this run.
 
-Versions: 1 is the database of 0.2.0's development (``meta`` and one ``sections`` row per component, its
+Versions: 1 is the database of this release's development (``meta`` and one ``sections`` row per component, its
 ``user_version`` 0); 2 is this one. ``migrate`` runs every step from what it finds to ``LATEST`` in one
 transaction; a database of a newer release is refused (``TooNew``) before anything is written to it.
 """
@@ -31,10 +31,7 @@ LATEST = 2
 COMPONENT_TABLES = ("events", "removed_events", "event_store", "approvals", "action_runs", "open_spans")
 TABLES = "".join(
     f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY, body BLOB NOT NULL);\n" for table in COMPONENT_TABLES
-) + (
-    "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNIQUE, body BLOB NOT NULL);\n"
-    "CREATE TABLE IF NOT EXISTS finished (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNIQUE);\n"
-)
+) + ("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNIQUE, body BLOB NOT NULL);\n")
 WAL_LIMIT_BYTES = 4 << 20
 CACHE_KIB = 64  # sqlite's default is 2 MiB: the exporter's memory is bounded, its writes are few and small
 BUSY_SECONDS = 5.0  # another process reading the file (an operator's sqlite3 shell) holds a write this long
@@ -49,7 +46,7 @@ class TooNew(Exception):
 
 
 def version(connection: sqlite3.Connection) -> int:
-    """The schema version of the database: ``user_version``, or 1 for 0.2.0's development (``sections``)."""
+    """The schema version of the database: ``user_version``, or 1 for this release's development (``sections``)."""
     found = int(connection.execute("PRAGMA user_version").fetchone()[0])
     if found == 0 and _has_table(connection, "sections"):
         return 1
@@ -77,6 +74,7 @@ def migrate(connection: sqlite3.Connection, convert_sections: Callable[[dict[str
             sections = {str(name): bytes(body) for name, body in rows}
             connection.execute("DROP TABLE sections")
             connection.execute("DROP TABLE IF EXISTS meta")
+            connection.execute("DROP TABLE IF EXISTS finished")  # a record's state and its row commit together now
             _create(connection)
             put_rows(connection, convert_sections(sections))
             log.info(

@@ -33,11 +33,11 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from se_exporter.audit.records import ERROR, WARN, AuditRecord
+from se_exporter.audit.records import ERROR, WARN, AuditRecord, decode_record, encode_record
 from se_exporter.audit.shipper import LogShipper
-from se_exporter.audit.spool import Spool
 from se_exporter.common.outcome import Outcome
 from se_exporter.durable.database import Database
+from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
 from se_exporter.otel import exporters
 from se_exporter.otel.config import OTelConfig
@@ -55,11 +55,11 @@ class Pipeline:
     """The tracer provider, and the log spool with its shipper."""
 
     tracer_provider: trace.TracerProvider | None
-    spool: Spool | None = None
+    spool: Spool[AuditRecord] | None = None
     _shipper: LogShipper | None = None
     _span_exporters: tuple[ReportedSpans, ...] = ()
 
-    def ship_logs(self, spool: Spool, shipper: LogShipper) -> None:
+    def ship_logs(self, spool: Spool[AuditRecord], shipper: LogShipper) -> None:
         """Records go to ``spool`` and ``shipper`` (started here) sends them on; ``close`` stops it."""
         self.spool, self._shipper = spool, shipper
         shipper.start()
@@ -78,11 +78,9 @@ class Pipeline:
             stopper.join(max(1.0, timeout - (time.monotonic() - started)))
 
 
-def build_telemetry(
-    config: OTelConfig, attributes: Mapping[str, str], database: Database | None, version: str
-) -> Telemetry:
+def build_telemetry(config: OTelConfig, attributes: Mapping[str, str], database: Database, version: str) -> Telemetry:
     """Build (and start) the pipeline ``config`` describes; ``NoTelemetry`` when it describes none. The log
-    spool keeps its records in ``database`` (in memory only without one)."""
+    spool keeps its records in ``database``'s ``spool`` table."""
     if not config.enabled:
         return NoTelemetry()
     # Ours first, then what the SDK reads from the environment, which wins (the user's explicit values).
@@ -100,7 +98,7 @@ def build_telemetry(
             )
         (built,) = exporters.build("logs", config.logs)
         send = LogSender(built, resource, InstrumentationScope(SCOPE, version))
-        spool = Spool(database)
+        spool = database.spool(encode=encode_record, decode=decode_record)
         telemetry.ship_logs(spool, LogShipper(spool, send, abort=send.close, batch_size=config.log_batch_size))
     return telemetry
 

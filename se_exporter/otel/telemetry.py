@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from se_exporter.audit.spool import Spool
+from se_exporter.audit.records import AuditRecord
+from se_exporter.durable.spool import Spool
 
 if TYPE_CHECKING:
     from opentelemetry import trace
@@ -27,7 +28,7 @@ class Telemetry(Protocol):
     def tracer_provider(self) -> trace.TracerProvider | None: ...
 
     @property
-    def spool(self) -> Spool | None: ...
+    def spool(self) -> Spool[AuditRecord] | None: ...
 
     def close(self, timeout: float = SHUTDOWN_SECONDS) -> None: ...
 
@@ -35,7 +36,7 @@ class Telemetry(Protocol):
 @dataclass
 class NoTelemetry:
     tracer_provider: trace.TracerProvider | None = None
-    spool: Spool | None = None
+    spool: Spool[AuditRecord] | None = None
 
     def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Nothing to flush."""

@@ -112,7 +112,7 @@ class WindowsPlatform:
         """Run as a service (WinSW sets WINSW_SERVICE_ID), state and spool live in %ProgramData%."""
         if not environ.get("WINSW_SERVICE_ID"):
             return None
-        return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.json"
+        return Path(environ.get("PROGRAMDATA") or r"C:\ProgramData") / "se-exporter" / "state.db"
 
     def service_interpreter_problem(self, base_prefix: str) -> str | None:
         """The service runs as ``service_account``, which cannot read another user's profile: a Python

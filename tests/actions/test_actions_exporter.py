@@ -50,7 +50,7 @@ def event(
 
 class Setup:
     def __init__(self, tmp_path: Path, fake: FakeIMDS, start: Start, actions: str) -> None:
-        self.out, self.state = tmp_path / "seen.txt", tmp_path / "state.json"
+        self.out, self.state = tmp_path / "seen.txt", tmp_path / "state.db"
         self.out.touch()
         script = tmp_path / "record.sh"
         script.write_text(SCRIPT)

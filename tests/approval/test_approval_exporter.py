@@ -84,7 +84,7 @@ def post_503_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Post503Ru
     # minutes after the approval on a loaded machine (a full run found it already gone).
     event_id = world.add_event(EventPlan("Reboot", "User", resources=(SELF, "other-vm"), started_for=3600.0))
     exporter = ExporterProcess(
-        *exporter_args(server.url, design_policy(tmp), tmp / "state.json"), log_path=tmp / "exporter.log"
+        *exporter_args(server.url, design_policy(tmp), tmp / "state.db"), log_path=tmp / "exporter.log"
     )
     yield Post503Run(server, exporter, event_id)
     if exporter.proc.poll() is None:
@@ -230,7 +230,7 @@ def test_exactly_the_matching_led_events_are_posted_each_once(
         skips[second_user] = "not_leader"
 
     exporter = start_exporter(
-        *exporter_args(sim.url, design_policy(tmp_path, leader=leader), tmp_path / "state.json", *vm_flag)
+        *exporter_args(sim.url, design_policy(tmp_path, leader=leader), tmp_path / "state.db", *vm_flag)
     )
 
     def decided() -> bool:
@@ -408,7 +408,7 @@ def test_a_group_approver_approves_an_event_of_its_set_that_does_not_list_it(
     other = {**LED_EVENT, "Resources": ["WestNO_0"]}
     fake_imds.respond = lambda seen: Answer(body=b"") if seen.method == "POST" else document(1, other)
     policy = write_policy(tmp_path, GROUP_POLICY)
-    exporter = start_exporter(*exporter_args(fake_imds.url, policy, tmp_path / "state.json", f"--vm.name={vm}"))
+    exporter = start_exporter(*exporter_args(fake_imds.url, policy, tmp_path / "state.db", f"--vm.name={vm}"))
     wait_for(lambda: audit(exporter), 20, "the approval decision")
     wait_more_polls(lambda: fake_polls(fake_imds), SOME_POLLS)
     assert [json.loads(post.body) for post in fake_posts(fake_imds)] == [{"StartRequests": [{"EventId": "E1"}]}] * posts
@@ -428,7 +428,7 @@ def test_an_approval_is_logged_before_the_start_it_causes(
     sim: SimulatorServer, tmp_path: Path, start_exporter: StartExporter
 ) -> None:
     event_id = sim.world.add_event(EventPlan("Reboot", "User", resources=(SELF,)))
-    exporter = start_exporter(*exporter_args(sim.url, design_policy(tmp_path), tmp_path / "state.json"))
+    exporter = start_exporter(*exporter_args(sim.url, design_policy(tmp_path), tmp_path / "state.db"))
     wait_for(lambda: status_in_sim(sim, event_id) == "Started", 20, "the approved event started")
 
     def order() -> list[str]:
@@ -475,7 +475,7 @@ def test_dry_run_never_posts_nor_runs_the_hook_also_across_a_restart(
     freeze = add(EventPlan("Freeze", "Platform", duration=3, resources=(SELF,)))
     not_led = add(EventPlan("Reboot", "User", resources=("other-vm", SELF)))
     hook = hook_section(recording_hook(tmp_path))
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     dry = design_policy(tmp_path, dry_run=True, extra=hook, name="dry.yaml")
 
     first = start_exporter(*exporter_args(sim.url, dry, state))
@@ -530,7 +530,7 @@ def test_hook_success_gets_the_event_in_its_environment_then_the_event_is_posted
     script = recording_hook(tmp_path, 'echo "drained for $SE_EVENT_ID"; exit 0')
     policy = design_policy(tmp_path, extra=hook_section(script) + "  inherit_env: [NODE_NAME]\n")
     env = {"NODE_NAME": "node-7", "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s3cret"}
-    exporter = start_exporter(*exporter_args(sim.url, policy, tmp_path / "state.json"), env=env)
+    exporter = start_exporter(*exporter_args(sim.url, policy, tmp_path / "state.db"), env=env)
 
     wait_for(lambda: posted_ids(sim) == [[event_id]], 20, "the approval after the hook")
     wait_for(lambda: results(exporter, event_id) == ["approved"], 10, "the approved audit line")
@@ -579,7 +579,7 @@ def test_hook_failure_is_counted_not_posted_and_not_rerun_until_the_event_change
     event_id = sim.world.add_event(EventPlan("Freeze", "Platform", duration=5, resources=(SELF,)))
     script = recording_hook(tmp_path, 'echo "not drained: $SE_EVENT_ID"; exit 1')
     exporter = start_exporter(
-        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script)), tmp_path / "state.json")
+        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script)), tmp_path / "state.db")
     )
 
     wait_for(lambda: results(exporter, event_id) == ["hook_failed"], 20, "the hook_failed decision")
@@ -607,7 +607,7 @@ def test_hook_timeout_is_hook_failed_and_metrics_and_polls_go_on_meanwhile(
     marker = tmp_path / "hook-started"
     script = recording_hook(tmp_path, f'touch "{marker}"\nsleep 30')
     exporter = start_exporter(
-        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script, timeout=1)), tmp_path / "state.json")
+        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script, timeout=1)), tmp_path / "state.db")
     )
 
     wait_for(marker.exists, 20, "the hook running")

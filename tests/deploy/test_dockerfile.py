@@ -234,7 +234,7 @@ def _installed_exporter(
     env |= {
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        "SE_EXPORTER_STATE_FILE": str(tmp_path / "state" / "state.json"),  # as the image sets it
+        "SE_EXPORTER_STATE_FILE": str(tmp_path / "state" / "state.db"),  # as the image sets it
         "OTEL_SDK_DISABLED": "true",
     }
     (tmp_path / "state").mkdir()

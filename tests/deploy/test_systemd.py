@@ -136,7 +136,7 @@ def test_hardening_directives() -> None:
 
     exec_start = shlex.split(value("ExecStart"))
     assert exec_start[0] == BINARY
-    assert "--state.file=${STATE_DIRECTORY}/state.json" in exec_start
+    assert "--state.file=${STATE_DIRECTORY}/state.db" in exec_start
     extra = [word for word in exec_start[1:] if word.startswith("$") and not word.startswith("${")]
     assert extra, "ExecStart must append a variable (from the environment file) for extra flags"
     env_text = ENV_FILE.read_text(encoding="utf-8")

@@ -108,7 +108,7 @@ def running_stack(workdir: Path, prometheus_bin: str, alertmanager_bin: str) -> 
             "--poll.interval=250ms",
             f"--approval.config={policy}",
             f"--actions.config={actions_file(workdir)}",
-            f"--state.file={workdir / 'exporter-state.json'}",
+            f"--state.file={workdir / 'exporter-state.db'}",
             env={**otlp.env, "OTEL_SDK_DISABLED": "false", "OTEL_BSP_SCHEDULE_DELAY": "500"},
             log_path=workdir / "exporter.log",
         )

@@ -24,7 +24,7 @@ import atheris
 
 with atheris.instrument_imports():
     from se_exporter.approval.policy import parse_policy
-    from se_exporter.audit.records import transition_record
+    from se_exporter.audit.records import encode_record, transition_record
     from se_exporter.config.strict_yaml import load_yaml
     from se_exporter.durable.persistence import Persistence
     from se_exporter.errors import ConfigError, InvalidDocument
@@ -38,7 +38,7 @@ with atheris.instrument_imports():
     from tests.support.exposition import render
 
 IDENTITY = VMIdentity(name="vm-a")
-STATE_FILE = Path(tempfile.mkdtemp(prefix="atheris-state-")) / "state.json"
+STATE_FILE = Path(tempfile.mkdtemp(prefix="atheris-state-")) / "state.db"
 
 
 def _render(store: EventStore) -> None:
@@ -52,7 +52,7 @@ def document(data: bytes) -> None:
         return
     store = EventStore()
     for transition in store.reconcile(parsed, 1_700_000_000.0):
-        json.dumps(transition_record(transition, IDENTITY).to_json(), ensure_ascii=False).encode()
+        encode_record(transition_record(transition, IDENTITY))
     _render(store)
 
 

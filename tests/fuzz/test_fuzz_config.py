@@ -310,7 +310,7 @@ def damaged_sections(draw: st.DrawFn) -> dict[str, Any]:
 def restore(section: object) -> EventStore:
     """The store as the exporter restores it from a state file holding ``section`` (maybe damaged)."""
     with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "state.json"
+        path = Path(directory) / "state.db"
         path.write_text(json.dumps({"version": 1, "sections": {"store": section}}))  # NaN, lone surrogates...
         persistence = Persistence(path)
         try:
@@ -338,7 +338,7 @@ def test_restoring_a_bad_life(life: object) -> None:
 
 @pytest.mark.parametrize("incarnation", ['"1"', "1e999", "-1.5"])
 def test_a_damaged_section_is_lost_alone_and_counted(tmp_path: Path, incarnation: str) -> None:
-    path = tmp_path / "state.json"
+    path = tmp_path / "state.db"
     store = '{"incarnation": ' + incarnation + ', "events": []}'
     lifecycle = '{"E1": {"first_seen": 1700000000.0, "life": 1, "steps": []}}'
     path.write_text('{"version": 1, "sections": {"store": ' + store + ', "lifecycle": ' + lifecycle + "}}")
@@ -360,12 +360,12 @@ def test_a_damaged_section_is_lost_alone_and_counted(tmp_path: Path, incarnation
     ],
 )
 def test_a_file_we_could_not_have_written_is_set_aside_and_counted(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "state.json"
+    path = tmp_path / "state.db"
     path.write_text(text)
     persistence = Persistence(path)
     assert persistence.restore("store", TABLES, EventStore.from_rows, EventStore).events == {}
     assert persistence.errors == 1
-    assert (tmp_path / "state.json.discarded").read_text(encoding="utf-8") == text
+    assert (tmp_path / "state.db.discarded").read_text(encoding="utf-8") == text
     persistence.close()
     assert path.read_bytes().startswith(b"SQLite format 3"), "a new database in its place"
     assert saved_rows(path) == {}

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.audit.records import transition_record
-from se_exporter.audit.spool import Spool
+from se_exporter.audit.records import encode_record, transition_record
+from se_exporter.durable.opening import open_memory_database
 from se_exporter.errors import InvalidDocument
 from se_exporter.imds.document import Document, parse_document, parse_not_before
 from se_exporter.imds.identity import VMIdentity
@@ -25,6 +25,7 @@ from se_exporter.metrics.names import MAX_LABEL_LENGTH, label
 from se_exporter.poller import PollResult, PollStatus
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
 from tests.support.exposition import render
+from tests.support.state_file import audit_spool, commit
 
 pytestmark = pytest.mark.pure
 
@@ -141,13 +142,17 @@ def exercise(document: Document) -> None:
     ids = sorted(sample.labels["event_id"] for sample in (info.samples if info else []))
     assert ids == sorted(_label(event.event_id) for event in document.events)
     assert len(set(ids)) == len(ids), "two events share one event_info series"
-    spool = Spool(None)
+    database = open_memory_database()
+    spool = audit_spool(database)
     identity = VMIdentity(name="vm-a")
     records = [transition_record(t, identity) for t in transitions]
     assert spool.append(records) == len({r.uid for r in records})
+    commit(database)
+    assert {r.uid for r in spool.peek(len(records) or 1)} == {r.uid for r in records}, "each one through the table"
+    database.close(10)
     for record in records:
         assert record.attributes["scheduled_event.id"] in {e.event_id for e in document.events}
-        assert json.loads(json.dumps(record.to_json()))["uid"] == record.uid
+        assert json.loads(encode_record(record))["uid"] == record.uid
         log = logging.makeLogRecord({"msg": record.body, "levelname": "INFO", **dict(record.attributes)})
         LogfmtFormatter().format(log).encode("utf-8")
         assert json.loads(JSONFormatter().format(log))["scheduled_event.id"] == record.attributes["scheduled_event.id"]

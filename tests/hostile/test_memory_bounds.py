@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.audit.spool import DEFAULT_MAX_BYTES
 from se_exporter.durable.persistence import MAX_STATE_BYTES
+from se_exporter.durable.spool import DEFAULT_MAX_BYTES
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOURCES
 from tests.support.exporter_process import ExporterProcess
@@ -64,7 +64,7 @@ def test_the_largest_documents_it_accepts_fit_in_96_mib_also_across_a_restart(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
     (tmp_path / "policy.yaml").write_text(POLICY)
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     args = (
         f"--imds.url={fake_imds.url}",
         "--poll.interval=250ms",

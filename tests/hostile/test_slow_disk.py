@@ -53,7 +53,7 @@ def test_with_8_s_fsyncs_a_new_event_is_shown_and_takes_the_vm_out_within_two_po
         f"--imds.url={fake_imds.url}",
         f"--poll.interval={INTERVAL * 1000:.0f}ms",
         "--vm.name=vm-a",
-        f"--state.file={tmp_path / 'state.json'}",
+        f"--state.file={tmp_path / 'state.db'}",
         env={**otlp_http_receiver.env, "LD_PRELOAD": str(shim), "SLOW_FSYNC_FILE": str(slow)},
     )
     exporter.wait_ready()
@@ -89,7 +89,7 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
     shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
 ) -> None:
     slow = tmp_path / "fsync-seconds"
-    state = f"--state.file={tmp_path / 'state.json'}"
+    state = f"--state.file={tmp_path / 'state.db'}"
     reboot = due_in("A", 3600, EventType="Reboot")
     fake_imds.respond = lambda seen: document(1)
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", state)

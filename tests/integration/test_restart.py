@@ -68,7 +68,7 @@ def test_restart_emits_no_transition_twice(
 def test_removal_while_down_is_seen_at_start(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     fake_imds.respond = lambda seen: document(1, EVENT)
     first = start_exporter(*args)
@@ -91,21 +91,21 @@ def test_removal_while_down_is_seen_at_start(
 def test_corrupt_state_file_is_logged_and_ignored(
     content: bytes, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     state.write_bytes(content)
     fake_imds.respond = lambda seen: document(1, EVENT)
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     wait_for(lambda: transitions(exporter) == ["scheduled"], 20, "scheduled logged despite the bad file")
     assert "cannot be used" in exporter.logs() and "starting without it" in exporter.logs()
     assert value(exporter.metrics(), "azure_scheduled_events_persistence_errors_total", file="state") == 1
-    assert (tmp_path / "state.json.discarded").read_bytes() == content, "kept for a person to look at"
+    assert (tmp_path / "state.db.discarded").read_bytes() == content, "kept for a person to look at"
     wait_for(lambda: "event_store" in saved_rows(state), 10, "a new state file written")
 
 
 def test_a_damaged_section_is_logged_and_its_component_starts_empty(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     state.write_bytes(b'{"version": 1, "sections": {"store": {"events": 7}}}')  # imported, then refused
     fake_imds.respond = lambda seen: document(1, EVENT)
     exporter = start_exporter(f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")

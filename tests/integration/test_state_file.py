@@ -29,7 +29,7 @@ def args(fake_imds: FakeIMDS, state: Path) -> tuple[str, ...]:
 def test_a_second_exporter_on_the_same_state_file_is_refused_naming_the_first(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     first = start_exporter(*args(fake_imds, state))
     first.wait_ready()
     second = start_exporter(*args(fake_imds, state))
@@ -47,7 +47,7 @@ def test_a_second_exporter_on_the_same_state_file_is_refused_naming_the_first(
 def test_a_fifo_as_state_file_does_not_hang_the_start_and_is_replaced(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     os.mkfifo(state)
     fake_imds.respond = lambda seen: document(1, EVENT)
     exporter = start_exporter(*args(fake_imds, state))
@@ -60,14 +60,14 @@ def test_a_fifo_as_state_file_does_not_hang_the_start_and_is_replaced(
 def test_a_state_file_too_large_to_hold_is_set_aside_said_and_counted(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     state.write_bytes(b'{"version": 1, "sections": {"store": "' + b"x" * (17 << 20) + b'"}}')
     fake_imds.respond = lambda seen: document(1, EVENT)
     exporter = start_exporter(*args(fake_imds, state))
     exporter.wait_ready()
     assert value(exporter.metrics(), ERRORS, file="state") == 1
-    assert (tmp_path / "state.json.discarded").stat().st_size > 17 << 20
-    assert f"kept as {tmp_path / 'state.json.discarded'}" in exporter.logs()
+    assert (tmp_path / "state.db.discarded").stat().st_size > 17 << 20
+    assert f"kept as {tmp_path / 'state.db.discarded'}" in exporter.logs()
     wait_for(lambda: state.is_file() and state.stat().st_size < 10_000, 10, "a new, small state file")
 
 
@@ -77,10 +77,10 @@ def test_temporary_files_an_earlier_release_left_are_removed_when_its_state_file
 ) -> None:
     """0.1 wrote its state file atomically through temporary files beside it; a crash left them. They are
     swept once, by the import; a start on a database looks at nothing else in the directory."""
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     if importing:
         state.write_text('{"version": 1, "sections": {}}')
-    leftovers = [tmp_path / ".state.json.k2j4h1.tmp", tmp_path / ".state.json.spool.abc.tmp"]
+    leftovers = [tmp_path / ".state.db.k2j4h1.tmp", tmp_path / ".state.db.spool.abc.tmp"]
     for leftover in leftovers:
         leftover.write_bytes(b"half a save")
     unrelated = tmp_path / ".other.json.x.tmp"
@@ -100,7 +100,7 @@ def test_a_file_system_out_of_inodes_at_start_is_tolerated_like_a_full_disk(
             except OSError:
                 break
         fake_imds.respond = lambda seen: document(1, EVENT)
-        exporter = start_exporter(*args(fake_imds, fs / "state.json"))
+        exporter = start_exporter(*args(fake_imds, fs / "state.db"))
         exporter.wait_ready()
         assert (value(exporter.metrics(), ERRORS, file="state") or 0) >= 1
         assert exporter.stop() == 0

@@ -36,7 +36,7 @@ def test_every_stop_signal_is_a_clean_stop_that_saves_the_state(
     signal_name: str, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
     sig = getattr(signal, signal_name)
-    state = tmp_path / "state.json"
+    state = tmp_path / "state.db"
     fake_imds.respond = lambda seen: document(1, REBOOT)
     exporter = start_exporter(
         f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}", "--vm.name=vm-a"

@@ -98,7 +98,7 @@ def test_node_exporter_serves_our_series_through_a_link_and_the_exporter_no_port
     a link to it in node_exporter's textfile directory, a umask of 022 and the state file beside."""
     run = tmp_path / "run"
     run.mkdir()
-    path, state = run / "se-exporter.prom", run / "state.json"
+    path, state = run / "se-exporter.prom", run / "state.db"
     _textfile(node_exporter).symlink_to(path)
     fake_imds.respond = lambda seen: document(1, EVENT)
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--textfile.path={path}", f"--state.file={state}")
@@ -165,7 +165,7 @@ def test_the_file_is_never_seen_half_written(
 def test_a_restart_keeps_the_lifecycle_in_the_textfile(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, node_exporter: NodeExporter
 ) -> None:
-    path, state = _textfile(node_exporter), tmp_path / "state.json"
+    path, state = _textfile(node_exporter), tmp_path / "state.db"
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--textfile.path={path}", f"--state.file={state}")
     fake_imds.respond = lambda seen: document(1, EVENT)
     first = start_exporter(*args, serve=False)

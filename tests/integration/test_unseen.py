@@ -86,7 +86,7 @@ def test_a_maintenance_that_ran_across_a_restart_is_completed_not_cancelled(
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
     """The process stopped (the node rebooted, often because of the event) and the state file remembers."""
-    state = f"--state.file={tmp_path / 'state.json'}"
+    state = f"--state.file={tmp_path / 'state.db'}"
     fake_imds.respond = lambda seen: document(1, reboot_due_in(3))
     first = start(start_exporter, fake_imds, state)
     wait_for(lambda: kinds(first) == ["scheduled"], 20, "scheduled logged")

@@ -29,16 +29,23 @@ StartExporter = Callable[..., ExporterProcess]
 A_MONTH = 30 * 86400.0
 
 
-@pytest.mark.parametrize("ahead", [0.0, A_MONTH], ids=["today", "a-month-ahead"])
+@pytest.mark.parametrize(
+    "case",
+    [(0.0, "state.json"), (A_MONTH, "state.json"), (0.0, "state.db")],
+    ids=["today", "a-month-ahead", "renamed-to-state.db"],
+)
 def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sent_twice_or_missed(
-    ahead: float,
+    case: tuple[float, str],
     tmp_path: Path,
     fake_imds: FakeIMDS,
     start_exporter: StartExporter,
     otlp_http_receiver: OTLPHttpReceiver,
 ) -> None:
-    state = copy_earlier_files(tmp_path, now=time.time() + ahead)
-    copied = state.read_bytes()
+    ahead, name = case  # the clock's step, and the name --state.file gives
+    earlier = copy_earlier_files(tmp_path, now=time.time() + ahead)
+    copied = earlier.read_bytes()
+    # The unit or chart of this release names the file state.db: the earlier one beside it takes that name.
+    state = tmp_path / name
     waiting = journal_uids()
     assert sorted(waiting.values()) == ["scheduled", "scheduled", "started"]
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}", "--vm.name=vm-a")
@@ -56,6 +63,8 @@ def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sen
     assert records[-1].attributes[TRANSITION] == "completed"
     assert first.transitions() == ["completed"], "nothing the earlier release emitted is emitted again"
     assert "imported the 2 section(s) of an earlier release's state file" in first.logs()
+    if name != earlier.name:
+        assert f"moved here from {earlier}" in first.logs()
     (span,) = otlp_http_receiver.wait_for_spans(name="scheduled_event.lifecycle")
     assert span.attributes["scheduled_event.id"] == "E1" and span.attributes["scheduled_event.outcome"] == "completed"
     started = json.loads(copied)["sections"]["store"]["events"][0]["first_seen"]
@@ -64,9 +73,11 @@ def test_the_earlier_state_file_and_journal_are_imported_once_and_nothing_is_sen
     wait_for(lambda: spooled_records(state) == [], 10, "every record acknowledged in the database")
     assert first.stop() == 0
 
-    assert (tmp_path / "state.json.before-sqlite").read_bytes() == copied
-    assert (tmp_path / "state.json.spool.imported").exists() and not (tmp_path / "state.json.spool").exists()
+    assert (tmp_path / f"{name}.before-sqlite").read_bytes() == copied
+    assert (tmp_path / f"{name}.spool.imported").exists() and not (tmp_path / f"{name}.spool").exists()
     assert saved_event_ids(state) == ["E2"]
+    if name != earlier.name:
+        assert sorted(p.name for p in tmp_path.glob("state.json*")) == [], "all of it moved to the new name"
 
     second = start_exporter(*args, env=env)
     second.wait_ready()

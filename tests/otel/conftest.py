@@ -7,18 +7,24 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 
+from se_exporter.audit.records import AuditRecord
+from se_exporter.durable.database import Database
 from se_exporter.durable.opening import open_database
 from se_exporter.durable.persistence import MAX_DATABASE_BYTES
+from se_exporter.durable.spool import Spool
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
 from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess
+from tests.support.state_file import commit
 
 VM = SimulatedVM(name="sim-vm-0")
 StartOTel = Callable[..., ExporterProcess]
@@ -56,13 +62,39 @@ def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -
     return start
 
 
-def build_in_process(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], state_file: Path) -> Telemetry:
+@dataclass
+class InProcess:
+    """A pipeline built in this process, and the database its spool is in."""
+
+    telemetry: Telemetry
+    database: Database
+
+    @property
+    def spool(self) -> Spool[AuditRecord] | None:
+        return self.telemetry.spool
+
+    @property
+    def tracer_provider(self) -> trace.TracerProvider | None:
+        return self.telemetry.tracer_provider
+
+    def append(self, records: list[AuditRecord]) -> None:
+        """As a poll does: the audit trail appends, the poll's save commits them (then they are shipped)."""
+        assert self.telemetry.spool is not None
+        self.telemetry.spool.append(records)
+        commit(self.database)
+
+    def close(self, timeout: float) -> None:
+        self.telemetry.close(timeout=timeout)
+        self.database.close(10)
+
+
+def build_in_process(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], state_file: Path) -> InProcess:
     """The pipeline built in this process from ``environ``, its log spool in the database at ``state_file``:
     the SDK and its exporters read the process's environment, so the variables are set there too (and unset
-    after the test). The database's writer is a daemon thread, idle once the pipeline is closed."""
+    after the test)."""
     for name in [name for name in os.environ if name.startswith("OTEL_")]:
         monkeypatch.delenv(name)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     database = open_database(state_file, MAX_DATABASE_BYTES).database
-    return build_telemetry(parse_otel_environment(environ), {}, database, "test")
+    return InProcess(build_telemetry(parse_otel_environment(environ), {}, database, "test"), database)

@@ -53,7 +53,7 @@ def test_records_with_huge_descriptions_arrive_after_an_outage(
         f"--imds.url={fake_imds.url}",
         "--poll.interval=250ms",
         "--vm.name=vm-a",
-        f"--state.file={tmp_path / 'state.json'}",
+        f"--state.file={tmp_path / 'state.db'}",
         env={**otlp_grpc_receiver.env, "OTEL_SDK_DISABLED": "false"},
     )
     wait_for(lambda: "azure_scheduled_events_log_spool_depth 2.0" in exporter.metrics(), 20, "the first document")
@@ -83,7 +83,7 @@ def test_a_record_the_collector_never_takes_is_set_aside_and_the_rest_goes_on(
     try:
         huge = AuditRecord("scheduled_event.approval", "INFO", "y" * (5 << 20), {}, 1, "uid-huge")  # over 4 MiB
         small = AuditRecord("scheduled_event.approval", "INFO", "after the huge one", {}, 2, "uid-small")
-        telemetry.spool.append([huge, small])
+        telemetry.append([huge, small])
         otlp_grpc_receiver.wait_for_logs(lambda r: r.body == "after the huge one", timeout=60)
         wait_for(lambda: telemetry.spool is not None and telemetry.spool.depth == 0, 10, "an empty spool")
         assert telemetry.spool.dropped == 1
@@ -104,7 +104,7 @@ def test_a_collector_coming_back_between_two_attempts_does_not_make_a_record_und
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     assert telemetry.spool is not None
     try:
-        telemetry.spool.append(
+        telemetry.append(
             [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in (1, 2)]
         )
         otlp_http_receiver.wait_for_logs(count=2, timeout=30)
@@ -137,7 +137,7 @@ def test_a_backlog_is_sent_in_batches_that_start_small_and_double_while_the_coll
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     assert telemetry.spool is not None
     try:
-        telemetry.spool.append(
+        telemetry.append(
             [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in range(300)]
         )
         otlp_http_receiver.wait_for_logs(count=300, timeout=60)

@@ -21,10 +21,9 @@ from urllib3.connection import HTTPConnection
 
 from se_exporter.audit.records import AuditRecord
 from se_exporter.otel import collector_http
-from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import EventPlan, SimWorld
 from tests.hostile.test_memory_bounds import peak_kib
-from tests.otel.conftest import StartOTel, build_in_process
+from tests.otel.conftest import InProcess, StartOTel, build_in_process
 from tests.support.exposition import value
 from tests.support.raw_peer import RawPeer, drip
 from tests.support.wait import wait_for
@@ -38,7 +37,7 @@ def records(*numbers: int) -> list[AuditRecord]:
     return [AuditRecord("scheduled_event.approval", "INFO", f"record {n}", {}, n, f"uid-{n}") for n in numbers]
 
 
-def pipeline_to(peer: RawPeer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> Telemetry:
+def pipeline_to(peer: RawPeer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **extra: str) -> InProcess:
     environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": peer.url, "OTEL_BSP_SCHEDULE_DELAY": "50", **extra}
     return build_in_process(monkeypatch, environ, tmp_path / "spool")
 
@@ -53,7 +52,7 @@ def test_a_redirect_keeps_every_record_and_says_where_it_points(
         telemetry = pipeline_to(peer, monkeypatch, tmp_path)
         spool = telemetry.spool
         assert spool is not None
-        spool.append(records(*range(30)))
+        telemetry.append(records(*range(30)))
         wait_for(lambda: "not retried until the configuration changes" in caplog.text, 20, "the error line")
         assert spool.depth == 30 and spool.dropped == 0, "every record kept, none counted as lost"
         code = status.split()[0].decode()
@@ -103,7 +102,7 @@ def test_a_huge_answer_is_read_only_up_to_its_bound(monkeypatch: pytest.MonkeyPa
         telemetry = pipeline_to(peer, monkeypatch, tmp_path)
         spool = telemetry.spool
         assert spool is not None
-        spool.append(records(1, 2, 3))
+        telemetry.append(records(1, 2, 3))
         wait_for(lambda: spool.depth == 0, 20, "the records taken")
         wait_for(done.is_set, 20, "the peer stopped sending")
         assert sent[0] <= 16 * MIB, f"{sent[0] / MIB:.0f} MiB read of a 100 MiB answer"
@@ -154,7 +153,7 @@ def test_a_collector_dripping_its_answer_is_given_up_at_the_deadline_and_deliver
         telemetry = pipeline_to(peer, monkeypatch, tmp_path, OTEL_EXPORTER_OTLP_TIMEOUT="1500")
         spool = telemetry.spool
         assert spool is not None
-        spool.append(records(*range(30)))
+        telemetry.append(records(*range(30)))
         wait_for(lambda: "OTLP log export failing" in caplog.text, 20, "the outage said")
         assert "did not answer within the deadline" in caplog.text
         # The drip lasts 25 s; giving up within 12 s (8x the 1.5 s deadline, for a loaded machine) proves the deadline.

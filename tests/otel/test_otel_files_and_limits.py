@@ -14,9 +14,8 @@ import pytest
 
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import SPAN_ATTRIBUTE_LENGTH, parse_otel_environment
-from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import SimWorld
-from tests.otel.conftest import StartOTel, build_in_process
+from tests.otel.conftest import InProcess, StartOTel, build_in_process
 from tests.otlp import OTLPReceiver
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector.example:4318"}
@@ -93,7 +92,7 @@ def test_attribute_values_are_bounded_only_where_the_user_set_no_limit(
 @pytest.fixture
 def pipeline(
     otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> Iterator[Telemetry]:
+) -> Iterator[InProcess]:
     environ = {**otlp_receiver.env, "OTEL_BSP_SCHEDULE_DELAY": "50", **getattr(request, "param", {})}
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     yield telemetry
@@ -110,7 +109,7 @@ def pipeline(
     indirect=["pipeline"],
 )
 def test_a_huge_description_reaches_the_collector_cut_on_spans_and_span_events(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, kept: int, kept_on_events: int
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, kept: int, kept_on_events: int
 ) -> None:
     assert pipeline.tracer_provider is not None
     description = "d" * 3_500_000

@@ -41,7 +41,7 @@ def test_headers_compression_sampler_and_span_limits_are_the_sdks(
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     try:
         assert telemetry.spool is not None and telemetry.tracer_provider is not None
-        telemetry.spool.append([RECORD])
+        telemetry.append([RECORD])
         with telemetry.tracer_provider.get_tracer("test").start_as_current_span("s", attributes={"a": 1, "b": 2}):
             pass
         otlp_http_receiver.wait_for_logs(timeout=20)
@@ -63,7 +63,7 @@ def test_the_sampler_is_the_sdks(
         assert telemetry.spool is not None and telemetry.tracer_provider is not None
         with telemetry.tracer_provider.get_tracer("test").start_as_current_span("not sampled"):
             pass
-        telemetry.spool.append([RECORD])
+        telemetry.append([RECORD])
         otlp_http_receiver.wait_for_logs(timeout=20)
     finally:
         telemetry.close(timeout=2)
@@ -93,7 +93,7 @@ def test_tls_with_the_configured_ca_and_client_certificate(
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     try:
         assert telemetry.spool is not None
-        telemetry.spool.append([RECORD])
+        telemetry.append([RECORD])
         (log,) = https_receiver.wait_for_logs(timeout=20)
     finally:
         telemetry.close(timeout=2)
@@ -108,7 +108,7 @@ def test_without_the_ca_the_record_waits_in_the_spool(
     try:
         spool = telemetry.spool
         assert spool is not None
-        spool.append([RECORD])
+        telemetry.append([RECORD])
         wait_for(lambda: spool.depth == 1 and spool.dropped == 0, 5, "the record kept")
     finally:
         telemetry.close(timeout=2)

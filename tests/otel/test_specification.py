@@ -16,11 +16,11 @@ import pytest
 from opentelemetry import trace
 
 from se_exporter.audit.records import AuditRecord
+from se_exporter.durable.opening import open_memory_database
 from se_exporter.errors import ConfigError
 from se_exporter.otel.config import parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
-from se_exporter.otel.telemetry import Telemetry
-from tests.otel.conftest import build_in_process
+from tests.otel.conftest import InProcess, build_in_process
 from tests.otlp import Failure, OTLPReceiver
 from tests.support.wait import wait_for
 
@@ -32,7 +32,7 @@ def records(*numbers: int) -> list[AuditRecord]:
 
 
 @pytest.fixture
-def pipeline(otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
+def pipeline(otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcess]:
     environ = {**otlp_receiver.env, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     telemetry = build_in_process(monkeypatch, environ, tmp_path / "spool")
     yield telemetry
@@ -40,13 +40,13 @@ def pipeline(otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_a_partial_success_is_counted_as_dropped_and_said_with_the_collectors_message(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A partial success rejecting every record once counted as delivered, silently."""
     otlp_receiver.set_partial_success("attribute value too long")
     spool = pipeline.spool
     assert spool is not None
-    spool.append(records(1, 2, 3))
+    pipeline.append(records(1, 2, 3))
     said = "rejected 3 (the collector rejected 3 of them: attribute value too long); counted as dropped"
     # The line is written after the count changes, on the shipper's thread: wait for both.
     wait_for(lambda: spool.depth == 0 and spool.dropped == 3 and said in caplog.text, 20, "three rejected, said")
@@ -54,26 +54,26 @@ def test_a_partial_success_is_counted_as_dropped_and_said_with_the_collectors_me
 
 
 def test_a_record_refused_for_good_is_set_aside_at_once_and_never_sent_again(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     otlp_receiver.set_failure(
         Failure(http_status=400, grpc_code=grpc.StatusCode.INVALID_ARGUMENT, remaining=1, message="malformed record")
     )
     spool = pipeline.spool
     assert spool is not None
-    spool.append(records(1))
+    pipeline.append(records(1))
     # The line is written after the record leaves the spool, on the shipper's thread: wait for both
     # (under Wine the test once read the log between the two).
     wait_for(lambda: spool.depth == 0 and "set aside as undeliverable" in caplog.text, 20, "the record set aside")
     assert spool.dropped == 1 and otlp_receiver.store.count_requests("logs", accepted=False) == 1
     assert "malformed record" in caplog.text
-    spool.append(records(2))
+    pipeline.append(records(2))
     otlp_receiver.wait_for_logs(lambda log: log.body == "record 2", timeout=20)
     assert [str(log.body) for log in otlp_receiver.logs] == ["record 2"], "the refused one was not sent again"
 
 
 def test_a_collector_refusing_everything_for_good_keeps_the_records_and_says_so_once(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """401 (or 403, 404): the configuration, not the records. The request is not repeated every second."""
     otlp_receiver.set_failure(
@@ -81,7 +81,7 @@ def test_a_collector_refusing_everything_for_good_keeps_the_records_and_says_so_
     )
     spool = pipeline.spool
     assert spool is not None
-    spool.append(records(1, 2, 3))
+    pipeline.append(records(1, 2, 3))
     wait_for(lambda: "refused, not retried until the configuration changes" in caplog.text, 20, "the error line")
     sent = otlp_receiver.store.count_requests("logs")
     time.sleep(2)  # nothing more may come for two minutes
@@ -91,11 +91,11 @@ def test_a_collector_refusing_everything_for_good_keeps_the_records_and_says_so_
     assert "missing token" in caplog.text
 
 
-def test_retry_after_is_honoured(otlp_receiver: OTLPReceiver, pipeline: Telemetry) -> None:
+def test_retry_after_is_honoured(otlp_receiver: OTLPReceiver, pipeline: InProcess) -> None:
     otlp_receiver.set_failure(Failure(retry_after=3.0, remaining=1))
     spool = pipeline.spool
     assert spool is not None
-    spool.append(records(1))
+    pipeline.append(records(1))
     wait_for(lambda: otlp_receiver.store.count_requests("logs", accepted=False) == 1, 20, "the refusal")
     refused_at = time.monotonic()
     otlp_receiver.wait_for_logs(timeout=20)
@@ -103,21 +103,21 @@ def test_retry_after_is_honoured(otlp_receiver: OTLPReceiver, pipeline: Telemetr
 
 
 def test_a_retry_after_beyond_five_minutes_is_waited_five_minutes_and_said(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``Retry-After: 3600`` was waited 300 s while the docs said "never sooner than it asks": both now say
     the same (``common/outcome.py`` says why)."""
     otlp_receiver.set_failure(Failure(retry_after=3600.0, remaining=1))
     spool = pipeline.spool
     assert spool is not None
-    spool.append(records(1))
+    pipeline.append(records(1))
     wait_for(lambda: "OTLP log export failing" in caplog.text, 20, "the outage said")
     assert "it asked to wait 3600 s: asked again after 300 s" in caplog.text
     assert spool.depth == 1
 
 
 def test_spans_refused_for_good_are_dropped_not_sent_again(
-    otlp_receiver: OTLPReceiver, pipeline: Telemetry, caplog: pytest.LogCaptureFixture
+    otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Held spans answered 400 were sent again and again, each time with more (294 bytes grew to 1,894)."""
     caplog.set_level(logging.INFO, logger="se_exporter")
@@ -143,4 +143,4 @@ def test_grpc_without_its_extra_is_a_configuration_error_that_says_how_to_get_it
         {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
     )
     with pytest.raises(ConfigError, match=r"pip install 'azure-scheduled-events-exporter\[grpc\]'"):
-        build_telemetry(config, {}, None, "test")
+        build_telemetry(config, {}, open_memory_database(), "test")

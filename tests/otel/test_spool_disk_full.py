@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.audit.spool import Spool
-from tests.support.state_file import opened
+from tests.support.state_file import audit_spool, commit, opened
 from tests.support.tmpfs import fill, small_tmpfs
 
 pytestmark = pytest.mark.posix
@@ -33,23 +32,23 @@ def test_records_appended_while_the_disk_is_full_reach_the_file_once_space_is_ba
     tmp_path: Path, space_back_before: str
 ) -> None:
     with small_tmpfs(tmp_path / "fs") as fs:
-        with opened(fs / "state.json") as database:
-            spool = Spool(database)
+        with opened(fs / "state.db") as database:
+            spool = audit_spool(database)
             spool.append([record(n) for n in range(10)])
-            spool.sync()  # the shipper has them written between its exports
+            commit(database)  # a poll's transaction
             filler = fill(fs)
             for n in range(10, 80):
                 spool.append([record(n)])
-                spool.sync()
+                commit(database)
             assert spool.write_errors > 0 and not spool.synced
             filler.unlink()
             if space_back_before == "the next append":
                 spool.append([record(80)])
-                spool.sync()
+                commit(database)
                 assert spool.synced
             spool.close()
-        with opened(fs / "state.json") as database:
-            reopened = Spool(database)
+        with opened(fs / "state.db") as database:
+            reopened = audit_spool(database)
             expected = 81 if space_back_before == "the next append" else 80
             assert reopened.depth == expected
             assert [r.uid for r in reopened.peek(expected)] == [f"uid-{n}" for n in range(expected)]
@@ -57,23 +56,25 @@ def test_records_appended_while_the_disk_is_full_reach_the_file_once_space_is_ba
 
 def test_a_disk_still_full_at_close_is_said_at_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="se_exporter")
-    with small_tmpfs(tmp_path / "fs") as fs, opened(fs / "state.json") as database:
-        spool = Spool(database)
+    with small_tmpfs(tmp_path / "fs") as fs, opened(fs / "state.db") as database:
+        spool = audit_spool(database)
         fill(fs)
         spool.append([record(1)])
-        spool.sync()
+        commit(database)
+        commit(database)
         spool.close()
-        assert not spool.synced and spool.write_errors >= 2  # the append, then the rewrite at close
+        assert not spool.synced and spool.write_errors >= 2  # each commit tried
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and "records are kept in memory and written once it works again" in errors[0]
+    assert len(errors) == 1 and "records wait in memory until it works again" in errors[0]
 
 
 def test_a_damaged_record_with_an_out_of_range_number_is_skipped(tmp_path: Path) -> None:
     """ "timestamp_ns": 1e999 once crashed the start (a crash loop)."""
-    path = tmp_path / "state.json"
+    path = tmp_path / "state.db"
     with opened(path) as database:
-        good = Spool(database)
+        good = audit_spool(database)
         good.append([record(1), record(2)])
+        commit(database)
         good.close()
     connection = sqlite3.connect(path)
     with connection:
@@ -83,7 +84,7 @@ def test_a_damaged_record_with_an_out_of_range_number_is_skipped(tmp_path: Path)
         connection.execute("UPDATE spool SET body = ? WHERE uid = 'uid-1'", (damaged,))
     connection.close()
     with opened(path) as database:
-        spool = Spool(database)
-        spool.sync()  # the damaged row removed: the table rewritten as memory holds it
+        spool = audit_spool(database)
         assert [r.uid for r in spool.peek(10)] == ["uid-2"]
+        assert spool.dropped == 1, "set aside, counted"
         spool.close()

@@ -11,13 +11,14 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.audit.spool import Spool
+from se_exporter.durable.opening import open_memory_database
 from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollResult, PollStatus
 from tests.support.exposition import render
+from tests.support.state_file import audit_spool
 
 from .promql import (
     DESIGN_METRICS,
@@ -213,7 +214,9 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
     approvals = SimpleNamespace(approved={"S": 1e9})  # the Approver's snapshot: S approved, still Scheduled
     web_config = SimpleNamespace(reload_successful=True)  # --web.config.file given
     status = PollStatus(up=True, last_success=1e9)
-    text = render(store, counters, status, spool=Spool(None), approvals=approvals, web_config=web_config)
+    text = render(
+        store, counters, status, spool=audit_spool(open_memory_database()), approvals=approvals, web_config=web_config
+    )
     exposed = {
         family.name + ("_total" if family.type == "counter" else ""): family.type
         for family in text_string_to_metric_families(text)

@@ -111,7 +111,7 @@ def test_the_rendered_pod_runs_is_ready_reports_and_keeps_its_state(
         listed = {s["event_id"]: s for s in series(metrics, "azure_scheduled_events_event_info")}
         assert set(listed) == set(ids.values())
         assert {s["affects_this_vm"] for s in listed.values()} == {"true"}, "the VM's name learned from IMDS"
-        wait_for(lambda: (state_dir / "state.json").exists(), 20, "state.json on the hostPath")
+        wait_for(lambda: (state_dir / "state.db").exists(), 20, "state.db on the hostPath")
         first = transitions(podman, main)
         assert [kind for kind, _ in first] == ["scheduled"], first
 

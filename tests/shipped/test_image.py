@@ -152,11 +152,11 @@ def test_the_state_volume_keeps_every_lifecycle_across_a_restart(
     assert transitions(podman, name) == ["scheduled"], "a transition emitted again after the restart"
 
 
-# The store's section, read from the database beside the running exporter, as an operator would.
+# The events' rows, read from the database beside the running exporter, as an operator would.
 READ_STORE = (
     "import sqlite3\n"
-    "db = sqlite3.connect('file:/var/lib/se-exporter/state.json?mode=ro', uri=True)\n"
-    "print(db.execute(\"SELECT body FROM sections WHERE name = 'store'\").fetchone()[0].decode())"
+    "db = sqlite3.connect('file:/var/lib/se-exporter/state.db?mode=ro', uri=True)\n"
+    "print([bytes(body).decode() for (body,) in db.execute('SELECT body FROM events')])"
 )
 
 _ZOMBIES = (

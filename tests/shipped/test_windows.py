@@ -134,7 +134,7 @@ def test_on_windows_it_reports_the_events_and_one_exporter_holds_the_state_file(
     windows: WindowsPython, sim: SimulatorServer, exporters: list[WindowsExporter], tmp_path: Path
 ) -> None:
     event_id = sim.world.add_event(EventPlan("Reboot", "User", resources=(SELF,)))
-    state = windows_path(tmp_path / "state.json")
+    state = windows_path(tmp_path / "state.db")
     args = (f"--imds.url={sim.url}", "--poll.interval=250ms", f"--state.file={state}")
     first = start(exporters, windows, *args)
     first.wait_ready()
@@ -146,7 +146,7 @@ def test_on_windows_it_reports_the_events_and_one_exporter_holds_the_state_file(
     assert f"--state.file: {state} is in use by another se-exporter (pid" in second.output()
 
     assert first.interrupt() == 0, first.output()[-3000:]
-    assert event_id in json.dumps(saved_rows(tmp_path / "state.json")), "Windows' sqlite wrote it, Linux's reads it"
+    assert event_id in json.dumps(saved_rows(tmp_path / "state.db")), "Windows' sqlite wrote it, Linux's reads it"
 
 
 def test_as_a_service_ctrl_c_stops_it_cleanly_with_its_state_under_programdata(
@@ -162,7 +162,7 @@ def test_as_a_service_ctrl_c_stops_it_cleanly_with_its_state_under_programdata(
     assert re.search(r"running as a service: state and log spool in C:\\+ProgramData\\+se-exporter", service.output())
     assert service.interrupt() == 0, service.output()[-3000:]
     assert "received SIGINT, shutting down" in service.output()
-    assert event_id in json.dumps(saved_rows(service_dir / "state.json"))
+    assert event_id in json.dumps(saved_rows(service_dir / "state.db"))
 
 
 def test_a_busy_port_is_the_same_one_line_as_on_linux(windows: WindowsPython, exporters: list[WindowsExporter]) -> None:

@@ -294,8 +294,9 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
                 time.sleep(0.5)
                 with fleet.restart_lock:
                     if not fleet.alive():  # a crash: noted (the checks fail on it), and carried on
-                        errors.append(f"exporter run {fleet.current.index} died on its own")
-                        fleet.stop(signal.SIGTERM, "died")
+                        died = fleet.stop(signal.SIGTERM, "died")
+                        tail = "\n".join(died.process.logs().splitlines()[-20:])
+                        errors.append(f"exporter run {died.index} died on its own (exit {died.exit_code}):\n{tail}")
                         fleet.start()
         finally:
             stop.set()

@@ -13,10 +13,12 @@ from typing import Any
 
 import msgspec
 
+from se_exporter.audit.records import AuditRecord, decode_record, encode_record
 from se_exporter.durable.database import Database
 from se_exporter.durable.opening import open_database
 from se_exporter.durable.persistence import MAX_DATABASE_BYTES, Stateful, Tables
 from se_exporter.durable.schema import COMPONENT_TABLES
+from se_exporter.durable.spool import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, Spool
 
 
 def _read(path: Path, query: str) -> list[tuple[Any, ...]]:
@@ -70,8 +72,17 @@ def spooled_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(body) for (body,) in _read(path, "SELECT body FROM spool ORDER BY seq")]
 
 
-def finished_uids(path: Path) -> list[str]:
-    return [str(uid) for (uid,) in _read(path, "SELECT uid FROM finished ORDER BY seq")]
+def audit_spool(
+    database: Database, capacity: int = DEFAULT_CAPACITY, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Spool[AuditRecord]:
+    """The OTLP log spool on ``database``, as the exporter's pipeline makes it."""
+    return database.spool(encode=encode_record, decode=decode_record, capacity=capacity, max_bytes=max_bytes)
+
+
+def commit(database: Database) -> None:
+    """What a poll's flush does for the spool: what it staged goes into a transaction, committed now."""
+    database.submit({})
+    database.sync(30)
 
 
 @contextlib.contextmanager
