@@ -16,30 +16,18 @@ build only (``podman build -v``), never written into a layer.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.deploy.support import REPO
+from tests.support.cache import CACHE, cache_lock
 from tests.support.tools import unavailable
 
-
-def _cache_root() -> Path:
-    """Where what is slow to make is kept: outside the checkout, so a fresh clone reuses what an earlier run
-    on the machine made (``SE_TEST_CACHE``, else the XDG cache folder). Each thing is named by what it is made
-    from, so a change makes a new one instead of reusing a stale one."""
-    if named := os.environ.get("SE_TEST_CACHE"):
-        return Path(named)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "azure-scheduled-events-exporter-tests"
-
-
-CACHE = _cache_root()
 REPORTS = REPO / ".cache" / "reports"  # what this checkout's last run measured (git-ignored)
 IMAGE_REPOSITORY = "localhost/azure-scheduled-events-exporter"
 PACKAGES = "podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns containernetworking-plugins catatonit"
@@ -53,20 +41,6 @@ _BUILD_INPUTS = (
     "LICENSE",
     "se_exporter",
 )
-
-
-@contextlib.contextmanager
-def cache_lock(name: str) -> Iterator[None]:
-    """One test worker at a time makes a cached thing (a base image, the Wine prefix...)."""
-    import fcntl  # POSIX: the Windows suite under Wine imports this module but runs none of it
-
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / f"{name}.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _containers_conf() -> Path:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
 from tests.deploy.support import REPO
-from tests.shipped.containers import CACHE, cache_lock, pip_ca_bundle
+from tests.shipped.containers import pip_ca_bundle
+from tests.support.cache import CACHE, cache_lock
 from tests.support.lock import locked_requirements, uv
 from tests.support.tools import unavailable
 
