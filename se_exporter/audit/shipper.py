@@ -152,7 +152,7 @@ class LogShipper:
             return None
         if not alone:  # not the same request again: a smaller one (at once if this one is refused for good)
             return self._failed(outcome) if outcome.retryable else 0.0
-        if outcome.retryable and not probed:
+        if outcome.retryable:  # the collector says "later" (a memory_limiter takes an empty request, not data)
             self._refused_alone = record.uid
             return self._failed(outcome)
         if not probed:  # refused for good: does the collector take anything at all?
