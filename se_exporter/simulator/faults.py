@@ -98,6 +98,17 @@ class FaultPlan:
         self._rate_limit = rate_limit_per_s
         self._recent: deque[float] = deque()
         self._rng = rng or random.Random()  # noqa: S311 - fault dice, not secrets
+        self._refused_versions: frozenset[str] = frozenset()
+
+    def refuse_api_versions(self, versions: frozenset[str] | set[str]) -> None:
+        """Answer these api-versions as IMDS answers one it does not serve (400, "api-version is invalid"),
+        until changed: a VM not enrolled in a preview yet; an empty set accepts every version again."""
+        with self._lock:
+            self._refused_versions = frozenset(versions)
+
+    def refuses(self, api_version: str) -> bool:
+        with self._lock:
+            return api_version in self._refused_versions
 
     def add(self, rule: FaultRule) -> FaultRule:
         with self._lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,12 @@ def listen_address(text: str) -> tuple[str, int]:
     if port is None:
         raise argparse.ArgumentTypeError("the simulator needs an address to serve on (e.g. :8080)")
     return host or "0.0.0.0", port
+
+
+def _api_version(text: str) -> str:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2024-07-09)")
+    return text
 
 
 def _malformed_kind(text: str) -> str:
@@ -201,6 +208,15 @@ def add_arguments(parser: flags.Parser) -> None:
                 default=0,
                 metavar="N",
             ),
+            flags.Flag(
+                "--fault.refuse-api-version",
+                "refuse_api_versions",
+                "answer this api-version of scheduledevents as IMDS answers one it does not serve (400), as on a "
+                "VM not enrolled in a preview (repeat for more)",
+                convert=_api_version,
+                metavar="VERSION",
+                kind="list",
+            ),
             flags.Flag("--list-scenarios", "list_scenarios", "print the built-in scenarios and exit", kind="switch"),
             flags.Flag("--quiet", "quiet", "do not log document changes on stderr", kind="switch"),
         )
@@ -220,4 +236,5 @@ def build_faults(args: argparse.Namespace, rng: random.Random) -> FaultPlan:
         plan.add(FaultRule("delay", count, delay_s=seconds))
     if args.error_rate:
         plan.add(FaultRule("status", None, probability=args.error_rate, status=args.error_code))
+    plan.refuse_api_versions(set(args.refuse_api_versions))
     return plan

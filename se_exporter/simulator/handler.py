@@ -19,6 +19,7 @@ from se_exporter.simulator.imds import (
     ImdsError,
     check_request,
     error_body,
+    invalid_version_body,
     malformed_body,
     parse_start_requests,
     render_scheduled_events,
@@ -99,6 +100,8 @@ class ImdsHandler(BaseHTTPRequestHandler):
             return
         try:
             api_version = check_request(self.headers, parse_qs(url.query, keep_blank_values=True))
+            if endpoint == "scheduledevents" and self.sim.faults.refuses(api_version):
+                raise ImdsError(400, invalid_version_body())
         except ImdsError as exc:
             self._answer(method, exc.status, exc.body, None)
             return

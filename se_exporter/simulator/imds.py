@@ -66,6 +66,11 @@ def check_request(headers: Message[str, str] | Mapping[str, str], query: Mapping
     return version
 
 
+def invalid_version_body() -> dict[str, Any]:
+    """IMDS's answer (with a 400) to an api-version it does not serve."""
+    return _version_error("api-version is invalid or was not specified in the request")
+
+
 def _version_error(what: str) -> dict[str, Any]:
     return {"error": f"Bad request. {what}. {_MORE}", "newest-versions": list(NEWEST_VERSIONS)}
 

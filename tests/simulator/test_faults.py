@@ -185,3 +185,15 @@ def test_drip_sends_the_real_answer_one_byte_at_a_time(
     body = b"".join(arrivals)
     assert json.loads(body)["Events"][0]["EventType"] == "Reboot"
     assert len(arrivals) > len(body) // 4  # many small pieces, not one write
+
+
+def test_an_api_version_refused_as_imds_refuses_one_it_does_not_serve(faults: FaultPlan, client: httpx.Client) -> None:
+    """A VM not enrolled in a preview: its IMDS answers that version 400 "api-version is invalid" (the
+    exporter's --imds.api-version list falls back on it); every other version is served, and the refusal
+    ends when the plan changes."""
+    faults.refuse_api_versions({"2024-07-09"})
+    refused = client.get(EVENTS_PATH, params={"api-version": "2024-07-09"})
+    assert refused.status_code == 400 and "api-version is invalid" in refused.json()["error"]
+    assert client.get(EVENTS_PATH, params=API).status_code == 200
+    faults.refuse_api_versions(set())
+    assert client.get(EVENTS_PATH, params={"api-version": "2024-07-09"}).status_code == 200
