@@ -260,9 +260,8 @@ def test_a_collector_over_its_memory_limit_refuses_and_then_everything_arrives_o
     assert (value(exporter.metrics(), "azure_scheduled_events_log_spool_depth") or 0) >= 1, "the records wait"
     assert collector.stop() == 0
     # The same Collector with room: what waited arrives, once.
-    roomy = Collector(tmp_path, forwarding_config(tmp_path, otlp_http_receiver))
-    roomy.receiver_port, roomy.starts = collector.receiver_port, 1  # on the port the exporter sends to
-    roomy.start()
+    config = forwarding_config(tmp_path, otlp_http_receiver)
+    roomy = Collector(tmp_path, config, receiver_port=collector.receiver_port).start()  # where the exporter sends
     add_events(world, exporter, 3)
     got = all_delivered_once(exporter, otlp_http_receiver, 8)
     assert roomy.counted("otelcol_receiver_accepted_log_records") == len(got)

@@ -35,7 +35,7 @@ _JSON: Final = "application/json"
 _SIGNALS: Final = {"/v1/traces": "traces", "/v1/logs": "logs"}
 
 
-def _hex_ids_to_base64(obj: Any) -> Any:
+def hex_ids_to_base64(obj: Any) -> Any:
     """OTLP/JSON encodes trace/span ids as hex; ``json_format`` expects base64 for bytes fields."""
     if isinstance(obj, dict):
         out = {}
@@ -45,10 +45,10 @@ def _hex_ids_to_base64(obj: Any) -> Any:
             ):
                 with contextlib.suppress(ValueError):  # else: already base64
                     value = base64.b64encode(bytes.fromhex(value)).decode()
-            out[key] = _hex_ids_to_base64(value)
+            out[key] = hex_ids_to_base64(value)
         return out
     if isinstance(obj, list):
-        return [_hex_ids_to_base64(v) for v in obj]
+        return [hex_ids_to_base64(v) for v in obj]
     return obj
 
 
@@ -61,7 +61,7 @@ def _decode(message: Message, body: bytes, encoding: str, json_body: bool) -> Me
     elif encoding not in ("", "identity", "none"):
         raise ValueError(f"unsupported Content-Encoding {encoding!r}")
     if json_body:
-        json_format.ParseDict(_hex_ids_to_base64(json.loads(body)), message, ignore_unknown_fields=True)
+        json_format.ParseDict(hex_ids_to_base64(json.loads(body)), message, ignore_unknown_fields=True)
     else:
         message.ParseFromString(body)
     return message

@@ -23,6 +23,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from tests.otlp.http_receiver import hex_ids_to_base64
 from tests.otlp.records import ReceivedLog, ReceivedSpan, flatten_logs, flatten_spans
 from tests.support.go_build import TESTS, go_build
 from tests.support.proc_sockets import listening_ports
@@ -54,25 +55,29 @@ class Collector:
     """One Collector process on ``config`` (a dict written as YAML in ``folder``); ``receiver_port`` is the
     port of its OTLP receiver, ``telemetry_port`` that of its own metrics."""
 
-    def __init__(self, folder: Path, config: Mapping[str, Any]) -> None:
+    def __init__(self, folder: Path, config: Mapping[str, Any], *, receiver_port: int = 0) -> None:
+        """``receiver_port``: the port its OTLP receiver takes instead of the one it would get (a Collector
+        replacing another on the port the exporter sends to)."""
         self.binary = go_build(SOURCE)
         self.folder = folder
         self.config_path = folder / "collector.yaml"
         self.config_path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
         self.log_path = folder / "collector.log"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.receiver_port = 0  # the OTLP receiver's (its HTTP one when it has both)
+        self.receiver_port = receiver_port  # the OTLP receiver's (its HTTP one when it has both)
         self.grpc_port = 0  # its gRPC one, when it has both
         self.telemetry_port = 0
-        self.starts = 0
+        receivers = (config.get("receivers") or {}).items()
+        protocols = [p for name, r in receivers if name.split("/")[0] == "otlp" for p in (r.get("protocols") or {})]
+        self._listeners = 1 + len(protocols)  # its telemetry, and an OTLP receiver per protocol
 
     def start(self) -> Collector:
-        """Start it; a restart listens on the ports the first start got (the exporter is configured with them)."""
-        if self.starts:
+        """Start it; once its receiver's port is known (a restart), it listens there again (the exporter is
+        configured with it)."""
+        if self.receiver_port:
             text = self.config_path.read_text()
             text = text.replace(f"{LOOPBACK}:0\n", f"{LOOPBACK}:{self.receiver_port}\n", 1)
             self.config_path.write_text(text)
-        self.starts += 1
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [str(self.binary), f"--config={self.config_path}"],
@@ -91,7 +96,7 @@ class Collector:
 
     def _ports_known(self, pid: int) -> bool:
         ports = set(listening_ports(pid))
-        if len(ports) < 1 + sum(1 for _ in self._receivers()):
+        if len(ports) < self._listeners:
             return False
         telemetry = [port for port in ports if _scrape(port) is not None]
         if not telemetry:
@@ -105,12 +110,6 @@ class Collector:
             self.receiver_port = http[0] if http else others[0]
             self.grpc_port = next((port for port in others if port != self.receiver_port), 0)
         return True
-
-    def _receivers(self) -> Iterator[str]:
-        config = yaml.safe_load(self.config_path.read_text())
-        for name, receiver in (config.get("receivers") or {}).items():
-            if name.split("/")[0] == "otlp":
-                yield from (receiver.get("protocols") or {})
 
     def endpoint(self, scheme: str = "http") -> str:
         return f"{scheme}://{LOOPBACK}:{self.receiver_port}"
@@ -165,28 +164,12 @@ def _requests(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-def _ids_to_base64(value: Any) -> Any:
-    """OTLP/JSON writes trace and span ids as hex; protobuf's JSON parser wants base64."""
-    import base64
-
-    if isinstance(value, dict):
-        return {
-            k: base64.b64encode(bytes.fromhex(v)).decode()
-            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
-            else _ids_to_base64(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_ids_to_base64(v) for v in value]
-    return value
-
-
 def file_logs(path: Path) -> list[ReceivedLog]:
     """The log records the Collector's file exporter wrote to ``path`` (OTLP/JSON, a request per line)."""
     logs: list[ReceivedLog] = []
     for request in _requests(path):
         if "resourceLogs" in request:
-            message = json_format.ParseDict(_ids_to_base64(request), logs_service_pb2.ExportLogsServiceRequest())
+            message = json_format.ParseDict(hex_ids_to_base64(request), logs_service_pb2.ExportLogsServiceRequest())
             logs.extend(flatten_logs(message, "collector-file"))
     return logs
 
@@ -196,6 +179,6 @@ def file_spans(path: Path) -> list[ReceivedSpan]:
     spans: list[ReceivedSpan] = []
     for request in _requests(path):
         if "resourceSpans" in request:
-            message = json_format.ParseDict(_ids_to_base64(request), trace_service_pb2.ExportTraceServiceRequest())
+            message = json_format.ParseDict(hex_ids_to_base64(request), trace_service_pb2.ExportTraceServiceRequest())
             spans.extend(flatten_spans(message, "collector-file"))
     return spans
