@@ -321,7 +321,7 @@ def test_post_has_the_documented_header_and_body_and_is_not_repeated_across_rest
     tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
     fake_imds.respond = lagging_imds
-    state = tmp_path / "state" / "se-exporter.json"
+    state = tmp_path / "state" / "state.db"
     args = exporter_args(fake_imds.url, design_policy(tmp_path), state)  # VM name vm-a from compute metadata
     first = start_exporter(*args)
     wait_for(lambda: fake_posts(fake_imds), 20, "the approval POST")
@@ -367,7 +367,7 @@ def test_an_approved_event_still_scheduled_says_so_on_metrics_across_a_restart_u
     every VM on the host to approve. /metrics says this exporter approved it, and when."""
     listed = [LED_EVENT]
     fake_imds.respond = lambda seen: Answer(body=b"") if seen.method == "POST" else document(len(listed), *listed)
-    state = tmp_path / "state" / "se-exporter.json"
+    state = tmp_path / "state" / "state.db"
     args = exporter_args(fake_imds.url, design_policy(tmp_path), state)
     first = start_exporter(*args)
     wait_for(lambda: fake_posts(fake_imds), 20, "the approval POST")

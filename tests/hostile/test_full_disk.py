@@ -52,7 +52,7 @@ def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
             f"--imds.url={fake_imds.url}",
             "--poll.interval=250ms",
             "--vm.name=vm-a",
-            f"--state.file={fs / 'state.json'}",
+            f"--state.file={fs / 'state.db'}",
             f"--approval.config={tmp_path / 'approval.yaml'}",
             env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"},
         )
@@ -77,7 +77,7 @@ def test_a_full_disk_is_counted_holds_approvals_and_loses_no_record(
             f"--imds.url={fake_imds.url}",
             "--poll.interval=250ms",
             "--vm.name=vm-a",
-            f"--state.file={fs / 'state.json'}",
+            f"--state.file={fs / 'state.db'}",
             env={**otlp_http_receiver.env, "OTEL_SDK_DISABLED": "false"},
         )
         # Every record of the outage arrives: two transitions, the Freeze's skip (no rule), the held-back

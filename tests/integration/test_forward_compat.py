@@ -139,7 +139,7 @@ class Pipeline:
             f"--imds.api-version={API_VERSION}",
             "--poll.interval=250ms",
             "--vm.name=vm-a",
-            f"--state.file={self.tmp_path / 'state.json'}",
+            f"--state.file={self.tmp_path / 'state.db'}",
             f"--actions.config={self.tmp_path / 'actions.yaml'}",
             f"--approval.config={self.tmp_path / 'policy.yaml'}",
             "--log.format=json",

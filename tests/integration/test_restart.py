@@ -35,7 +35,7 @@ def test_restart_emits_no_transition_twice(
     signal_name: str, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
     stop_signal = getattr(signal, signal_name)
-    state = tmp_path / "state" / "se-exporter.json"
+    state = tmp_path / "state" / "state.db"
     args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", f"--state.file={state}")
     fake_imds.respond = lambda seen: document(1, EVENT)
     first = start_exporter(*args)

@@ -56,7 +56,7 @@ def start_otel(start_exporter: Callable[..., ExporterProcess], tmp_path: Path) -
     ) -> ExporterProcess:
         flags = [f"--imds.url={imds_url}", "--poll.interval=250ms"]
         if state:
-            flags.append(f"--state.file={tmp_path / 'state' / 'se-exporter.json'}")
+            flags.append(f"--state.file={tmp_path / 'state' / 'state.db'}")
         return start_exporter(*flags, *args, env=otel_env(receiver, **(env or {})))
 
     return start

@@ -33,7 +33,7 @@ def test_sdk_disabled_builds_no_pipeline_but_keeps_the_stderr_line(
     assert line["scheduled_event.resources"] == ["other-vm"] and line["scheduled_event.affects_this_vm"] is False
     assert line["scheduled_event.document_incarnation"] == 1 and line["msg"].startswith("Preempt scheduled")
     assert otlp_http_receiver.requests == [], "nothing may be sent"
-    assert not (tmp_path / "state" / "se-exporter.json.spool").exists()
+    assert not (tmp_path / "state" / "state.db.spool").exists()
 
 
 def test_logs_exporter_none_sends_spans_only(

@@ -47,7 +47,10 @@ def test_outage_and_restart_lose_nothing_and_duplicate_nothing(
     began = time.monotonic()
     assert first.stop() == 0
     assert time.monotonic() - began < 10, "SIGTERM flush is bounded"
-    second = start_otel(url, otlp_receiver)
+    # The first process's 1 s export timeout made the outage outlast the SDK's retry window; the second
+    # delivers with a longer one, so a loaded machine cannot make a request the receiver took look
+    # refused (it would be sent again: a duplicate the receiver drops by uid, but a duplicate).
+    second = start_otel(url, otlp_receiver, env={"OTEL_EXPORTER_OTLP_TIMEOUT": "10000"})
     second.wait_ready()
     wait_for(lambda: spool_depth(second) == 2, 15, "the spool survived the restart")
     world.cancel_event(freeze)

@@ -239,7 +239,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
             f"--imds.url={sim.url}",
             "--poll.interval=1s",
             f"--imds.timeout={IMDS_TIMEOUT}s",
-            f"--state.file={tmp / 'state' / 'se-exporter.json'}",
+            f"--state.file={tmp / 'state' / 'state.db'}",
             f"--approval.config={policy}",
             f"--vm.name={VM_NAME}",
             "--log.format=json",

@@ -5,7 +5,7 @@
     SE_SOAK_MINUTES=10 .venv/bin/pytest tests/soak -k long -s
 
 (``SE_SOAK_SEED`` replays a history; ``SE_SOAK_REPORT=path.json`` keeps the figures.) See
-``tests/soak/README-reliability.md`` for what is checked and the figures of a long run.
+docs/reliability.md (Soak test) for what is checked and the figures of a long run.
 """
 
 from __future__ import annotations
