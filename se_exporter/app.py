@@ -91,9 +91,11 @@ class Exporter:
         self.persistence = _open_state_file(config.state_file, self.counters.observe_write)
         store = self.persistence.restore("store", STORE_TABLES, EventStore.from_rows, EventStore)
         self.persistence.track("store", store, STORE_TABLES)
-        settings = ClientSettings(base_url=config.imds_url, api_version=config.api_version, timeout=config.imds_timeout)
-        if lacking := api_versions.lacks(config.api_version):  # older than the default: fields shown as unknown
-            log.warning("api-version %s has no %s: shown as unknown", config.api_version, ", ".join(lacking))
+        settings = ClientSettings(
+            base_url=config.imds_url, api_versions=config.api_versions, timeout=config.imds_timeout
+        )
+        if lacking := api_versions.lacks(config.api_versions[0]):  # older than the default: shown as unknown
+            log.warning("api-version %s has no %s: shown as unknown", config.api_versions[0], ", ".join(lacking))
         limiter = RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
         self.telemetry: Telemetry = NoTelemetry()

@@ -17,8 +17,9 @@ past its handler is kept without its frames (``forget_traceback``).
 
 from __future__ import annotations
 
-# What a peer too slow to answer is told, by the IMDS reader (imds/http11.py) and the OTLP client alike.
+# What a peer too slow to answer is told (common/deadline.py: the IMDS client and the health check).
 TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
+BODY_KEPT = 1024  # bytes of a refusal's body an IMDSHTTPError keeps
 
 
 def forget_traceback(error: BaseException) -> None:
@@ -67,9 +68,10 @@ class IMDSConnectionError(IMDSError):
 class IMDSHTTPError(IMDSError):
     """IMDS answered with a status outside 2xx."""
 
-    def __init__(self, status_code: int, message: str) -> None:
+    def __init__(self, status_code: int, message: str, body: bytes = b"") -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.body = body[:BODY_KEPT]  # the start of IMDS's answer, as it came (what IMDS says it refused)
 
     @property
     def reason(self) -> str:  # type: ignore[override]

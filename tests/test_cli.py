@@ -35,6 +35,15 @@ BAD = [
     (["--imds.url=169.254.169.254"], "argument --imds.url: invalid URL '169.254.169.254'"),
     (["--imds.api-version=latest"], "argument --imds.api-version: invalid api-version 'latest'"),
     (["--imds.api-version=2018-08-01"], "argument --imds.api-version: api-version 2018-08-01 is older than 2019-01-01"),
+    (["--imds.api-version=2024-07-09,bogus"], "--imds.api-version: invalid api-version 'bogus' in '2024-07-09,bogus'"),
+    (["--imds.api-version=2024-07-09,"], "--imds.api-version: an empty api-version in '2024-07-09,'"),
+    (["--imds.api-version=2024-07-09,2024-07-09"], "--imds.api-version: api-version 2024-07-09 is listed twice"),
+    (["--imds.api-version=2020-07-01,2024-07-09"], "must list the newest api-version first: 2024-07-09 comes after"),
+    (
+        ["--imds.api-version=2024-07-09,2019-08-01"],
+        "api-version 2019-08-01 cannot follow 2024-07-09: it has no DurationInSeconds, so a switch",
+    ),
+    (["--imds.api-version=2024-07-09,2017-08-01"], "api-version 2017-08-01 is older than 2019-01-01"),
     (["--imds.timeout=0s"], "argument --imds.timeout: duration '0s' must be greater than zero"),
     (["--poll.interval=99999999999h"], "argument --poll.interval: duration '99999999999h' is too long (at most 168h)"),
     (["--imds.timeout=1e400"], "argument --imds.timeout: invalid duration '1e400'"),
@@ -77,7 +86,11 @@ def test_bad_environment_values_name_the_variable(
 def test_defaults_match_the_design() -> None:
     config = parse([])
     assert (config.listen_host, config.listen_port, config.telemetry_path) == ("", 10160, "/metrics")
-    assert (config.imds_url, config.api_version, config.poll_interval) == ("http://169.254.169.254", "2020-07-01", 1.0)
+    assert (config.imds_url, config.api_versions, config.poll_interval) == (
+        "http://169.254.169.254",
+        ("2020-07-01",),
+        1.0,
+    )
     assert (config.vm_name, config.state_file, config.approval_config) == (None, None, None)
     assert (config.log_level, config.log_format) == ("info", "logfmt")
 
@@ -94,7 +107,9 @@ def test_environment_twins_and_flags_win() -> None:
     config = parse([], environ)
     assert (config.poll_interval, config.vm_name) == (120, "vm-env")
     assert (config.listen_host, config.listen_port) == ("::1", 9999)
-    assert (config.state_file, config.api_version, config.log_format) == (Path("/tmp/s.json"), "2019-08-01", "json")
+    assert (config.state_file, config.api_versions, config.log_format) == (Path("/tmp/s.json"), ("2019-08-01",), "json")
+    config = parse(["--imds.api-version= 2024-07-09 , 2020-07-01"])
+    assert config.api_versions == ("2024-07-09", "2020-07-01")
     flagged = parse(["--poll.interval=250ms", "--vm.name", "vm-flag"], environ)
     assert (flagged.poll_interval, flagged.vm_name) == (0.25, "vm-flag")
 

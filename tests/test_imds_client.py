@@ -4,9 +4,12 @@ receives, the answers it gives, and the typed error each failure becomes (``erro
 from __future__ import annotations
 
 import json
+import logging
 import random
 import socket
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,8 @@ from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSStopped, 
 from se_exporter.imds.body import MAX_BODY_BYTES
 from se_exporter.imds.client import ClientSettings, IMDSClient
 from se_exporter.imds.pacing import Backoff, RateLimiter
-from tests.support.fake_imds import Answer, FakeIMDS
+from se_exporter.simulator.imds import invalid_version_body
+from tests.support.fake_imds import Answer, FakeIMDS, Seen
 from tests.support.raw_peer import RawPeer
 
 IMDS = Path(__file__).parent / "testdata" / "imds"
@@ -25,19 +29,26 @@ EVENTS = "/metadata/scheduledevents"
 class Client(IMDSClient):
     """The real client, remembering what it told the metrics about each answer."""
 
-    def __init__(self, url: str, stop: threading.Event | None = None, **settings: object) -> None:
+    def __init__(
+        self,
+        url: str,
+        stop: threading.Event | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        **settings: object,
+    ) -> None:
         self.responses: list[tuple[str, str]] = []
         super().__init__(
             ClientSettings(base_url=url, **settings),  # type: ignore[arg-type]
             RateLimiter(min_interval=0),
             on_response=lambda m, c, _s: self.responses.append((m, c)),
             stop=stop,
+            monotonic=monotonic,
         )
 
 
 def test_get_sends_metadata_header_and_api_version(fake_imds: FakeIMDS) -> None:
     fake_imds.respond = lambda seen: Answer(body=(IMDS / "docs-example-2-scheduled.json").read_bytes())
-    client = Client(fake_imds.url, api_version="2019-08-01")
+    client = Client(fake_imds.url, api_versions=("2019-08-01",))
     assert client.get_document().incarnation == 2
     (request,) = fake_imds.requests
     assert (request.method, request.path) == ("GET", f"{EVENTS}?api-version=2019-08-01")
@@ -211,3 +222,119 @@ def test_backoff_grows_jittered_and_capped() -> None:
     assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
     backoff.reset()
     assert backoff.next_delay() <= 1.0
+
+
+NEWEST, FALLBACK = "2024-07-09", "2020-07-01"
+EVENTS_DOC = b'{"DocumentIncarnation": 7, "Events": []}'
+UNKNOWN_VERSION = json.dumps(invalid_version_body()).encode()  # IMDS's 400 for a version it does not serve
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def versioned(url: str, clock: Clock | None = None) -> Client:
+    return Client(url, api_versions=(NEWEST, FALLBACK), monotonic=clock or Clock())
+
+
+def version_of(seen: Seen) -> str:
+    return seen.path.rsplit("api-version=", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "falls_back"),
+    [
+        (Answer(400, UNKNOWN_VERSION), True),
+        (Answer(404, b'{"error": "Not found"}'), True),
+        (Answer(400, b'{"error": "Bad request. Required metadata header not specified"}'), False),
+        (Answer(400, b""), False),
+        (Answer(503, b"busy"), False),
+        (Answer(429, b"too many"), False),
+    ],
+    ids=["400-unknown-version", "404", "400-no-metadata-header", "400-empty", "503", "429"],
+)
+def test_the_next_api_version_is_asked_in_the_same_poll_only_on_an_unknown_version_answer(
+    fake_imds: FakeIMDS, refusal: Answer, falls_back: bool
+) -> None:
+    fake_imds.respond = lambda seen: refusal if version_of(seen) == NEWEST else Answer(body=EVENTS_DOC)
+    client = versioned(fake_imds.url)
+    if falls_back:
+        assert client.get_document().incarnation == 7
+        assert [version_of(seen) for seen in fake_imds.requests] == [NEWEST, FALLBACK]
+        assert client.api_version == FALLBACK
+    else:
+        with pytest.raises(IMDSHTTPError) as raised:
+            client.get_document()
+        assert raised.value.status_code == refusal.status
+        assert [version_of(seen) for seen in fake_imds.requests] == [NEWEST]
+        assert client.api_version == NEWEST
+
+
+def test_the_last_version_refused_is_the_polls_error(fake_imds: FakeIMDS) -> None:
+    fake_imds.respond = lambda seen: Answer(400, UNKNOWN_VERSION)
+    client = versioned(fake_imds.url)
+    with pytest.raises(IMDSHTTPError, match=f"api-version was '{FALLBACK}'") as raised:
+        client.get_document()
+    assert raised.value.reason == "http_4xx" and not raised.value.retryable
+    assert [version_of(seen) for seen in fake_imds.requests] == [NEWEST, FALLBACK]
+
+
+def test_the_preferred_version_is_asked_again_hourly_and_used_once_accepted(
+    fake_imds: FakeIMDS, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = {FALLBACK}
+    fake_imds.respond = lambda seen: (
+        Answer(body=EVENTS_DOC) if version_of(seen) in served else Answer(400, UNKNOWN_VERSION)
+    )
+    clock = Clock()
+    client = versioned(fake_imds.url, clock)
+    caplog.set_level(logging.DEBUG, logger="se_exporter.imds.client")
+
+    def asked() -> list[str]:
+        versions = [version_of(seen) for seen in fake_imds.requests]
+        fake_imds.requests.clear()
+        return versions
+
+    client.get_document()
+    assert asked() == [NEWEST, FALLBACK]
+    clock.now += 3599.0
+    client.get_document()
+    client.approve(["E1"])
+    assert asked() == [FALLBACK, FALLBACK], "within the hour: the version in use, for the GET and the POST"
+    clock.now += 1.0
+    client.get_document()
+    assert asked() == [NEWEST, FALLBACK], "an hour on: the preferred first, refused again"
+    clock.now += 1800.0
+    client.get_document()
+    assert asked() == [FALLBACK], "the next retry is an hour after the last one"
+    served.add(NEWEST)  # the VM is enrolled in the preview
+    clock.now += 1800.0
+    client.get_document()
+    client.get_document()
+    client.approve(["E1"])
+    assert asked() == [NEWEST, NEWEST, NEWEST]
+    assert client.api_version == NEWEST
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [
+        f"IMDS Scheduled Events api-version {FALLBACK} in use: IMDS refused {NEWEST} (400 "
+        f"{UNKNOWN_VERSION[:120].decode()!r}); the preferred version is asked again every 3600 s",
+        f"IMDS Scheduled Events api-version {NEWEST} in use again: IMDS accepts it now",
+    ], "said once per choice, not once per poll or per retry"
+
+
+def test_an_hourly_retry_that_fails_in_any_way_falls_back_within_the_poll(fake_imds: FakeIMDS) -> None:
+    answers = {NEWEST: Answer(400, UNKNOWN_VERSION)}
+    fake_imds.respond = lambda seen: answers.get(version_of(seen), Answer(body=EVENTS_DOC))
+    clock = Clock()
+    client = versioned(fake_imds.url, clock)
+    client.get_document()
+    answers[NEWEST] = Answer(503, b"busy")
+    clock.now += 3600.0
+    fake_imds.requests.clear()
+    assert client.get_document().incarnation == 7, "the poll's events all the same"
+    assert [version_of(seen) for seen in fake_imds.requests] == [NEWEST, FALLBACK]
+    assert client.api_version == FALLBACK

@@ -240,3 +240,24 @@ def health_row(lay: Layout, job_selector: str) -> None:
         12,
         8,
     )
+    lay.add(
+        table(
+            "IMDS api-versions in use",
+            "Number of exporters per Scheduled Events api-version in use: the first of --imds.api-version that "
+            "their VM's IMDS accepts (azure_scheduled_events_imds_api_version_info). VMs on a fallback version "
+            "(e.g. 2020-07-01 where 2024-07-09 was preferred) see no Spot eviction-risk notices.",
+            [
+                target(
+                    f"count by (api_version) ({m('imds_api_version_info')}{{{SEL}}})",
+                    instant=True,
+                    fmt="table",
+                )
+            ],
+            "short",
+            transformations=[
+                transformation("organize", excludeByName={"Time": True}, renameByName={"Value": "Exporters"})
+            ],
+        ),
+        12,
+        8,
+    )

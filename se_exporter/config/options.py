@@ -19,7 +19,7 @@ class ExporterConfig:
     listen_port: int | None = 10160  # None: no port is served (--web.listen-address= with --textfile.path)
     telemetry_path: str = "/metrics"
     imds_url: str = "http://169.254.169.254"
-    api_version: str = "2020-07-01"
+    api_versions: tuple[str, ...] = ("2020-07-01",)  # newest first
     poll_interval: float = 1.0
     imds_timeout: float = 5.0
     vm_name: str | None = None
@@ -84,10 +84,12 @@ EXPORTER_FLAGS: tuple[tuple[str, tuple[flags.Flag, ...]], ...] = (
             ),
             flags.Flag(
                 "--imds.api-version",
-                "api_version",
-                "Scheduled Events api-version (default 2020-07-01)",
-                convert=values.api_version_flag,
-                metavar="VERSION",
+                "api_versions",
+                "Scheduled Events api-versions, newest first: the first this VM's IMDS accepts is used, the "
+                "first asked again hourly (default 2020-07-01; e.g. 2024-07-09,2020-07-01 for Spot eviction-risk "
+                "notices where IMDS serves them)",
+                convert=values.api_versions_flag,
+                metavar="VERSIONS",
             ),
             flags.Flag(
                 "--imds.timeout",

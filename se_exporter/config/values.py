@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import itertools
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -57,12 +58,29 @@ def untrusted_imds_url(url: str) -> bool:
     return not (address.is_link_local or address.is_loopback)
 
 
-def api_version_flag(text: str) -> str:
-    if not _API_VERSION.match(text):
-        raise argparse.ArgumentTypeError(f"invalid api-version {text!r} (use a date like 2020-07-01)")
-    if (why := api_versions.refusal(text)) is not None:
-        raise argparse.ArgumentTypeError(why)
-    return text
+def api_versions_flag(text: str) -> tuple[str, ...]:
+    """A comma-separated list of api-versions, newest first; each a date IMDS could serve. A fallback must have
+    every field (2020-07-01 or later): a switch to an older one would change every listed event."""
+    chosen = tuple(part.strip() for part in text.split(","))
+    for version in chosen:
+        if not _API_VERSION.match(version):
+            shown = f"invalid api-version {version!r}" if version else "an empty api-version"
+            raise argparse.ArgumentTypeError(f"{shown} in {text!r} (use dates like 2020-07-01, newest first)")
+        if (why := api_versions.refusal(version)) is not None:
+            raise argparse.ArgumentTypeError(why)
+    for newer, older in itertools.pairwise(chosen):
+        if older == newer:
+            raise argparse.ArgumentTypeError(f"api-version {older} is listed twice in {text!r}")
+        if older > newer:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must list the newest api-version first: {older} comes after {newer}"
+            )
+        if lacking := api_versions.lacks(older):
+            raise argparse.ArgumentTypeError(
+                f"api-version {older} cannot follow {newer}: it has no {', '.join(lacking)}, so a switch to it "
+                f"would change every listed event (a fallback must be {api_versions.DEFAULT} or later)"
+            )
+    return chosen
 
 
 def impacts_flag(text: str) -> tuple[str, ...]:

@@ -8,12 +8,19 @@ rejects proxied requests. Every request passes the shared rate limiter, has one 
 (``common/deadline.py``) and a bounded body (``imds/body.py``), is timed into ``on_response`` (the metrics)
 and traced as an HTTP client span; a GET also ends soon after the ``stop`` event is set. httpx's
 exceptions become ``errors.IMDSError``'s.
+
+The Scheduled Events api-version is the first of ``--imds.api-version`` (newest first) that this VM's IMDS
+accepts. A GET that IMDS answers as it answers a version it does not serve (404, or 400 naming the
+api-version) is asked again, in the same poll, with the next version, so no poll is lost to a switch; the
+preferred version is tried again every ``retry_preferred_seconds`` (on the injected monotonic clock), so a
+VM enrolled later gets it. Approvals are POSTed with the version in use. Each choice is said once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +33,7 @@ from se_exporter import __version__
 from se_exporter.common.deadline import STOPPED, DeadlineTransport, root_cause, within
 from se_exporter.common.tracing import client_kind, mark_error
 from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSStopped, IMDSTimeout
+from se_exporter.imds import api_versions
 from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
@@ -34,6 +42,7 @@ from se_exporter.imds.pacing import RateLimiter
 if TYPE_CHECKING:
     from opentelemetry import trace
 
+log = logging.getLogger(__name__)
 EVENTS_PATH = "/metadata/scheduledevents"
 COMPUTE_PATH = "/metadata/instance/compute"
 COMPUTE_API_VERSION = "2021-02-01"
@@ -52,10 +61,20 @@ ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "er
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
     base_url: str = "http://169.254.169.254"
-    api_version: str = "2020-07-01"
+    api_versions: tuple[str, ...] = (api_versions.DEFAULT,)  # newest first: the first IMDS accepts is used
     timeout: float = 5.0
     # Microsoft: the first call after Scheduled Events is enabled may take up to 2 minutes.
     first_call_timeout: float = 120.0
+    retry_preferred_seconds: float = 3600.0  # while a later version is in use, the first is asked again
+
+
+def refuses_version(error: IMDSHTTPError) -> bool:
+    """IMDS's answer to an api-version it does not serve: 404, or 400 whose body names the api-version (a 400
+    for a missing Metadata header does not)."""
+    if error.status_code == 404:
+        return True
+    text = error.body.lower()
+    return error.status_code == 400 and (b"api-version" in text or b"newest-versions" in text)
 
 
 class IMDSClient:
@@ -68,8 +87,15 @@ class IMDSClient:
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
         stop: threading.Event | None = None,  # the exporter's stop: a GET in flight ends, IMDSStopped
+        monotonic: Callable[[], float] = time.monotonic,  # when the preferred api-version is asked again
     ) -> None:
+        if not settings.api_versions:
+            raise ValueError("at least one api-version")
         self.settings = settings
+        self._monotonic = monotonic
+        self._in_use = 0  # index in settings.api_versions of the version IMDS last accepted
+        self._chosen = False  # a version was accepted (and said) at least once
+        self._retry_preferred_at = float("inf")
         self._stop = stop
         self._limiter = limiter
         self._on_response = on_response or (lambda _m, _c, _s: None)
@@ -87,15 +113,72 @@ class IMDSClient:
         self._gets.close()
         self._posts.close()
 
+    @property
+    def api_version(self) -> str:
+        """The Scheduled Events api-version in use (before any answer: the preferred one)."""
+        return self.settings.api_versions[self._in_use]
+
     def get_document(self) -> Document:
         timeout = self.settings.timeout if self._answered_once else self.settings.first_call_timeout
-        body = self._request("GET", EVENTS_PATH, self.settings.api_version, timeout=timeout)
+        body = self._get_events(timeout)
         self._answered_once = True
         digest = hashlib.blake2b(body, digest_size=32).digest()
         if digest != self._last_digest or self._last_document is None:  # most polls repeat the last answer
             self._last_document = parse_document(body)
             self._last_digest = digest
         return self._last_document
+
+    def _get_events(self, timeout: float) -> bytes:
+        """The events' body, from the first version IMDS accepts: the one in use, or once the retry is due the
+        preferred one and those after it."""
+        versions = self.settings.api_versions
+        first = self._in_use
+        if first and self._monotonic() >= self._retry_preferred_at:
+            first = 0
+        refused: list[str] = []
+        for index in range(first, len(versions)):
+            try:
+                body = self._request("GET", EVENTS_PATH, versions[index], timeout=timeout)
+            except IMDSStopped:
+                raise
+            except IMDSError as error:
+                # An hourly retry that fails in any way falls back to the version in use, in the same poll.
+                retrying = index < self._in_use
+                refusal = isinstance(error, IMDSHTTPError) and refuses_version(error)
+                if not retrying and (index + 1 == len(versions) or not refusal):
+                    raise
+                if isinstance(error, IMDSHTTPError):
+                    snippet = error.body[:120].decode("utf-8", "replace").strip()
+                    refused.append(f"{versions[index]} ({error.status_code} {snippet!r})")
+                else:
+                    refused.append(f"{versions[index]} ({error.reason})")
+                continue
+            if index and not first:  # the preferred version was just refused: asked again later
+                self._retry_preferred_at = self._monotonic() + self.settings.retry_preferred_seconds
+            self._chose(index, refused)
+            return body
+        raise AssertionError("unreachable: the last version's refusal is raised")
+
+    def _chose(self, index: int, refused: list[str]) -> None:
+        """Say which version answered, when it is not the one in use (or the first time), and why."""
+        versions = self.settings.api_versions
+        if self._chosen and index == self._in_use:
+            if refused:
+                log.debug("IMDS still refuses api-version %s; keeping %s", ", ".join(refused), versions[index])
+            return
+        if refused:
+            log.warning(
+                "IMDS Scheduled Events api-version %s in use: IMDS refused %s; the preferred version is asked again "
+                "every %.0f s",
+                versions[index],
+                ", ".join(refused),
+                self.settings.retry_preferred_seconds,
+            )
+        elif len(versions) > 1 and self._chosen:
+            log.info("IMDS Scheduled Events api-version %s in use again: IMDS accepts it now", versions[index])
+        else:
+            log.info("IMDS Scheduled Events api-version %s in use", versions[index])
+        self._in_use, self._chosen = index, True
 
     def get_identity(self) -> VMIdentity:
         return parse_compute(self._request("GET", COMPUTE_PATH, COMPUTE_API_VERSION))
@@ -105,7 +188,7 @@ class IMDSClient:
         decision on the latest document, which a retry loop in here could not make. ``paced=False``: the
         caller waited for its slot (``pace``) before that decision, so nothing waits between the two."""
         payload = json.dumps({"StartRequests": [{"EventId": event_id} for event_id in event_ids]})
-        self._request("POST", EVENTS_PATH, self.settings.api_version, content=payload.encode(), paced=paced)
+        self._request("POST", EVENTS_PATH, self.api_version, content=payload.encode(), paced=paced)
 
     def pace(self) -> None:
         """Wait for the next request slot of the 5 requests/s limit (the slot is this caller's)."""
@@ -177,7 +260,7 @@ class IMDSClient:
                 raise IMDSStopped(f"{what}: {STOPPED}") from None
             raise _as_imds_error(what, exc) from None
         if not 200 <= status < 300:
-            raise IMDSHTTPError(status, _explain(method, target, status, body))
+            raise IMDSHTTPError(status, _explain(method, target, status, body), body)
         return body, status
 
 

@@ -184,6 +184,14 @@ class SnapshotCollector(Collector):
         if (value := self._store.incarnation) is not None:
             incarnation.add_metric([], value)
         yield incarnation
+        api_version = GaugeMetricFamily(
+            PREFIX + "imds_api_version_info",
+            "The Scheduled Events api-version in use: the first of --imds.api-version that IMDS accepts.",
+            labels=["api_version"],
+        )
+        if status.api_version:  # absent before the first good poll
+            api_version.add_metric([status.api_version], 1)
+        yield api_version
         info = GaugeMetricFamily(
             PREFIX + "exporter_build_info", "Build information.", labels=["version", "python_version"]
         )

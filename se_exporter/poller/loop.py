@@ -219,7 +219,13 @@ class Poller:
         if self._actions is not None:
             self._actions.release()  # runs start once the state says they may have: at most once
         status = self.status  # built whole, not by dataclasses.replace: this runs on every poll
-        self.status = PollStatus(up=True, last_success=now, identity=status.identity, errors=status.errors)
+        self.status = PollStatus(
+            up=True,
+            last_success=now,
+            identity=status.identity,
+            errors=status.errors,
+            api_version=self.client.api_version,
+        )
         self._backoff.reset()
         if self._failing_reason is not None:
             log.info("IMDS polls succeed again after %s errors", self._failing_reason)

@@ -32,6 +32,7 @@ class PollStatus:
     last_success: float | None = None  # Unix time of the last good poll
     identity: VMIdentity = _NAMELESS
     errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(dict.fromkeys(POLL_ERROR_REASONS, 0)))
+    api_version: str = ""  # the Scheduled Events api-version of the last good poll ("" before the first)
 
     @property
     def ready(self) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from se_exporter.simulator import EventPlan, SimClock, SimulatorServer, SimWorld
+from se_exporter.simulator.imds import invalid_version_body
 from se_exporter.simulator.model import SimulatedVM
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import samples, series, value
@@ -129,6 +130,55 @@ def test_the_oldest_accepted_api_version_lacks_three_fields_and_says_so(
     assert value(exporter.metrics(), duration, event_id=event_id, event_type="Reboot") == -1
     assert "api-version 2019-01-01 has no DurationInSeconds, EventSource, Description" in exporter.logs()
     assert exporter.stop() == 0
+
+
+def test_an_api_version_imds_stops_serving_is_replaced_within_the_poll(
+    world: SimWorld, start_exporter: StartExporter
+) -> None:
+    """``--imds.api-version=2024-07-09,2020-07-01``: the first is used while IMDS serves it; once IMDS refuses
+    it (the simulator answers as IMDS does), the next poll asks the fallback at once: no poll fails, each
+    transition is reported once, and the exporter says which version it uses, in its log and on /metrics."""
+    with SimulatorServer(world) as server:
+        exporter = start_exporter(
+            f"--imds.url={server.url}",
+            "--imds.api-version=2024-07-09,2020-07-01",
+            "--poll.interval=250ms",
+            "--log.format=json",
+        )
+        exporter.wait_ready()
+        in_use = "azure_scheduled_events_imds_api_version_info"
+        assert series(exporter.metrics(), in_use) == [{"api_version": "2024-07-09"}]
+        first = world.add_event(EventPlan("Reboot", notice=900))
+        wait_for(lambda: reports(exporter, truth_transitions(world)), 10, "the first event")
+
+        server.faults.refuse_api_versions({"2024-07-09"})
+        wait_for(lambda: series(exporter.metrics(), in_use) == [{"api_version": "2020-07-01"}], 10, "the switch")
+        second = world.add_event(EventPlan("Freeze", notice=600))
+        steps: list[Callable[[], object]] = [
+            lambda: world.start_event(first),
+            lambda: world.complete_event(first),
+            lambda: world.cancel_event(second),
+        ]
+        for step in [lambda: None, *steps]:  # one change at a time: one poll sees each
+            step()
+            expected = truth_transitions(world)
+            wait_for(functools.partial(reports, exporter, expected), 10, f"exporter to report {expected[-1]}")
+        assert len(expected) == 5
+
+        text = exporter.metrics()
+        errors = {
+            key: count for key, count in samples(text).items() if key[0] == "azure_scheduled_events_poll_errors_total"
+        }
+        assert errors and not any(errors.values()), "no poll failed across the switch"
+        assert value(text, in_use, api_version="2020-07-01") == 1
+        lines = [json.loads(line) for line in exporter.logs().splitlines() if line.startswith("{")]
+        said = [line["msg"] for line in lines if "api-version" in line.get("msg", "")]
+        assert said == [
+            "IMDS Scheduled Events api-version 2024-07-09 in use",
+            "IMDS Scheduled Events api-version 2020-07-01 in use: IMDS refused 2024-07-09 (400 "
+            f"{json.dumps(invalid_version_body())[:120]!r}); the preferred version is asked again every 3600 s",
+        ]
+        assert exporter.stop() == 0
 
 
 @pytest.mark.parametrize(

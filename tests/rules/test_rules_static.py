@@ -213,7 +213,7 @@ def test_the_exporter_exposes_exactly_the_documented_metrics() -> None:
     counters.observe_response("GET", "200", 0.01)
     approvals = SimpleNamespace(approved={"S": 1e9})  # the Approver's snapshot: S approved, still Scheduled
     web_config = SimpleNamespace(reload_successful=True)  # --web.config.file given
-    status = PollStatus(up=True, last_success=1e9)
+    status = PollStatus(up=True, last_success=1e9, api_version="2020-07-01")
     text = render(
         store, counters, status, spool=audit_spool(open_memory_database()), approvals=approvals, web_config=web_config
     )
