@@ -372,3 +372,31 @@ def test_every_commands_flags_are_in_our_table_with_their_kind_and_twin() -> Non
         assert listed == table, name
         twins = [flag.env for flag in sub.flags]
         assert len(twins) == len(set(twins)) and all(t.startswith("SE_EXPORTER_") for t in twins), name
+
+
+def test_the_demos_help_says_what_the_demo_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo loads its own policy when none is given, and its gap is a duration like every other."""
+    with pytest.raises(SystemExit) as caught:
+        main(["demo", "--help"], environ={})
+    assert caught.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "approval is off without it" not in shown
+    assert "approval policy (YAML); default in the demo: its demo policy, which approves live migrations" in shown
+    assert "--demo.gap DURATION simulated time between scenarios: 250ms, 1s, 2m or seconds (default 1m)" in shown
+    with pytest.raises(SystemExit):
+        main(["run", "--help"], environ={})
+    assert "approval policy (YAML); approval is off without it" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("1m", 60.0), ("90s", 90.0), ("2", 2.0), ("0", 0.0)])
+def test_the_demos_gap_is_a_duration(given: str, seconds: float) -> None:
+    args = build_parser().parse_args(["demo", f"--demo.gap={given}"])
+    assert args.demo_gap == seconds
+
+
+def test_a_bad_demo_gap_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["demo", "--demo.gap=soon"], environ={})
+    assert caught.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "argument --demo.gap: invalid duration 'soon'" in line

@@ -15,7 +15,13 @@ from tests.support.readme import DOCS, README, REPO, code_blocks, marked, sectio
 
 pytestmark = pytest.mark.pure
 
-PAGES = [README, *sorted(DOCS.glob("*.md")), REPO / "CHANGELOG.md", REPO / "SECURITY.md"]
+# README.md, docs/ and every other page a reader opens: the top level's, dashboards' and the runbook.
+PAGES = [
+    *sorted(REPO.glob("*.md")),
+    *sorted(DOCS.glob("*.md")),
+    REPO / "dashboards" / "README.md",
+    REPO / "alerts" / "runbook.md",
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -36,6 +42,27 @@ def test_the_readme_has_exactly_two_set_up_commands() -> None:
     assert "prometheus prometheus-alertmanager" in test and test.endswith(
         ".venv/bin/python -m pytest --full --durations=30"
     )
+
+
+def test_a_contributor_without_root_has_one_command_for_the_quick_tier() -> None:
+    """docs/development.md's command: no sudo and no system package, the same Python packages as the README's
+    test command (the lock's, by hash), then plain pytest (the quick tier); the README points to it."""
+    contributor = marked(DOCS / "development.md", "contributor-command").strip()
+    full = marked(README, "test-command").strip()
+    assert "sudo" not in contributor and "apt-get" not in contributor and "$S" not in contributor
+    python_part = full[full.index("python3 -m venv") : full.index(" && .venv/bin/python -m pytest")]
+    assert contributor == f"{python_part} && .venv/bin/python -m pytest"
+    assert "development.md#without-root-the-quick-tier" in README.read_text(encoding="utf-8")
+
+
+def test_no_page_says_an_image_can_be_pulled() -> None:
+    """Nothing is published yet: every page that names the registry says so, and none says otherwise."""
+    for page in PAGES:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        if page.name == "CHANGELOG.md" or "ghcr.io/" not in text:
+            continue
+        assert re.search(r"[Nn]o (se-exporter )?image is published yet", text), page
+        assert "are published as" not in text and "images are published" not in text, page
 
 
 def anchors(page: Path) -> set[str]:

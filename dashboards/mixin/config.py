@@ -10,6 +10,8 @@ from se_exporter.metrics.names import PREFIX
 # Matches the job of every se-exporter scrape config or PodMonitor/ServiceMonitor we ship and
 # the common "<namespace>/se-exporter" job names of the Prometheus Operator.
 DEFAULT_JOB_SELECTOR = 'job=~".*se-exporter.*"'
+# With --textfile.path the series come through node_exporter's scrape: the job Prometheus' guides give it.
+TEXTFILE_JOB_SELECTOR = 'job="node"'
 RUNBOOK_BASE = "https://github.com/se-exporter/se-exporter/blob/main/alerts/runbook.md"
 
 # Impacts (se_exporter.imds.impact) after which the VM is not the same running machine, as a label regex.
@@ -39,6 +41,9 @@ class Settings:
     wave_min_vms: int = 5
     # kube-state-metrics' daemonset label of the exporter's DaemonSets (the chart's and the kustomization's).
     daemonset_regex: str = ".*se-exporter.*"
+    # The series come through node_exporter's textfile collector (--textfile.path): an exporter is up while the
+    # node_exporter that serves its file is, counted only where its series were seen within a day.
+    textfile: bool = False
 
     @property
     def lead_words(self) -> str:

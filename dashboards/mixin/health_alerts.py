@@ -57,8 +57,14 @@ def health_alerts(settings: Settings) -> list[dict[str, Any]]:
             "15m",
             "warning",
             "No se-exporter target is being scraped.",
-            f"Prometheus has had no scrape target matching {{{job_selector}}} for 15 minutes: no Azure "
-            "scheduled events are being monitored. Check service discovery and the exporter deployment.",
+            (
+                f"Prometheus has had no node_exporter target matching {{{job_selector}}} serving se-exporter's "
+                "textfile for 15 minutes: no Azure scheduled events are being monitored. Check node_exporter's "
+                "--collector.textfile.directory, the link to se-exporter's --textfile.path, and the job name."
+                if settings.textfile
+                else f"Prometheus has had no scrape target matching {{{job_selector}}} for 15 minutes: no Azure "
+                "scheduled events are being monitored. Check service discovery and the exporter deployment."
+            ),
         ),
         alert(
             "AzureScheduledEventsExporterAbsentInCluster",

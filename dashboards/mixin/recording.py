@@ -53,7 +53,12 @@ def recording_rules(settings: Settings) -> list[dict[str, Any]]:
         {
             # The only place a job selector is needed: Prometheus' synthetic up series.
             "record": EXPORTER_UP,
-            "expr": f"max without () (up{{{settings.job_selector}}})",
+            "expr": (
+                f"max without () (up{{{settings.job_selector}}} and on (job, instance) "
+                f"max_over_time({m('exporter_build_info')}[1d]))"
+                if settings.textfile
+                else f"max without () (up{{{settings.job_selector}}})"
+            ),
         },
         {
             "record": CLUSTER_EXPORTERS,

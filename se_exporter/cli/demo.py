@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from se_exporter.config.flags import Flag, Parser
+from se_exporter.config.flags import Flag, Parser, duration
 from se_exporter.config.options import add_exporter_flags, config_from_args
 from se_exporter.simulator.clock import SimClock
 from se_exporter.simulator.flags import speed
@@ -45,7 +45,12 @@ DEMO_ORDER = (
 
 
 def add_arguments(parser: Parser) -> None:
-    add_exporter_flags(parser, imds_url=False)  # the demo's IMDS is its own simulator
+    demo_policy = (
+        "approval policy (YAML); default in the demo: its demo policy, which approves live migrations, "
+        "user-initiated events and freezes of at most 8 s (se_exporter/approval/demo-policy.yaml)"
+    )
+    # The demo's IMDS is its own simulator; it shows approvals too, under its own policy unless given one.
+    add_exporter_flags(parser, imds_url=False, helps={"--approval.config": demo_policy})
     parser.add_flags(
         (
             Flag(
@@ -59,10 +64,10 @@ def add_arguments(parser: Parser) -> None:
             Flag(
                 "--demo.gap",
                 "demo_gap",
-                "simulated seconds between scenarios (default 60)",
-                convert=float,
+                "simulated time between scenarios: 250ms, 1s, 2m or seconds (default 1m)",
+                convert=duration,
                 default=60.0,
-                metavar="SECONDS",
+                metavar="DURATION",
             ),
         ),
         "demo",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from se_exporter.config import flags, values
 from se_exporter.errors import ConfigError
@@ -168,11 +170,15 @@ EXPORTER_FLAGS: tuple[tuple[str, tuple[flags.Flag, ...]], ...] = (
 )
 
 
-def add_exporter_flags(parser: flags.Parser, *, imds_url: bool = True) -> None:
+def add_exporter_flags(
+    parser: flags.Parser, *, imds_url: bool = True, helps: Mapping[str, str] = MappingProxyType({})
+) -> None:
     """The exporter's flags, defaults from ``ExporterConfig``; ``imds_url=False`` leaves out --imds.url (the
-    demo brings its own IMDS)."""
+    demo brings its own IMDS); ``helps`` replaces the help text of the flags it names (a command whose
+    default differs says so)."""
     for title, table in EXPORTER_FLAGS:
         rows = [flag for flag in table if imds_url or flag.option != "--imds.url"]
+        rows = [dataclasses.replace(flag, help=helps[flag.option]) if flag.option in helps else flag for flag in rows]
         parser.add_flags([_with_default(flag) for flag in rows], title)
 
 

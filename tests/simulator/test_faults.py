@@ -9,6 +9,8 @@ import time
 import httpx
 import pytest
 
+from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.pacing import RateLimiter
 from se_exporter.simulator import EventPlan, FaultPlan, FaultRule, SimulatorServer, SimWorld
 from tests.simulator.conftest import API, EVENTS_PATH, approve, get_document
 
@@ -197,3 +199,28 @@ def test_an_api_version_refused_as_imds_refuses_one_it_does_not_serve(faults: Fa
     assert client.get(EVENTS_PATH, params=API).status_code == 200
     faults.refuse_api_versions(set())
     assert client.get(EVENTS_PATH, params={"api-version": "2024-07-09"}).status_code == 200
+
+
+def test_the_exporters_client_falls_back_on_the_refusal_and_returns_an_hour_later(
+    faults: FaultPlan, world: SimWorld, server: SimulatorServer
+) -> None:
+    """Both directions against the simulator: refused, the next version answers in the same call; enrolled
+    meanwhile, the preferred version is used again once an hour has passed on the injected clock."""
+    hours = [0.0]
+    client = IMDSClient(
+        ClientSettings(base_url=server.url, api_versions=("2024-07-09", "2020-07-01")),
+        RateLimiter(min_interval=0),
+        monotonic=lambda: hours[0] * 3600.0,
+    )
+    world.add_event(REBOOT)
+    faults.refuse_api_versions({"2024-07-09"})
+    assert len(client.get_document().events) == 1
+    assert client.api_version == "2020-07-01"
+    faults.refuse_api_versions(set())  # the VM is enrolled
+    hours[0] = 0.99
+    client.get_document()
+    assert client.api_version == "2020-07-01", "not asked again within the hour"
+    hours[0] = 1.0
+    assert len(client.get_document().events) == 1
+    assert client.api_version == "2024-07-09"
+    client.close()
