@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from se_exporter.cli import main
 from tests.approval.helpers import TESTDATA as POLICIES
 from tests.support.wait import wait_for
 from tests.web.conftest import HASH
@@ -295,3 +296,22 @@ def test_client_certificates_on_the_system_trust_store_are_ok_with_a_warning_tha
     assert (result.returncode, result.stdout) == (0, "ok\n")
     assert "verified against the system's trust store, so any publicly trusted certificate passes" in result.stderr
     assert "set client_ca_file (your own CA) and client_allowed_sans" in result.stderr
+
+
+CHECKED = Path(__file__).parent / "testdata" / "check"
+FLAG = {"approval": "--approval.config", "actions": "--actions.config", "web": "--web.config.file"}
+KIND = {"approval": "approval config", "actions": "actions config", "web": "web config"}
+
+
+@pytest.mark.parametrize("bad", sorted(CHECKED.glob("*.yaml")), ids=lambda path: path.stem)
+def test_check_reports_every_problem_of_a_file_in_one_run(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dozen files, each with two or more problems (unknown keys, bad values, duplicate names, cross-field
+    rules): every one is said, one line each, key path first, in one run; the file's ``# problem:`` lines."""
+    expected = [line.removeprefix("# problem: ") for line in bad.read_text().splitlines() if line.startswith("#")]
+    assert len(expected) >= 2
+    kind = bad.stem.split("-", 1)[0]
+    assert main(["check", f"{FLAG[kind]}={bad}"], environ={}) == 2
+    lead = f"se-exporter: error: {KIND[kind]} {bad}: "
+    lines = capsys.readouterr().err.splitlines()
+    assert all(line.startswith(lead) for line in lines), lines
+    assert sorted(line.removeprefix(lead) for line in lines) == sorted(expected)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from se_exporter.cli import build_parser, subparser
+from se_exporter.imds.impact import Cause, Impact
+from se_exporter.lifecycle.transitions import TransitionKind
 from tests.rules.promql import DESIGN_METRICS
 from tests.support.readme import DOCS, README, REPO, code_blocks, marked, section
 
@@ -164,3 +166,19 @@ def test_the_python_version_is_stated_where_installing_is_described() -> None:
         assert "Python 3.11 or later" in page.read_text(encoding="utf-8"), page
     deploy = (DOCS / "deploy.md").read_text(encoding="utf-8")
     assert "container image" in deploy.split("## systemd")[1].split("\n## ")[0], "the way for older distributions"
+
+
+def test_the_readmes_vocabulary_names_every_transition_impact_and_cause() -> None:
+    """Each name the demo shows within a minute is explained in the README, which links the one table in
+    docs/design.md that gives each its line; both follow the code's own enumerations."""
+    text = README.read_text(encoding="utf-8")
+    vocabulary = text[text.index("<!-- vocabulary -->") : text.index("<!-- /vocabulary -->")]
+    named = set(re.findall(r"`([a-z_]+)`", vocabulary))
+    for enumeration in (TransitionKind, Impact, Cause):
+        assert {member.value for member in enumeration} <= named, enumeration
+    assert "docs/design.md#transitions" in vocabulary and "docs/design.md#impact-and-cause" in vocabulary
+    design = (DOCS / "design.md").read_text(encoding="utf-8")
+    for heading, enumeration in (("## Transitions", TransitionKind), ("## Impact and cause", Impact)):
+        table = next(block for block in design[design.index(heading) :].split("\n\n") if block.startswith("|"))
+        rows = re.findall(r"^\| `([a-z_]+)` \|", table.split("|---|", 1)[1], flags=re.M)  # below the header
+        assert sorted(rows) == sorted(member.value for member in enumeration), heading

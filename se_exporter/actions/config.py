@@ -75,13 +75,6 @@ class ActionsFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     actions: Annotated[tuple[Action, ...], msgspec.Meta(min_length=1, description="a non-empty list of actions")]
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)] = DEFAULT_CONCURRENCY
 
-    def __post_init__(self) -> None:
-        for index, action in enumerate(self.actions):
-            if any(other.name == action.name for other in self.actions[:index]):
-                raise field_problem(
-                    f"actions[{index}].name", f"{show(action.name)} is used by an earlier action; names must be unique"
-                )
-
 
 @dataclass(frozen=True, slots=True)
 class Actions:

@@ -11,7 +11,13 @@ import re2
 
 from se_exporter.config.files import show
 from se_exporter.config.schema import field_problem
-from se_exporter.imds.document import SPOT_REBALANCE_RECOMMENDATION, EventSourceName, EventTypeName, ScheduledEvent
+from se_exporter.imds.document import (
+    APPROVABLE_EVENT_TYPES,
+    SPOT_REBALANCE_RECOMMENDATION,
+    EventSourceName,
+    EventTypeName,
+    ScheduledEvent,
+)
 from se_exporter.imds.impact import Cause, Classification, Impact
 
 Scope = Literal["self", "group"]
@@ -23,6 +29,14 @@ NEVER_APPROVED = (
     "is never approved: acknowledging a Spot eviction-risk notice (SpotRebalanceRecommendation) does nothing; "
     "use an action (--actions.config) to move work off the VM"
 )
+# Accepted by the type, so that naming one is explained (NEVER_APPROVED), but never offered in "must be one of".
+_RuleEventType = Annotated[
+    EventTypeName, msgspec.Meta(description=f"one of {', '.join(sorted(APPROVABLE_EVENT_TYPES))}")
+]
+_RuleImpact = Annotated[
+    Impact,
+    msgspec.Meta(description=f"one of {', '.join(i.value for i in Impact if i is not Impact.EVICTION_RISK)}"),
+]
 MATCH_KEYS = (
     "event_types",
     "event_sources",
@@ -40,9 +54,9 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Matches an event when every key that is set matches (unset keys match anything)."""
 
     name: _Name
-    event_types: Annotated[tuple[EventTypeName, ...], msgspec.Meta(min_length=1)] | None = None
+    event_types: Annotated[tuple[_RuleEventType, ...], msgspec.Meta(min_length=1)] | None = None
     event_sources: Annotated[tuple[EventSourceName, ...], msgspec.Meta(min_length=1)] | None = None
-    impacts: Annotated[tuple[Impact, ...], msgspec.Meta(min_length=1)] | None = None  # see imds.impact
+    impacts: Annotated[tuple[_RuleImpact, ...], msgspec.Meta(min_length=1)] | None = None  # see imds.impact
     causes: Annotated[tuple[Cause, ...], msgspec.Meta(min_length=1)] | None = None
     min_duration_seconds: _Count | None = None
     max_duration_seconds: _Count | None = None

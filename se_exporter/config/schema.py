@@ -63,14 +63,18 @@ def decode(
 
     msgspec stops at the first problem; an operator wants them all. So the error holds one line per
     independent problem: the first, then each item of the lists named in ``each`` (every rule, every
-    action) checked as its own type, then the file checked again without each optional key found wrong
-    (``_other_problems``)."""
+    action) checked as its own type, every problem of it, then the file checked again without each
+    optional key found wrong (``_other_problems``). The items of an ``each`` list have unique ``name``s,
+    checked on the file as written, so that a duplicate is said whatever else is wrong with either item."""
     try:
-        return msgspec.convert(data, schema, strict=True)
+        result = msgspec.convert(data, schema, strict=True)
     except msgspec.ValidationError as problem:
-        lines = [_line(problem, data, schema, secret_keys)]
+        lines = [_line(problem, data, schema, secret_keys), *_duplicate_names(data, each)]
     except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
         raise error(f"{prefix}: holds text that is not valid Unicode (a lone surrogate)") from None
+    else:
+        if not (lines := _duplicate_names(data, each)):
+            return result
     lines += _other_problems(data, schema, each, secret_keys)
     unique = list(dict.fromkeys(lines))
     raise error("\n".join(f"{prefix}: {line}" for line in unique)) from None
@@ -96,16 +100,15 @@ def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret
         listed = _bare(fields[key].type) if key in fields else None
         if not isinstance(listed, types.ListType | types.VarTupleType) or not isinstance(current.get(key), list):
             continue
-        cls = getattr(_bare(listed.item_type), "cls", None)
+        item = _bare(listed.item_type)
         valid = []
-        for index, entry in enumerate(current[key] if cls is not None else ()):
-            try:
-                msgspec.convert(entry, cls, strict=True)
-                valid.append(entry)
-            except msgspec.ValidationError as problem:
-                lines.append(_line(_at(problem, f".{key}[{index}]"), data, schema, secret_keys))
-            except UnicodeEncodeError:
-                continue
+        for index, entry in enumerate(current[key] if isinstance(item, types.StructType) else ()):
+            found, repaired = _item_problems(
+                entry, item, (key, index), data=data, schema=schema, secret_keys=secret_keys
+            )
+            lines += found
+            if repaired is not None:  # still in the list, so that the checks across items see it (its name)
+                valid.append(repaired)
         current[key] = valid
     for _ in range(MAX_PROBLEMS):
         try:
@@ -114,14 +117,91 @@ def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret
         except (msgspec.ValidationError, UnicodeEncodeError) as problem:
             line = _line(problem, current, schema, secret_keys)
             tokens = _tokens(line.split(": ", 1)[0])
-            if tokens and tokens[0] in each:  # what is left of a list whose items were checked one by one: said
-                break
+            if tokens and tokens[0] in each and (len(tokens) == 1 or line in lines):
+                break  # what is left of a list whose items were checked one by one: said
             lines.append(line)
             smaller = _without(current, tokens, info)
             if smaller is None:
                 break  # nothing more can be learned without the key
             current = smaller
     return lines
+
+
+def _duplicate_names(data: object, each: Sequence[str]) -> list[str]:
+    """A name used by an earlier item of the same list (a rule's, an action's): one line per repeat."""
+    lines = []
+    for key in each:
+        items = data.get(key) if isinstance(data, dict) else None
+        seen: set[str] = set()
+        for index, item in enumerate(items if isinstance(items, list) else ()):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            if name in seen:
+                kind = key.removesuffix("s")
+                lines.append(f"{key}[{index}].name: {show(name)} is used by an earlier {kind}; names must be unique")
+            seen.add(name)
+    return lines
+
+
+def _item_problems(
+    entry: object,
+    item: types.Type,
+    place: tuple[str, int],
+    *,
+    data: dict[str, Any],
+    schema: type[Any],
+    secret_keys: Sequence[str],
+) -> tuple[list[str], object | None]:
+    """Every problem of one item of a list (a rule, an action), each value found wrong left out in turn (an
+    entry of a list of values, else the key); and the item without them, if it is valid then (None if not).
+    A problem of the item as a whole that shows only once something was left out (a rule left without any
+    matching key) is a consequence, not said."""
+    cls = getattr(item, "cls", None)
+    lines: list[str] = []
+    alive: dict[tuple[str, ...], list[int]] = {}  # a list's entries left, by their index in the file
+    key, index = place
+    where, depth = f".{key}[{index}]", 2
+    current: object | None = entry
+    for _ in range(MAX_PROBLEMS):
+        if cls is None or not isinstance(current, dict):
+            break
+        try:
+            msgspec.convert(current, cls, strict=True)
+            return lines, current
+        except UnicodeEncodeError:
+            break
+        except msgspec.ValidationError as problem:
+            items = data[key]
+            view = {**data, key: [*items[:index], current, *items[index + 1 :]]}  # what was wrong, as it is now
+            line = _line(_at(problem, where), view, schema, secret_keys)
+            path, _, text = line.partition(": ")
+            inner = _tokens(path)[depth:]
+            if lines and not inner:
+                break
+            listed = len(inner) >= 2 and inner[-1].isdigit()
+            if listed and (kept := alive.get(tuple(inner[:-1]))) is not None:
+                line = f"{path[: path.rindex('[')]}[{kept[int(inner[-1])]}]: {text}"  # its index in the file
+            lines.append(line)
+            current = _left_out(current, inner, item, alive) if listed else _without(current, inner, item)
+    return lines, None
+
+
+def _left_out(
+    entry: dict[str, Any], tokens: Sequence[str], item: types.Type, alive: dict[tuple[str, ...], list[int]]
+) -> dict[str, Any] | None:
+    """``entry`` without the value at ``tokens`` (an index in a list of values), its list kept if anything is
+    left of it (``alive`` keeps the indices in the file of those left), else without the key."""
+    values = _value_at(entry, tokens[:-1])
+    if not isinstance(values, list) or len(values) < 2:
+        return _without(entry, tokens, item)
+    kept = alive.setdefault(tuple(tokens[:-1]), list(range(len(values))))
+    smaller, copied = _copied_along(entry, tokens[:-1])
+    if not isinstance(copied, list):
+        return None
+    del copied[int(tokens[-1])]
+    del kept[int(tokens[-1])]
+    return smaller  # type: ignore[no-any-return]
 
 
 def _tokens(path: str) -> list[str]:
@@ -141,12 +221,27 @@ def _without(data: dict[str, Any], tokens: Sequence[str], info: types.Type) -> d
         field = next((f for f in parent.fields if f.encode_name == key), None)
         if field is not None and field.required:
             continue
-        copied = copy.deepcopy(data)
-        container = _value_at(copied, tokens[:depth])
+        copied, container = _copied_along(data, tokens[:depth])
         if isinstance(container, dict) and key in container:
             del container[key]
-            return copied
+            return copied  # type: ignore[no-any-return]
     return None
+
+
+def _copied_along(data: Any, tokens: Sequence[str]) -> tuple[Any, dict[str, Any] | list[Any] | None]:
+    """A copy of ``data`` whose containers on the path ``tokens`` are copies (the rest is shared, however
+    deeply it nests), and the copy of the container at its end (None if there is none)."""
+    root = current = copy.copy(data) if isinstance(data, dict | list) else data
+    for token in tokens:
+        if isinstance(current, list) and token.isdigit() and int(token) < len(current):
+            current[int(token)] = copy.copy(current[int(token)])
+            current = current[int(token)]
+        elif isinstance(current, dict) and token in current:
+            current[token] = copy.copy(current[token])
+            current = current[token]
+        else:
+            return root, None
+    return root, current if isinstance(current, dict | list) else None
 
 
 def _at(problem: msgspec.ValidationError, where: str) -> Exception:
@@ -232,7 +327,10 @@ def _struct_fields(info: types.Type) -> list[str]:
 def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 - one line per kind of type
     info = _optional(info)
     if isinstance(info, types.Metadata) and info.extra_json_schema and "description" in info.extra_json_schema:
-        return str(info.extra_json_schema["description"])
+        described = str(info.extra_json_schema["description"])
+        if plural and described.startswith("one of "):  # a choice of strings: "a list of strings (A, B)"
+            return f"strings ({described.removeprefix('one of ')})"
+        return described
     info = _bare(info)
     if isinstance(info, types.BoolType):
         return "true or false"

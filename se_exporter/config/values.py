@@ -85,9 +85,15 @@ def api_versions_flag(text: str) -> tuple[str, ...]:
 
 def impacts_flag(text: str) -> tuple[str, ...]:
     chosen = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [impact for impact in chosen if impact not in IMPACTS]
-    if not chosen or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a comma-separated list of {', '.join(IMPACTS)}")
+    if not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no impact (use a comma-separated list of {', '.join(IMPACTS)})"
+        )
+    if unknown := [impact for impact in chosen if impact not in IMPACTS]:
+        named = ", ".join(repr(impact) for impact in dict.fromkeys(unknown))
+        raise argparse.ArgumentTypeError(
+            f"{named} {'is not an impact' if len(unknown) == 1 else 'are not impacts'} (use {', '.join(IMPACTS)})"
+        )
     return tuple(dict.fromkeys(chosen))
 
 
