@@ -44,10 +44,9 @@ from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment
 from se_exporter.otel.resource import resource_attributes
 from se_exporter.otel.telemetry import NoTelemetry, Telemetry
 from se_exporter.poller import Poller, PollSink
-from se_exporter.web.endpoints import make_app
-from se_exporter.web.live_config import LiveWebConfig
+from se_exporter.web.config import LiveWebConfig
+from se_exporter.web.endpoints import TrafficGate, make_app
 from se_exporter.web.server import WebServer
-from se_exporter.web.traffic import TrafficGate
 
 if TYPE_CHECKING:  # OpenTelemetry, the approver, the actions: imported at run time only when configured
     from opentelemetry import trace
@@ -150,7 +149,7 @@ class Exporter:
             tracer=tracer,
             after_poll=self.textfile.poll_done if self.textfile else None,
         )
-        # The web config in force: the whole file re-read when it changes (web/live_config.py).
+        # The web config in force: the whole file re-read when it changes (web/config.py).
         live_web = LiveWebConfig(config.web_config_file, web_config) if web_config is not None else None
         snapshot = SnapshotCollector(
             store=store,

@@ -29,11 +29,24 @@ Supported subset, and where se-exporter differs from exporter-toolkit (all diffe
   checks; a blank value means unset; a number is its text, as Go reads it), ``http2`` (accepted and
   ignored: se-exporter speaks HTTP/1.x).
 - ``basic_auth_users``: user name -> bcrypt hash (``$2a$``, ``$2b$`` or ``$2y$``, as made by
-  ``htpasswd -nBC 10 "" | tr -d ':\\n'``). Every path requires valid credentials when users are set,
+  ``htpasswd -nBC 10 "" | tr -d ':\n'``). Every path requires valid credentials when users are set,
   except those listed in ``auth_excluded_paths`` (exact paths, as in recent exporter-toolkit; e.g.
   ``[/-/healthy, /-/ready]`` for kubelet probes and the Docker HEALTHCHECK).
 - ``rate_limit``: ``interval`` (a duration: ``1s``, ``250ms``; 0 is off) and ``burst`` (at least 1): one
-  token bucket for every request, 429 beyond it (``web/ratelimit.py``), but for ``/-/traffic``.
+  token bucket for every request, 429 beyond it (``web/access.py``), but for ``/-/traffic``.
+
+``LiveWebConfig`` is the web config in force: ``--web.config.file`` re-read whole when it changes, as
+exporter-toolkit reads it for every request (users, auth types, TLS settings, headers, rate limit).
+
+``current()`` stats the file at most once per ``check_every`` seconds (on the requests and connections that
+ask); when it changed, it is parsed and checked again. A file that no longer parses is said once in the log
+and puts nothing in force: ``current()`` is None until the file is mended, and the server fails closed, as
+exporter-toolkit does (the last good config is never kept for auth). So is a change that would switch TLS on
+or off, which the listening socket cannot follow without a restart. ``reload_successful`` is the gauge
+``azure_scheduled_events_web_config_last_reload_successful``.
+
+Certificate files are not watched here: ``web/tls.py`` rebuilds the TLS context when they change, and keeps
+the previous one when a renewal is broken.
 """
 
 from __future__ import annotations
@@ -43,21 +56,26 @@ import importlib.util
 import logging
 import os
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from se_exporter.config.files import read_text, show
+from se_exporter.config.files import read_text, show, stamp
 from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError
-from se_exporter.web.tls_config import TLSServerConfig, TLSServerSpec, tls_config
+from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
+
+
 KIND = "web config"
+
 
 # exporter-toolkit's extraHTTPHeaders: the only headers that may be configured, and, for some, the
 # only values. Kept identical on purpose (consistency across the Prometheus ecosystem).
@@ -69,8 +87,13 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
     "Content-Security-Policy": None,
 }
 
+
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+
+
 _BCRYPT_COSTS = range(4, 32)
+
+
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*$")  # visible ASCII, space and tab: no CR/LF injection
 
 
@@ -232,3 +255,57 @@ def _log_summary(config: WebConfig) -> None:
             "headers": [name for name, _ in config.headers],
         },
     )
+
+
+CHECK_EVERY_SECONDS = 1.0
+
+
+class LiveWebConfig:
+    """The config loaded at start, then whatever the file says since; thread-safe."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        loaded: WebConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        check_every: float = CHECK_EVERY_SECONDS,
+    ) -> None:
+        """``path``: the file (None: ``loaded`` for ever, as without ``--web.config.file``)."""
+        self._path, self._clock, self._check_every = path, clock, check_every
+        self._current: WebConfig | None = loaded
+        self._tls = loaded.tls is not None  # the listening socket's mode, fixed at start
+        self._stamp = stamp(path) if path is not None else None
+        self._checked = clock()
+        self._lock = threading.Lock()
+        self.problem: str | None = None  # why nothing is in force
+
+    @property
+    def reload_successful(self) -> bool:
+        return self.problem is None
+
+    def current(self) -> WebConfig | None:
+        """The config in force, or None while the file does not parse (requests then fail closed)."""
+        if self._path is None:
+            return self._current
+        with self._lock:
+            now = self._clock()
+            if now - self._checked >= self._check_every:
+                self._checked = now
+                if (now_stamp := stamp(self._path)) != self._stamp:
+                    self._stamp = now_stamp
+                    self._reload(self._path)
+            return self._current
+
+    def _reload(self, path: Path) -> None:
+        try:
+            config = load_web_config(path, check_files=False)  # a broken certificate keeps the previous one
+            if (config.tls is not None) != self._tls:
+                switch = "on" if config.tls else "off"
+                raise ConfigError(f"web config {path}: tls_server_config: switching TLS {switch} needs a restart")
+        except ConfigError as error:
+            self._current, self.problem = None, str(error)
+            log.error("web config changed and cannot be used; every request fails until it is mended: %s", error)
+            return
+        self._current, self.problem = config, None
+        log.info("web config reloaded", extra={"file": str(path)})

@@ -24,9 +24,9 @@ from wsgiref.types import WSGIApplication
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from se_exporter.web.wire import Answer, call_app
+from se_exporter.web.endpoints import Answer, call_app
 
-log = logging.getLogger("se_exporter.web.server")
+log = logging.getLogger(__name__)
 MAX_RENDERS = 4  # distinct renders queued or running; a scrape beyond is told to come back
 # A finished render answers the same requests while the snapshot is the same (until the next poll), for at
 # most this long: HA pairs of Prometheus scraping together, or a flood of clients that never read their

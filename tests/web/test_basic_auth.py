@@ -9,7 +9,7 @@ import bcrypt
 import httpx
 import pytest
 
-from se_exporter.web.auth import BasicAuthenticator
+from se_exporter.web.access import BasicAuthenticator
 from se_exporter.web.config import WebConfig
 from se_exporter.web.server import WebServer
 from tests.web.conftest import HASH, PASSWORD, client_context

@@ -24,10 +24,9 @@ import httpx
 import pytest
 
 from se_exporter.errors import ConfigError
-from se_exporter.web.config import load_web_config
-from se_exporter.web.live_config import LiveWebConfig
+from se_exporter.web.config import LiveWebConfig, load_web_config
 from se_exporter.web.server import WebServer
-from se_exporter.web.tls_config import CIPHER_SUITES
+from se_exporter.web.tls import CIPHER_SUITES
 from tests.web.toolkit_testdata import CLIENT2_SANS, make_testdata
 
 OK = "ok"

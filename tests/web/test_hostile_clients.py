@@ -19,7 +19,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from se_exporter.web import wire
+from se_exporter.web import server as web_server
 from se_exporter.web.config import WebConfig
 from se_exporter.web.endpoints import make_app
 from se_exporter.web.server import MAX_CONNECTIONS, WebServer
@@ -27,7 +27,7 @@ from se_exporter.web.server import MAX_CONNECTIONS, WebServer
 pytestmark = pytest.mark.full
 
 Serve = Callable[..., WebServer]
-# What a scrape during an attack may take at most: half the 10 s a slow client is given (wire.py), which a
+# What a scrape during an attack may take at most: half the 10 s a slow client is given (web/server.py), which a
 # scrape that waited behind one would take; a scrape takes milliseconds.
 QUICK = 5.0
 
@@ -82,7 +82,7 @@ def test_slow_clients_neither_starve_a_scrape_nor_hold_on_for_ever(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """200 connections that sent one byte, and 20 that drip a byte a second: every scrape timed out."""
-    monkeypatch.setattr(wire, "HEAD_TIMEOUT_SECONDS", 2.0)
+    monkeypatch.setattr(web_server, "HEAD_TIMEOUT_SECONDS", 2.0)
     server = serve(None)
     stop = threading.Event()
     with sockets() as opened:

@@ -16,8 +16,7 @@ import bcrypt
 import httpx
 import pytest
 
-from se_exporter.web.config import load_web_config
-from se_exporter.web.live_config import LiveWebConfig
+from se_exporter.web.config import LiveWebConfig, load_web_config
 from se_exporter.web.server import WebServer
 from tests.web.conftest import HASH, PASSWORD, TESTDATA, client_context
 from tests.web.pki import PKI
@@ -67,13 +66,13 @@ def test_a_file_that_no_longer_parses_puts_nothing_in_force_says_so_once_and_men
     path.write_text(f'basic_auth_users:\n  prometheus: "{HASH}"\n')
     config = live(path, clock)
     rewrite(path, "basic_auth_users:\n  prometheus: not-a-hash\n")
-    with caplog.at_level(logging.ERROR, logger="se_exporter.web.live_config"):
+    with caplog.at_level(logging.ERROR, logger="se_exporter.web.config"):
         for _ in range(5):
             clock.now += 1
             assert config.current() is None, "the last good config is never kept for auth"
     assert not config.reload_successful
     assert config.problem is not None and "basic_auth_users.prometheus: is not a bcrypt hash" in config.problem
-    said = [r for r in caplog.records if r.name == "se_exporter.web.live_config" and r.levelno >= logging.ERROR]
+    said = [r for r in caplog.records if r.name == "se_exporter.web.config" and r.levelno >= logging.ERROR]
     assert len(said) == 1, "said once, not at every request"
     rewrite(path, f'basic_auth_users:\n  prometheus: "{HASH}"\n')
     clock.now += 1

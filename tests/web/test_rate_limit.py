@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import httpx
 
+from se_exporter.web.access import TokenBucket
 from se_exporter.web.config import WebConfig
-from se_exporter.web.ratelimit import TokenBucket
 from se_exporter.web.server import WebServer
 
 Serve = Callable[..., WebServer]

@@ -110,7 +110,7 @@ def queued(caplog: pytest.LogCaptureFixture) -> int:
 def test_distinct_renders_are_bounded_and_the_excess_told_to_come_back(
     slow: tuple[SlowApp, WebServer, list[object]], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="se_exporter.web.server")
+    caplog.set_level(logging.DEBUG, logger="se_exporter.web")
     app, server, _ = slow
     app.release.clear()  # renders hold until the test lets them go
     names = [f"/metrics?name[]=se_web_test_{n}" for n in range(MAX_RENDERS + 3)]
@@ -129,7 +129,7 @@ def test_a_render_whose_clients_left_is_dropped_before_it_starts(
 ) -> None:
     """Renders were not dropped when their client left: a flood of clients that gave up kept the render
     thread busy long after."""
-    caplog.set_level(logging.DEBUG, logger="se_exporter.web.server")
+    caplog.set_level(logging.DEBUG, logger="se_exporter.web")
     app, server, _ = slow
     app.release.clear()
     first = threading.Thread(target=get, args=(server, "/metrics?name[]=held"))

@@ -18,9 +18,8 @@ from cryptography import x509
 
 from se_exporter.web import tls as web
 from se_exporter.web.config import WebConfig
-from se_exporter.web.server import WebServer
-from se_exporter.web.sockets import DEFER_SECONDS
-from se_exporter.web.tls_config import private_pem_file
+from se_exporter.web.server import DEFER_SECONDS, WebServer
+from se_exporter.web.tls import private_pem_file
 from tests.web.conftest import client_context
 from tests.web.pki import PKI
 
@@ -158,7 +157,7 @@ def test_a_silent_client_neither_blocks_others_nor_keeps_its_thread(
         assert https_get(server, client_context(pki)).status_code == 200
         for conn in silent:
             assert conn.recv(1) == b""  # the server hung up after the handshake timeout
-        # On Linux the kernel holds a silent connection for DEFER_SECONDS before the server sees it (web/sockets.py);
+        # On Linux the kernel holds a silent connection for DEFER_SECONDS before the server sees it (web/server.py);
         # then the handshake's 0.5 s. A bound of twice that: the point is that it ends, not how fast.
         assert time.monotonic() - started < 2 * (DEFER_SECONDS + 4)
     finally:
@@ -222,7 +221,7 @@ def test_without_client_ca_file_client_certificates_are_verified_against_the_sys
     monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca_file))
     monkeypatch.setenv("SSL_CERT_DIR", str(pki.dir / "no-such-dir"))
     text = (Path(__file__).parents[1] / "testdata" / "web" / "good" / "client_auth_system_trust.yml").read_text()
-    with caplog.at_level("WARNING", logger="se_exporter.web.tls_config"):
+    with caplog.at_level("WARNING", logger="se_exporter.web.tls"):
         trusted = serve(write_config(text))
     assert "any publicly trusted certificate passes; set client_ca_file" in caplog.text
     assert https_get(trusted, client_context(pki, "client")).status_code == 200

@@ -16,7 +16,7 @@ from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.lifecycle import EventStore
-from se_exporter.web.traffic import TrafficGate
+from se_exporter.web.endpoints import TrafficGate
 from tests.support.exporter_process import ExporterProcess
 from tests.support.fake_imds import FakeIMDS, document
 from tests.support.wait import wait_for
