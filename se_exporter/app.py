@@ -281,7 +281,7 @@ def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll
 
     options: dict[str, Any] = {
         "can_remember": lambda: persistence.ok,
-        # A POST waits for a look younger than two polls (approval/view.py: never one from before a pause),
+        # A POST waits for a look younger than two polls (approval/approver.py: never one from before a pause),
         # for its request slot before its recheck, and for its decision to be on disk.
         "fresh_within": max(5.0, 2 * poll_interval),
         "pace": client.pace,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
+from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
 from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
 from se_exporter.imds.document import Document, ScheduledEvent, parse_document
 from se_exporter.imds.identity import VMIdentity

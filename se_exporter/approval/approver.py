@@ -5,12 +5,32 @@ order things happened: those that settle work finished before this document was 
 outcome), then those made on this document, which the poller writes after the document's own
 transitions. Hooks run on the hook runner's thread; POSTs on one background thread (the poster),
 because retries take seconds and the poll loop must keep observing meanwhile. What they come to is
-settled by ``approval/settling.py``, every decision is the judge's (``approval/judge.py``).
+settled below (``settle_hook``, ``settle_post``, ``recheck``), every decision is the judge's
+(``approval/policy.py``).
 
 Its semantics (``approved`` is final; one POST per poll for every candidate; a change means a new decision;
 nothing approved after NotBefore; retries of ``failed``; at most once across crashes: a POST is saved as
 being sent before it leaves, and one saved so and never settled is ``unknown`` after a restart, never sent
 again) are in full in docs/approval.md.
+
+What the approver's background work comes to (``settle_hook``, ``settle_post``, ``recheck``): a hook that
+ended, a POST batch that ended, and the fresh decision before every POST attempt. Each turns into ledger
+entries and audited decisions.
+
+An approval is for exactly the revision that was decided and that the hook ran on: after a hook, and
+before each POST attempt, the event as IMDS lists it now must still qualify *and* be that revision;
+a change means "decide again" (``changed``), which runs the hook again.
+
+``LatestView`` is what the poster relies on before every POST: the approver's latest look at the listed events (and how
+old it is), and the decision saved in the state file.
+
+The poster runs on its own thread. After the process was paused (a Freeze pauses the whole VM; so does a
+SIGSTOP), it wakes up with the poll loop and, without this, would POST on what it saw before the pause: an
+event may have started, or gone, meanwhile. So a POST waits (on its own thread, bounded) for a look younger
+than ``fresh_within``, by both clocks (a paused VM's monotonic clock may not have moved).
+
+A POST is sent only once the state file holds it as being sent (the approver waits up to
+``SAVED_WAIT_SECONDS`` for that commit, on the poster's thread, never the poll's).
 """
 
 from __future__ import annotations
@@ -18,15 +38,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from se_exporter.approval.decision import ApprovalDecision
-from se_exporter.approval.decision import ApprovalResult as Result
 from se_exporter.approval.hook import HookRunner, HookSubmitter
-from se_exporter.approval.judge import STATE_UNSAVED, Judge, past_not_before, revision
 from se_exporter.approval.ledger import (
     HOOK_RUNNING,
     IN_FLIGHT,
@@ -34,23 +52,274 @@ from se_exporter.approval.ledger import (
     POSTING,
     QUEUED,
     RETENTION_SECONDS,
+    ApprovalDecision,
     LedgerEntry,
     approved_times,
     dump_ledger,
+    event_revision,
     new_entry,
     prune_ledger,
     restore_ledger,
 )
-from se_exporter.approval.policy import Policy, Verdict
-from se_exporter.approval.poster import BackgroundPoster, Dropped, PostRetry, PostStartRequests
-from se_exporter.approval.settling import Hooking, Item, recheck, settle_hook, settle_post
-from se_exporter.approval.view import SAVED_WAIT_SECONDS, LatestView
+from se_exporter.approval.ledger import ApprovalResult as Result
+from se_exporter.approval.policy import (
+    CHANGED,
+    NOT_LISTED,
+    STATE_UNSAVED,
+    Judge,
+    Policy,
+    Verdict,
+    past_not_before,
+    revision,
+)
+from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
 from se_exporter.durable.persistence import Tables
+from se_exporter.errors import IMDSError
+from se_exporter.imds.changes import describe_change
 from se_exporter.imds.document import SCHEDULED, ScheduledEvent
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import EventState
+from se_exporter.process.command import CommandResult
+
+FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS down: the POST fails anyway)
+
+
+SAVED_WAIT_SECONDS = 60.0  # a POST not saved as being sent by then is not sent (skip reason state_unsaved)
+
+
+class LatestView:
+    """Guarded by the approver's lock: every method is called with it held."""
+
+    def __init__(
+        self,
+        lock: threading.Lock,
+        fresh_within: float,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._changed = threading.Condition(lock)
+        self._fresh_within = fresh_within
+        self._clock = clock
+        self._monotonic = monotonic
+        self.events: Mapping[str, EventState] = {}
+        self.vm_name: str | None = None
+        self._taken = (float("-inf"), float("-inf"))  # wall and monotonic time of the look
+        self._closed = False
+
+    def update(self, events: Mapping[str, EventState], vm_name: str | None, now: float) -> None:
+        self.events, self.vm_name = events, vm_name
+        self._taken = (now, self._monotonic())
+        self._changed.notify_all()
+
+    def wait_fresh(self, timeout: float = FRESH_WAIT_SECONDS) -> None:
+        """Until the look is fresh, the view closed, or ``timeout`` seconds passed (the lock is released
+        meanwhile, so the poll loop can bring the next look)."""
+        deadline = time.monotonic() + timeout  # real time, whatever clocks were injected
+        while not self._closed and self._age() > self._fresh_within:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._changed.wait(min(left, 1.0))
+
+    def close(self) -> None:
+        self._closed = True
+        self._changed.notify_all()
+
+    def _age(self) -> float:
+        wall, mono = self._taken
+        return max(self._clock() - wall, self._monotonic() - mono)
+
+
+Ledger = MutableMapping[str, LedgerEntry]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One event of a POST batch."""
+
+    event: ScheduledEvent  # the revision the policy matched (and the hook ran on): only this one is POSTed
+    rule: str
+    why: str
+    revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hooking:
+    """A hook running for one event."""
+
+    future: Future[CommandResult]
+    event: ScheduledEvent
+    rule: str
+    revision: str  # the event as the hook saw it
+
+
+def settle_hook(
+    job: Hooking, entry: LedgerEntry, state: EventState | None, *, vm_name: str | None, now: float, judge: Judge
+) -> tuple[ApprovalDecision | None, Item | None]:
+    """The decision a finished hook leads to, or the batch item to POST (the hook passed on the revision
+    that is listed now, which still qualifies)."""
+    result = _hook_result(job.future)
+    if result.expired:
+        entry.status = Result.EXPIRED
+        return _decided(
+            job.event,
+            Result.EXPIRED,
+            job.rule,
+            f"hook {result.summary}: Azure starts the event anyway; nothing POSTed",
+            now,
+        ), None
+    if not result.ok:
+        entry.status = Result.HOOK_FAILED
+        last = f"; last output: {result.last_output}" if result.last_output else ""
+        return _decided(
+            job.event,
+            Result.HOOK_FAILED,
+            job.rule,
+            f"hook {result.summary}{last}; not retried until the event changes",
+            now,
+        ), None
+    return _after_passing_hook(job, entry, state, f"hook {result.summary}", vm_name=vm_name, now=now, judge=judge)
+
+
+def _after_passing_hook(
+    job: Hooking,
+    entry: LedgerEntry,
+    state: EventState | None,
+    hook: str,
+    *,
+    vm_name: str | None,
+    now: float,
+    judge: Judge,
+) -> tuple[ApprovalDecision | None, Item | None]:
+    """Decided again on the event as it is now: it may have started, moved, changed or gone meanwhile."""
+    if state is None:
+        entry.status, entry.reason = Result.SKIPPED, NOT_LISTED
+        return _decided(
+            job.event, Result.SKIPPED, job.rule, f"{NOT_LISTED}: the event is gone (after the {hook})", now
+        ), None
+    current, verdict = state.event, judge.decide(state, vm_name, now)
+    if not verdict.candidate:
+        entry.status, entry.reason, entry.revision = Result.SKIPPED, verdict.reason, event_revision(current)
+        reason = f"{verdict.reason}: {verdict.detail} (after the {hook})"
+        return _decided(current, Result.SKIPPED, job.rule, reason, now), None
+    if (revision := event_revision(current)) != job.revision:
+        # The hook prepared for another version of the event (fewer Resources, another type…): the entry
+        # keeps the old revision, so this poll decides on the new one afresh (and runs the hook again).
+        entry.status, entry.reason = Result.SKIPPED, CHANGED
+        reason = f"{CHANGED}: {describe_change(job.event, current)} while its hook ran; deciding again"
+        return _decided(current, Result.SKIPPED, job.rule, reason, now), None
+    entry.rule = verdict.rule
+    if (late := past_not_before(current, now)) is not None:
+        entry.status = Result.EXPIRED
+        reason = f"{hook}, but NotBefore passed {late:.0f} s ago; nothing POSTed"
+        return _decided(current, Result.EXPIRED, verdict.rule, reason, now), None
+    entry.status = QUEUED
+    return None, Item(current, verdict.rule, f"{verdict.detail}; {hook}", revision)
+
+
+def recheck(
+    items: Sequence[Item], latest: Mapping[str, EventState], vm_name: str | None, now: float, judge: Judge
+) -> tuple[list[tuple[str, Item]], list[Dropped[Item]]]:
+    """A fresh decision on the latest document before a POST attempt: only the revision that was decided
+    (and that the hook ran on) may be POSTed."""
+    keep: list[tuple[str, Item]] = []
+    dropped: list[Dropped[Item]] = []
+    for item in items:
+        state = latest.get(item.event.event_id)
+        if state is None:
+            dropped.append(Dropped(item, Result.SKIPPED, f"{NOT_LISTED}: the event is gone"))
+            continue
+        verdict, revision = judge.decide(state, vm_name, now), event_revision(state.event)
+        if not verdict.candidate:  # the skip is about the revision listed now
+            dropped.append(
+                Dropped(
+                    Item(state.event, item.rule, item.why, revision),
+                    Result.SKIPPED,
+                    f"{verdict.reason}: {verdict.detail}",
+                )
+            )
+        elif revision != item.revision:  # kept with the decided revision: the next poll decides afresh
+            change = describe_change(item.event, state.event)
+            dropped.append(Dropped(item, Result.SKIPPED, f"{CHANGED}: {change}; deciding again"))
+        elif (late := past_not_before(state.event, now)) is not None:
+            dropped.append(
+                Dropped(
+                    item, Result.EXPIRED, f"NotBefore passed {late:.0f} s ago: Azure starts it anyway; nothing POSTed"
+                )
+            )
+        else:
+            keep.append((state.event.event_id, Item(state.event, verdict.rule, item.why, item.revision)))
+    return keep, dropped
+
+
+def settle_post(
+    outcome: PostOutcome[Item],
+    ledger: Ledger,
+    latest: Mapping[str, EventState],
+    now: float,
+    retry_delays: Sequence[float],
+) -> list[ApprovalDecision]:
+    """The decisions a finished POST batch comes to: the items a recheck dropped, then approved or failed."""
+    decisions = [_dropped(gone, ledger, latest, outcome.attempts, now) for gone in outcome.dropped]
+    error = outcome.error
+    together = f" (one request for {len(outcome.items)} events)" if len(outcome.items) > 1 else ""
+    tries = f" at attempt {outcome.attempts}" if outcome.attempts > 1 else ""
+    for item in outcome.items:
+        entry = ledger[item.event.event_id]
+        entry.decided_at = now
+        if error is None:
+            entry.status = Result.APPROVED
+            reason = f"{item.why}; POST StartRequests succeeded{tries}{together}"
+            decisions.append(
+                ApprovalDecision(item.event, Result.APPROVED, item.rule, reason, outcome.latency_seconds, now)
+            )
+            continue
+        entry.status = Result.FAILED
+        entry.attempts += 1
+        if isinstance(error, IMDSError) and error.retryable and entry.attempts <= len(retry_delays):
+            delay = retry_delays[entry.attempts - 1]
+            entry.retry_at = now + delay
+            then = f"POST retry {entry.attempts}/{len(retry_delays)} in {delay:g} s if still approvable"
+        else:
+            entry.retry_at = None
+            then = "not retried until the event changes"
+        after = f" after {outcome.attempts} attempt(s)" if outcome.attempts else ""
+        reason = f"POST StartRequests failed{together}{after}: {type(error).__name__}: {error}; {then}"
+        decisions.append(ApprovalDecision(item.event, Result.FAILED, item.rule, reason, outcome.latency_seconds, now))
+    return decisions
+
+
+def _dropped(
+    gone: Dropped[Item], ledger: Ledger, latest: Mapping[str, EventState], attempts: int, now: float
+) -> ApprovalDecision:
+    """An item a recheck took out of a batch: skipped (no longer approvable, or changed) or expired."""
+    item = gone.item
+    entry = ledger[item.event.event_id]
+    entry.decided_at = now
+    entry.revision = item.revision  # after a change, the decided one: the next poll decides afresh
+    result = Result(gone.result)
+    entry.status, entry.reason = result, gone.reason.split(":", 1)[0]
+    current = latest.get(item.event.event_id)
+    shown = current.event if current is not None else item.event
+    reason = f"{gone.reason} (decided again before POST attempt {attempts + 1})"
+    return ApprovalDecision(shown, result, item.rule, reason, None, now)
+
+
+def _decided(event: ScheduledEvent, result: Result, rule: str, reason: str, now: float) -> ApprovalDecision:
+    return ApprovalDecision(event, result, rule, reason, None, now)
+
+
+def _hook_result(future: Future[CommandResult]) -> CommandResult:
+    if future.cancelled():
+        return CommandResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary="was cancelled")
+    error = future.exception()
+    if error is not None:
+        return CommandResult(exit_code=None, timed_out=False, duration_seconds=0.0, summary=f"runner error: {error!r}")
+    return future.result()
+
 
 log = logging.getLogger("se_exporter.approval")
+
 
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
 
@@ -75,7 +344,7 @@ class Approver:
         retention_seconds: float = RETENTION_SECONDS,
         post_retry: PostRetry | None = None,
         can_remember: Callable[[], bool] = lambda: True,
-        fresh_within: float = 5.0,  # a POST waits for a look this young (approval/view.py)
+        fresh_within: float = 5.0,  # a POST waits for a look this young (approval/approver.py)
         pace: Callable[[], None] = lambda: None,  # waits for a POST's request slot, before its recheck
         # The future of a commit carrying every change made so far (durable.persistence: commit_requested).
         commit_requested: Callable[[], Future[None]] | None = None,

@@ -11,6 +11,9 @@ Only entries that must survive a restart are written: ``approved`` (never approv
 ``hook_failed`` and ``expired`` (not redone until the event changes), ``failed`` (with its retry budget),
 ``post_due`` (decided, its hook passed, not sent yet: POSTed after the restart) and ``posting`` (a POST is
 being sent: read back as ``unknown``). Skips and running hooks are not saved: they are decided again.
+
+What the approver hands to the sinks (metrics, audit trail) is an ``ApprovalDecision``, its outcome an
+``ApprovalResult``.
 """
 
 from __future__ import annotations
@@ -20,33 +23,90 @@ import json
 import logging
 from collections.abc import Mapping, MutableMapping, Set
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from se_exporter.approval.decision import ApprovalResult
 from se_exporter.durable.persistence import Tables, decode_row
 from se_exporter.imds.document import MAX_EVENTS, ScheduledEvent
 
+
+class ApprovalResult(StrEnum):
+    APPROVED = "approved"  # POST StartRequests succeeded
+    DRY_RUN = "dry_run"  # would have been approved; dry_run is on
+    FAILED = "failed"  # the POST failed
+    HOOK_FAILED = "hook_failed"  # the pre-approval hook failed or timed out
+    EXPIRED = "expired"  # NotBefore passed before the approval could be carried out: nothing was POSTed
+    UNKNOWN = "unknown"  # the exporter died while the POST was sent (or about to be): never sent again
+    SKIPPED = "skipped"  # not approvable (logged once, never counted)
+
+
+COUNTED_RESULTS = (
+    ApprovalResult.APPROVED,
+    ApprovalResult.DRY_RUN,
+    ApprovalResult.FAILED,
+    ApprovalResult.HOOK_FAILED,
+    ApprovalResult.EXPIRED,
+    ApprovalResult.UNKNOWN,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    event: ScheduledEvent
+    result: ApprovalResult
+    rule: str  # the matching rule ("" for most skips)
+    reason: str  # "<code or what happened>: <details>"
+    post_latency_seconds: float | None  # approved/failed: the POST call, including the client's retries
+    at: float  # Unix time of the decision
+
+    @property
+    def counted(self) -> bool:
+        """True when it counts in approvals_total (everything but ``skipped``)."""
+        return self.result is not ApprovalResult.SKIPPED
+
+
 TABLES = ("approvals",)
+
+
 # Statuses of an entry besides the results: a hook running, a POST decided and waiting for the poster
 # (QUEUED, saved as post_due), a POST owed after a restart (POST_DUE), a POST being sent (POSTING: saved
 # before the request leaves, so that a crash never sends it twice).
 HOOK_RUNNING = "hook_running"
+
+
 QUEUED = "queued"
+
+
 POST_DUE = "post_due"
+
+
 POSTING = "posting"
+
+
 IN_FLIGHT = (HOOK_RUNNING, QUEUED, POSTING)
+
+
 SavedStatus = Literal["approved", "unknown", "dry_run", "hook_failed", "expired", "failed", "post_due", "posting"]
+
+
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
+
+
 # How long a decision on an event no longer listed is remembered: an approval for a week (an EventId that
 # comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
 RETENTION_SECONDS = 7 * 24 * 3600.0
+
+
 OTHER_RETENTION_SECONDS = 600.0
+
+
 # The ledger's bound (and its share of the state file): twice the events a document may list. Past it,
 # decisions on events no longer listed are forgotten oldest first, approvals last.
 MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
+
 
 log = logging.getLogger("se_exporter.approval")
 

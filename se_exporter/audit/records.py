@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import msgspec
 
 from se_exporter.actions.runs import ActionOutcome, ActionResult
-from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
+from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
 from se_exporter.common.times import rfc3339, unix_nanos
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import Metric
 
 from se_exporter.actions.runs import ACTION_RESULTS
-from se_exporter.approval.decision import COUNTED_RESULTS
+from se_exporter.approval.ledger import COUNTED_RESULTS
 from se_exporter.imds.document import APPROVABLE_EVENT_TYPES, EVENT_TYPES
 from se_exporter.lifecycle.transitions import TransitionKind
 from se_exporter.metrics.names import PREFIX, BoundedValues, label

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from se_exporter.actions.runs import ActionOutcome
-from se_exporter.approval.decision import ApprovalDecision
+from se_exporter.approval.ledger import ApprovalDecision
 from se_exporter.common.tracing import mark_error
 from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback

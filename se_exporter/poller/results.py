@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 from se_exporter.actions.runs import ActionOutcome
-from se_exporter.approval.decision import ApprovalDecision
+from se_exporter.approval.ledger import ApprovalDecision
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle.transitions import EventState, Transition

@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 
 from se_exporter.approval.approver import Approver
-from se_exporter.approval.decision import ApprovalDecision
 from se_exporter.approval.hook import HookRunner, HookSubmitter
-from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS
-from se_exporter.approval.policy import Hook, Policy
+from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, ApprovalDecision
+from se_exporter.approval.policy import Hook, Policy, Rule
 from se_exporter.approval.poster import PostRetry
-from se_exporter.approval.rules import Rule
 from se_exporter.durable.persistence import Tables
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Cause, Classification, Impact
@@ -786,7 +784,7 @@ def test_a_post_waits_for_a_look_taken_after_a_pause_of_the_process() -> None:
     the view from before the pause; the event had started meanwhile (the soak found it)."""
     import threading
 
-    from se_exporter.approval.view import LatestView
+    from se_exporter.approval.approver import LatestView
 
     now = [1000.0]
     mono = [50.0]

@@ -19,11 +19,11 @@ from se_exporter.approval.policy import (
     NOT_THIS_VM,
     VM_NAME_UNKNOWN,
     Policy,
+    Rule,
     Verdict,
     load_policy,
     parse_policy,
 )
-from se_exporter.approval.rules import Rule
 from se_exporter.errors import ConfigError
 from se_exporter.imds.impact import Cause, Classification, Impact
 from tests.approval.helpers import T0, TESTDATA, VM, event

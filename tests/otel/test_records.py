@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from se_exporter import logs
-from se_exporter.approval.decision import ApprovalDecision, ApprovalResult
+from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
 from se_exporter.audit.records import approval_record, transition_record
 from se_exporter.audit.trail import AuditTrail
 from se_exporter.errors import ConfigError
