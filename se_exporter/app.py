@@ -40,9 +40,7 @@ from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.registry import exporter_registry
 from se_exporter.metrics.textfile import TextfileWriter
 from se_exporter.operator_files import load_operator_files
-from se_exporter.otel.config import HOW_TO_ENABLE, parse_otel_environment
-from se_exporter.otel.resource import resource_attributes
-from se_exporter.otel.telemetry import NoTelemetry, Telemetry
+from se_exporter.otel.config import HOW_TO_ENABLE, NoTelemetry, Telemetry, parse_otel_environment, resource_attributes
 from se_exporter.poller import Poller, PollSink
 from se_exporter.web.config import LiveWebConfig
 from se_exporter.web.endpoints import TrafficGate, make_app

@@ -1,4 +1,12 @@
-"""Process logging to stderr in logfmt (default) or JSON, node_exporter style."""
+"""Process logging to stderr in logfmt (default) or JSON, node_exporter style.
+
+How the OpenTelemetry SDK's own log lines reach ours (no SDK import: it is a logging concern).
+
+The SDK logs every failed OTLP attempt and every retry (an error line every few seconds while a
+collector is down). se-exporter reports an outage itself, once when it starts and once when it
+ends (the log shipper for records, the span exporter for spans), so those lines go to debug. Every
+other SDK warning (a batch dropped as too large, a bad configuration) stays a warning.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +19,29 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+
+
 FORMATS = ("logfmt", "json")
+
+
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
+
+
 _BARE_ASCII = re.compile(r"[!#-<>-\[\]-~]+")  # printable ASCII but for those: bare, no further check
+
+
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
+
+
 # ``extra={FIELDS: (summary, details...)}`` hands a line's fields over as mappings, in order: for lines
 # with many fields (the audit trail's), cheaper than one record attribute each. A logfmt line at info
 # shows the summary only (one event, one short line); at debug, and in JSON, every field.
 FIELDS = "se_fields"
+
+
 _MEMO_TEXTS, _MEMO_TEXT_CHARS = 4096, 200
+
+
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -141,3 +163,37 @@ def configure(level: str, fmt: str, stream: TextIO | None = None) -> logging.Han
     root.setLevel(LEVELS[level])
     root.propagate = False
     return handler
+
+
+SDK_LOGGER = "opentelemetry"
+
+
+_RETRY_CHATTER = ("Transient error", "Failed to export", "retrying", "Shutdown in progress", "already shutdown")
+
+
+class ExportRetriesToDebug(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.ERROR and any(part in record.getMessage() for part in _RETRY_CHATTER):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger("se_exporter").isEnabledFor(logging.DEBUG)
+        return True
+
+
+class _Forward(logging.Handler):
+    """Hands the SDK's records (from any of its child loggers) to our handler, once filtered."""
+
+    def __init__(self, target: logging.Handler) -> None:
+        super().__init__()
+        self._target = target
+        self.addFilter(ExportRetriesToDebug())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._target.handle(record)
+
+
+def route_sdk_logs(handler: logging.Handler, level: int) -> None:
+    """Send the SDK's warnings (and, at debug, its retries) through ``handler``, in our format."""
+    sdk = logging.getLogger(SDK_LOGGER)
+    sdk.handlers = [_Forward(handler)]
+    sdk.setLevel(min(level, logging.WARNING))
+    sdk.propagate = False

@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.common.outcome import Outcome
 from se_exporter.durable.spool import Spool
 from se_exporter.imds.pacing import Backoff
+from se_exporter.otel.answers import Outcome
 
 log = logging.getLogger(__name__)
 BATCH_SIZE = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default

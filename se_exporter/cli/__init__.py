@@ -175,7 +175,7 @@ def _add_arguments(command: str, parser: Parser) -> None:
 
 def _configure_logging(level: str, fmt: str) -> None:
     from se_exporter import logs
-    from se_exporter.otel.sdk_logs import route_sdk_logs
+    from se_exporter.logs import route_sdk_logs
 
     handler = logs.configure(level, fmt)
     route_sdk_logs(handler, logs.LEVELS[level])

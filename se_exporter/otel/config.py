@@ -18,6 +18,16 @@ environment: endpoints and their per-signal variants, headers, compression, cert
 Pure but for two looks outside: no OpenTelemetry import; the installed distributions' entry points, read
 only when an exporter is asked for, and the certificate and key files the variables name, read (at most
 1 MiB each) so that a missing one is a start-up error naming the variable.
+
+What se-exporter knows of itself and of this VM, as OpenTelemetry resource attributes (no OpenTelemetry
+import: the pipeline merges them under what the SDK reads from the environment).
+
+What the exporter holds of OpenTelemetry, without importing it.
+
+Most VMs run without an OTLP endpoint: then nothing of OpenTelemetry is imported at all (the SDK was
+about a third of a started exporter's memory and start-up time, the API is 0.4 MiB). ``NoTelemetry`` is
+what they get; ``otel.pipeline.build_telemetry`` (imported only when a signal is configured) builds the
+real one.
 """
 
 from __future__ import annotations
@@ -26,27 +36,55 @@ import math
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from se_exporter.audit.records import AuditRecord
 from se_exporter.config.files import read_text
+from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
+from se_exporter.imds.identity import VMIdentity
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+
 
 ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
+
+
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+
+
 GRPC_INSTALL = "pip install 'azure-scheduled-events-exporter[grpc]'"
+
+
 OTLP_EXPORTERS = frozenset(OTLP_BY_PROTOCOL.values())
+
+
 DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch processor's and ours
+
+
 # The span processor's queue and batch where OTEL_BSP_MAX_QUEUE_SIZE / _MAX_EXPORT_BATCH_SIZE are not set: the
 # SDK's (2,048 and 512) bound spans by count alone, and 2,048 lifecycle spans of the largest events IMDS may
 # list, held while a collector is away, took the DaemonSet's pod past its 96 MiB (BENCHMARKS.md).
 SPAN_QUEUE, SPAN_BATCH = 512, 128
+
+
 # A span attribute value at most this many characters where neither OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT nor
 # OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT is set, a span event's where the first is not: the SDK keeps them whole,
 # and a 3.5 MB Description on every lifecycle span, 512 of them queued while a collector is away, took the
 # exporter to 118 MiB. The transition's log record, bounded by the spool's bytes, keeps the whole text.
 SPAN_ATTRIBUTE_LENGTH = 4096
+
+
 _ATTRIBUTE_LENGTHS = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+
 _SPAN_QUEUE_AND_BATCH = ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
+
+
 _COMPRESSIONS = {"otlp_proto_http": ("none", "gzip", "deflate"), "otlp_proto_grpc": ("none", "gzip")}
+
+
 # Counts and times the SDK parses with int() and falls back on its default, with a warning, when it cannot.
 _POSITIVE = (
     "OTEL_BSP_SCHEDULE_DELAY",
@@ -55,6 +93,7 @@ _POSITIVE = (
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
 )
+
 
 HOW_TO_ENABLE = (
     "OpenTelemetry export is off: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_TRACES_EXPORTER / "
@@ -242,3 +281,49 @@ def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str
         if environ.get(name, "").strip():
             return name, environ[name]
     return None
+
+
+DEFAULT_SERVICE_NAME = "se-exporter"
+
+
+def resource_attributes(identity: VMIdentity | None, version: str) -> dict[str, str]:
+    """What se-exporter knows of itself and this VM (compute metadata); ``OTEL_RESOURCE_ATTRIBUTES`` and
+    ``OTEL_SERVICE_NAME``, read by the SDK, win over it. ``cloud.*`` only when compute metadata was read."""
+    detected = {"service.name": DEFAULT_SERVICE_NAME, "service.version": version}
+    if identity is not None:
+        detected |= {"host.name": identity.name or "", "host.id": identity.vm_id, "host.type": identity.vm_size}
+        if identity.vm_id:
+            detected |= {
+                "cloud.provider": "azure",
+                "cloud.platform": "azure.vm",
+                "cloud.region": identity.location,
+                "cloud.account.id": identity.subscription_id,
+                "cloud.resource_id": identity.resource_id,
+                "azure.vm.scaleset.name": identity.vm_scale_set_name,
+            }
+    return {key: value for key, value in detected.items() if value}
+
+
+SHUTDOWN_SECONDS = 5.0  # SIGTERM: logs may use all of it; spans get what is left, at least 1 s
+
+
+class Telemetry(Protocol):
+    """A tracer provider (API type; None: spans not exported), the spool the audit trail fills (None: logs
+    not exported), close()."""
+
+    @property
+    def tracer_provider(self) -> trace.TracerProvider | None: ...
+
+    @property
+    def spool(self) -> Spool[AuditRecord] | None: ...
+
+    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None: ...
+
+
+@dataclass
+class NoTelemetry:
+    tracer_provider: trace.TracerProvider | None = None
+    spool: Spool[AuditRecord] | None = None
+
+    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Nothing to flush."""

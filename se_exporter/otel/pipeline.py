@@ -1,11 +1,28 @@
-"""The OpenTelemetry pipeline: the only module that builds the SDK's providers (the rest uses the API).
+"""Each signal's exporters, found as the SDK finds them (its entry points) and built as it builds them, with
+what se-exporter adds to the official OTLP ones: the timeout in the specification's unit (``otel/config.py``)
+and a watch on the collector's answers (``otel/answers.py``). Imported only when a signal is exported;
+gRPC only when an exporter needs it.
+
+The span exporter the SDK's ``BatchSpanProcessor`` hands its batches to: the chosen exporter, with an
+outage said once when it starts and once when it ends, and a pause while it lasts.
+
+Spans are not audit records: while a collector is away they follow the SDK. After a failed export the
+next one waits, for a pause doubling up to two minutes (never sooner than the collector asked), and
+meanwhile the processor's queue holds the spans that end (at most ``OTEL_BSP_MAX_QUEUE_SIZE``, 512 unless
+set: beyond it the SDK drops them, and it drops a batch whose export failed). Without the pause, a dead
+collector would get an attempt every ``OTEL_BSP_SCHEDULE_DELAY``. The exporter's own retry lines go to debug
+(``logs.py``) and are said here instead: one warning per outage with the reason, one line when it
+ends. A batch refused for good (HTTP 400, gRPC INVALID_ARGUMENT) is dropped, not retried, and said once
+per kind of refusal.
+
+The OpenTelemetry pipeline: the only module that builds the SDK's providers (the rest uses the API).
 
 Built from an ``OTelConfig`` (``otel/config.py``: what the SDK does not decide) and handed back as API
 objects; no provider is ever registered globally.
 
 - Spans: the SDK's ``TracerProvider`` (its sampler and span limits as ``OTEL_TRACES_SAMPLER`` and
   ``OTEL_SPAN_*`` say) with a ``BatchSpanProcessor`` (``OTEL_BSP_*``) for each traces exporter, each
-  reported by ``otel/span_export.py``.
+  reported by ``otel/pipeline.py``.
 - Logs: the records are the SDK's (``ReadableLogRecord``), made from the durable ``Spool``'s audit records
   and handed by the ``LogShipper`` to the chosen exporter's ``export()``: a batch leaves the spool only when
   the collector took it. No ``LoggerProvider`` or batch processor: they drop records when the queue is full
@@ -18,10 +35,12 @@ The Python logs API and SDK are still experimental: every use of them is in this
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 from opentelemetry import trace
@@ -29,24 +48,162 @@ from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk._logs.export import LogRecordExportResult
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord, decode_record, encode_record
 from se_exporter.audit.shipper import LogShipper
-from se_exporter.common.outcome import Outcome
 from se_exporter.durable.database import Database
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
-from se_exporter.otel import exporters
-from se_exporter.otel.config import OTelConfig
-from se_exporter.otel.span_export import ReportedSpans
-from se_exporter.otel.telemetry import SHUTDOWN_SECONDS, NoTelemetry, Telemetry
+from se_exporter.imds.pacing import Backoff
+from se_exporter.otel.answers import MAX_ANSWER_BYTES, Answers, Outcome, grpc_exporter_class
+from se_exporter.otel.config import (
+    ENTRY_POINT_GROUPS,
+    GRPC_INSTALL,
+    SHUTDOWN_SECONDS,
+    NoTelemetry,
+    OTelConfig,
+    SignalConfig,
+    Telemetry,
+)
+
+# A collector's gRPC answer, decompressed, at most this (gRPC's own default is 4 MiB): as OTLP/HTTP's bound.
+_GRPC_ANSWER_BOUND = (("grpc.max_receive_message_length", MAX_ANSWER_BYTES),)
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """An exporter, its entry-point name and, for the official OTLP ones, the watch on its answers."""
+
+    name: str
+    exporter: Any  # a SpanExporter or a LogRecordExporter
+    answers: Answers | None
+
+
+def build_exporters(signal: str, config: SignalConfig) -> list[Built]:
+    return [_one(signal, name, config.timeout) for name in config.exporters]
+
+
+def _one(signal: str, name: str, timeout: float | None) -> Built:
+    (point,) = entry_points(group=ENTRY_POINT_GROUPS[signal], name=name)  # config.py checked it is installed
+    try:
+        exporter_class = point.load()
+        if name == "otlp_proto_grpc":
+            import grpc  # noqa: F401 - what it needs, even if its module was loaded already
+    except ImportError as error:
+        hint = f" ({GRPC_INSTALL})" if name == "otlp_proto_grpc" else ""
+        raise ConfigError(f"the {signal} exporter {name!r} cannot be loaded: {error}{hint}") from None
+    if name == "otlp_proto_http":
+        from se_exporter.otel.answers import CollectorSession
+
+        answers = Answers(_response(signal))
+        session = CollectorSession(answers.http_answer, answers.http_error)
+        return Built(name, exporter_class(timeout=timeout, session=session), answers)
+    if name == "otlp_proto_grpc":
+        answers = Answers(_response(signal))
+        watched = grpc_exporter_class(exporter_class, answers)
+        return Built(name, watched(timeout=timeout, channel_options=_GRPC_ANSWER_BOUND), answers)
+    return Built(name, exporter_class(), None)  # the console's, a vendor's: as the SDK would build it
+
+
+def _response(signal: str) -> type[Any]:
+    """The protobuf class of a collector's answer to an export of ``signal``."""
+    if signal == "logs":
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+        return ExportLogsServiceResponse
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    return ExportTraceServiceResponse
+
+
+log = logging.getLogger("se_exporter.otel.pipeline")
+
+
+RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
+
+
+class ReportedSpans(SpanExporter):
+    def __init__(self, built: Built, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._exporter = built.exporter
+        self._answers = built.answers
+        self._what = built.name
+        self._monotonic = monotonic
+        self._backoff = Backoff(base=1.0, cap=RETRY_CAP_SECONDS)
+        self._resume_at = float("-inf")
+        self._failing_since: float | None = None
+        self._lost = 0  # spans lost since the outage began
+        self._refusal = ""  # the last refusal said, so each kind is said once
+        self._stopping = threading.Event()  # ends a pause at once: the last export is tried at shutdown
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        pause = self._resume_at - self._monotonic()
+        if pause > 0:  # the processor's queue holds what ends meanwhile
+            self._stopping.wait(pause)
+        now = self._monotonic()
+        if self._answers is not None:
+            self._answers.begin()
+        succeeded = self._exporter.export(spans) is SpanExportResult.SUCCESS
+        outcome = self._answers.outcome(succeeded) if self._answers is not None else Outcome(succeeded)
+        if outcome.accepted or not outcome.retryable:
+            self._settled(now, outcome, len(spans))
+        else:
+            self._failing(now, outcome, len(spans))
+        return SpanExportResult.SUCCESS if outcome.accepted else SpanExportResult.FAILURE
+
+    def stop_pausing(self) -> None:
+        """At shutdown: a paused export is tried at once, and no later one waits."""
+        self._stopping.set()
+
+    def shutdown(self) -> None:
+        self._stopping.set()  # however the processor is shut down, no export waits out a pause after it
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        flushed: bool = self._exporter.force_flush(timeout_millis)
+        return flushed
+
+    def _failing(self, now: float, outcome: Outcome, count: int) -> None:
+        self._lost += count
+        if self._failing_since is None:
+            self._failing_since = now
+            log.warning(
+                "OTLP span export failing (%s, exporter %s): spans wait in the SDK's queue (OTEL_BSP_MAX_QUEUE_SIZE) "
+                "and sending is tried again after a pause growing to %.0f s",
+                outcome.problem or "the exporter failed",
+                self._what,
+                RETRY_CAP_SECONDS,
+            )
+        self._resume_at = now + max(self._backoff.next_delay(), outcome.retry_after or 0.0)
+
+    def _settled(self, now: float, outcome: Outcome, count: int) -> None:
+        """Taken (perhaps partly), or refused for good: the collector answers."""
+        lost = outcome.rejected if outcome.accepted else count
+        if lost and outcome.problem != self._refusal:
+            verdict = f"{lost} of {count} spans" + ("" if outcome.accepted else " dropped, not retried")
+            log.warning("OTLP span export: %s (%s)", verdict, outcome.problem)
+            self._refusal = outcome.problem
+        if self._failing_since is not None:
+            log.info(
+                "OTLP span export works again after %.0f s (%d span(s) lost meanwhile)",
+                now - self._failing_since,
+                self._lost,
+            )
+        self._failing_since = None
+        self._lost = 0
+        self._resume_at = float("-inf")
+        self._backoff.reset()
+
 
 SCOPE = "se_exporter"
+
+
 # "No trace", said so that the SDK hears it: an empty Context is falsy, and the SDK then takes the current one.
 _NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
+
+
 _SEVERITY = {"INFO": SeverityNumber.INFO, WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 
 
@@ -87,7 +244,7 @@ def build_telemetry(config: OTelConfig, attributes: Mapping[str, str], database:
     resource = Resource.create(dict(attributes)).merge(OTELResourceDetector().detect())
     telemetry = Pipeline(None)
     if config.traces.exporters:
-        span_exporters = tuple(ReportedSpans(built) for built in exporters.build("traces", config.traces))
+        span_exporters = tuple(ReportedSpans(built) for built in build_exporters("traces", config.traces))
         provider = _tracer_provider(resource, span_exporters, config)
         telemetry = Pipeline(provider, _span_exporters=span_exporters)
     if config.logs.exporters:
@@ -96,7 +253,7 @@ def build_telemetry(config: OTelConfig, attributes: Mapping[str, str], database:
                 f"OTEL_LOGS_EXPORTER names {len(config.logs.exporters)} exporters: the durable log spool ships "
                 "to one (name one)"
             )
-        (built,) = exporters.build("logs", config.logs)
+        (built,) = build_exporters("logs", config.logs)
         send = LogSender(built, resource, InstrumentationScope(SCOPE, version))
         spool = database.spool(encode=encode_record, decode=decode_record)
         telemetry.ship_logs(spool, LogShipper(spool, send, abort=send.close, batch_size=config.log_batch_size))
@@ -122,7 +279,7 @@ def _tracer_provider(resource: Resource, span_exporters: Sequence[ReportedSpans]
 class LogSender:
     """Audit records as the SDK's log records, exported by the chosen exporter; what became of them."""
 
-    def __init__(self, built: exporters.Built, resource: Resource, scope: InstrumentationScope) -> None:
+    def __init__(self, built: Built, resource: Resource, scope: InstrumentationScope) -> None:
         self._exporter = built.exporter
         self._answers = built.answers
         self._name = built.name

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from se_exporter.approval.policy import parse_policy
-from se_exporter.otel.telemetry import SHUTDOWN_SECONDS
+from se_exporter.otel.config import SHUTDOWN_SECONDS
 from tests.deploy.support import EXPORTER_PORT, REPO
 from tests.support.readme import DOCS, code_blocks
 

@@ -18,9 +18,8 @@ from se_exporter.durable.database import Database
 from se_exporter.durable.opening import open_database
 from se_exporter.durable.persistence import MAX_DATABASE_BYTES
 from se_exporter.durable.spool import Spool
-from se_exporter.otel.config import parse_otel_environment
+from se_exporter.otel.config import Telemetry, parse_otel_environment
 from se_exporter.otel.pipeline import build_telemetry
-from se_exporter.otel.telemetry import Telemetry
 from se_exporter.simulator import ManualClock, SimulatedVM, SimulatorServer, SimWorld
 from tests.otlp import OTLPReceiver
 from tests.support.exporter_process import ExporterProcess

@@ -20,7 +20,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.otel import collector_http
+from se_exporter.otel import answers as collector_http
 from se_exporter.simulator import EventPlan, SimWorld
 from tests.hostile.test_memory_bounds import peak_kib
 from tests.otel.conftest import InProcess, StartOTel, build_in_process

@@ -10,9 +10,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.otel import exporters
 from se_exporter.otel.config import parse_otel_environment
-from se_exporter.otel.pipeline import LogSender
+from se_exporter.otel.pipeline import LogSender, build_exporters
 from tests.otlp import OTLPReceiver
 
 
@@ -22,7 +21,7 @@ def test_a_record_sent_inside_a_span_carries_no_trace(
     for name, setting in otlp_receiver.env.items():
         monkeypatch.setenv(name, setting)  # the official exporters read the process's environment
     config = parse_otel_environment(otlp_receiver.env)
-    (built,) = exporters.build("logs", config.logs)
+    (built,) = build_exporters("logs", config.logs)
     send = LogSender(built, Resource.create({}), InstrumentationScope("test"))
     tracer = TracerProvider().get_tracer("test")
     with tracer.start_as_current_span("poll") as span:

@@ -18,8 +18,7 @@ from se_exporter.imds.document import Document, ScheduledEvent
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import Transition
-from se_exporter.otel.config import parse_otel_environment
-from se_exporter.otel.resource import resource_attributes
+from se_exporter.otel.config import parse_otel_environment, resource_attributes
 from se_exporter.poller import PollResult
 
 pytestmark = pytest.mark.pure

@@ -1,7 +1,7 @@
 """The developers' guide: only one module builds the OpenTelemetry SDK's providers (otel/pipeline.py, which
-alone imports the experimental logs API too); the rest uses the stable API or plain data. Around it, the
-modules that implement the SDK's exporter interface (otel/span_export.py) or watch the official exporters'
-answers (otel/answers.py, otel/exporters.py: requests and grpc) import what that takes, and nothing more."""
+also implements the SDK's exporter interface and builds the exporters, and alone imports the experimental
+logs API); the rest uses the stable API or plain data, but the module that watches the official exporters'
+answers (otel/answers.py: requests and grpc), which imports what that takes, and nothing more."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "se_exporter"
 RESTRICTED = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry._logs", "grpc")
 ALLOWED = {
     "otel/pipeline.py": RESTRICTED,
-    "otel/span_export.py": ("opentelemetry.sdk.trace",),  # the SpanExporter interface it implements
     "otel/answers.py": ("grpc",),  # the client interceptor on the official gRPC exporter's channel
-    "otel/exporters.py": ("grpc",),  # checked importable before the gRPC exporter is built
 }
 PROVIDERS = ("TracerProvider", "LoggerProvider", "MeterProvider")
 

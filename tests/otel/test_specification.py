@@ -106,7 +106,7 @@ def test_a_retry_after_beyond_five_minutes_is_waited_five_minutes_and_said(
     otlp_receiver: OTLPReceiver, pipeline: InProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``Retry-After: 3600`` was waited 300 s while the docs said "never sooner than it asks": both now say
-    the same (``common/outcome.py`` says why)."""
+    the same (``otel/answers.py`` says why)."""
     otlp_receiver.set_failure(Failure(retry_after=3600.0, remaining=1))
     spool = pipeline.spool
     assert spool is not None
