@@ -30,9 +30,8 @@ from se_exporter.durable.persistence import Persistence
 from se_exporter.durable.schema import TooNew
 from se_exporter.errors import ConfigError, IMDSError, IMDSStopped
 from se_exporter.imds import api_versions
-from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.imds.pacing import RateLimiter
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.machine import TABLES as STORE_TABLES
 from se_exporter.metrics.collector import SnapshotCollector

@@ -17,7 +17,7 @@ past its handler is kept without its frames (``forget_traceback``).
 
 from __future__ import annotations
 
-# What a peer too slow to answer is told (common/deadline.py: the IMDS client and the health check).
+# What a peer too slow to answer is told (imds/client.py: the IMDS client and the health check).
 TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
 BODY_KEPT = 1024  # bytes of a refusal's body an IMDSHTTPError keeps
 

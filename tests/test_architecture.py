@@ -25,8 +25,8 @@ STAGES: dict[str, int] = {
     "common": 0,  # times, stable ids, bounded HTTP answers, send outcomes
     "platform": 0,
     "durable": 0,  # the state file: opens, migrates, reads and writes the database (no domain type)
-    "process": 0,  # the stop request, serve, and running an operator's command: foundation, no domain
     "imds": 1,  # IMDS client and document model
+    "process": 2,  # the stop request, serve, and running an operator's command for an event
     "config": 2,  # what the operator writes: flags, options, files
     "lifecycle": 3,  # the pure state machine and its values (event states, transitions)
     "simulator": 3,  # a world of its own beside the state machine

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from se_exporter.errors import IMDSTimeout, InvalidDocument
-from se_exporter.imds.body import MAX_BODY_BYTES, read_body
+from se_exporter.imds.client import MAX_BODY_BYTES, read_body
 
 DOC = b'{"DocumentIncarnation": 3, "Events": []}'
 

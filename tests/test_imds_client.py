@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 
 from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSStopped, IMDSTimeout, InvalidDocument
-from se_exporter.imds.body import MAX_BODY_BYTES
-from se_exporter.imds.client import ClientSettings, IMDSClient
-from se_exporter.imds.pacing import Backoff, RateLimiter
+from se_exporter.imds.client import MAX_BODY_BYTES, Backoff, ClientSettings, IMDSClient, RateLimiter
 from se_exporter.simulator.imds import invalid_version_body
 from tests.support.fake_imds import Answer, FakeIMDS, Seen
 from tests.support.raw_peer import RawPeer

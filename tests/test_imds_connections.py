@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from se_exporter.errors import IMDSConnectionError, IMDSTimeout
-from se_exporter.imds.client import ClientSettings, IMDSClient
-from se_exporter.imds.pacing import RateLimiter
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 
 DOC = b'{"DocumentIncarnation": 1, "Events": []}'
 

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from se_exporter.errors import IMDSConnectionError, IMDSHTTPError, IMDSTimeout
-from se_exporter.imds.client import ClientSettings, IMDSClient
-from se_exporter.imds.pacing import RateLimiter
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from tests.support.raw_peer import SLOW_ANSWERS, RawPeer
 
 DEADLINE = 0.5

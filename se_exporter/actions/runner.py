@@ -24,12 +24,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from se_exporter.actions.config import Action, Actions
 from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_rows, runs_to_rows
 from se_exporter.durable.persistence import Tables
-from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.platform import Platform, current
-from se_exporter.process.command import CommandResult, CommandRunner
+from se_exporter.process.command import CommandResult, CommandRunner, event_environment, event_file, event_json
 
 log = logging.getLogger("se_exporter.actions")
 TABLES = ("action_runs",)

@@ -75,8 +75,7 @@ from se_exporter.approval.policy import (
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
 from se_exporter.durable.persistence import Tables
 from se_exporter.errors import IMDSError
-from se_exporter.imds.changes import describe_change
-from se_exporter.imds.document import SCHEDULED, ScheduledEvent
+from se_exporter.imds.document import SCHEDULED, ScheduledEvent, describe_change
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import EventState
 from se_exporter.process.command import CommandResult

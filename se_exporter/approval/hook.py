@@ -2,7 +2,7 @@
 
 The command runs as ``command.CommandRunner`` runs any operator command (its own process group, a time
 limit, its output logged to ``se_exporter.approval``), with the event's ``SE_EVENT_*`` variables and the
-whole event in ``SE_EVENT_FILE`` (``imds/event_env.py``), plus ``SE_VM_NAME`` and ``SE_APPROVAL_RULE``.
+whole event in ``SE_EVENT_FILE`` (``process/command.py``), plus ``SE_VM_NAME`` and ``SE_APPROVAL_RULE``.
 
 A hook never runs past the event's NotBefore (Azure starts the event then, approved or not): its
 time limit is the smaller of ``timeout_seconds`` and the time left, which it reads in
@@ -20,10 +20,9 @@ from typing import Protocol
 
 from se_exporter.approval.policy import Hook
 from se_exporter.imds.document import ScheduledEvent
-from se_exporter.imds.event_env import event_environment, event_file, event_json
 from se_exporter.imds.impact import Classification
 from se_exporter.platform import Platform, current
-from se_exporter.process.command import CommandResult, CommandRunner
+from se_exporter.process.command import CommandResult, CommandRunner, event_environment, event_file, event_json
 
 log = logging.getLogger("se_exporter.approval")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from se_exporter.errors import IMDSError
-from se_exporter.imds.pacing import Backoff
+from se_exporter.imds.client import Backoff
 
 log = logging.getLogger("se_exporter.approval")
 

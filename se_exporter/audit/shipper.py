@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 from se_exporter.audit.records import AuditRecord
 from se_exporter.durable.spool import Spool
-from se_exporter.imds.pacing import Backoff
+from se_exporter.imds.client import Backoff
 from se_exporter.otel.answers import Outcome
 
 log = logging.getLogger(__name__)

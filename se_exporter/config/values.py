@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from se_exporter.config import flags
 from se_exporter.imds import api_versions
+from se_exporter.imds.client import IMDS_MIN_REQUEST_SPACING
 from se_exporter.imds.impact import IMPACTS
-from se_exporter.imds.pacing import IMDS_MIN_REQUEST_SPACING
 
 HEALTHY_PATH = "/-/healthy"  # served by the web server; --web.telemetry-path may not take these or "/"
 READY_PATH = "/-/ready"

@@ -4,57 +4,440 @@ Two ``httpx.Client``s share the settings: one for GETs, its connection kept aliv
 for approval POSTs, which never keeps a connection (a POST on a kept-alive connection found closed would
 have to be sent again, and approving again is the approver's decision after a fresh look at the event,
 never the transport's). Neither reads the environment (``trust_env=False``): IMDS is link-local and
-rejects proxied requests. Every request passes the shared rate limiter, has one total deadline
-(``common/deadline.py``) and a bounded body (``imds/body.py``), is timed into ``on_response`` (the metrics)
-and traced as an HTTP client span; a GET also ends soon after the ``stop`` event is set. httpx's
-exceptions become ``errors.IMDSError``'s.
+rejects proxied requests. Every request passes the shared rate limiter (``RateLimiter``; ``Backoff`` paces
+retries), has one total deadline (``DeadlineTransport``, below) and a bounded body (``read_body``), is timed
+into ``on_response`` (the metrics) and traced as an HTTP client span; a GET also ends soon after the ``stop``
+event is set. httpx's exceptions become ``errors.IMDSError``'s.
 
 The Scheduled Events api-version is the first of ``--imds.api-version`` (newest first) that this VM's IMDS
 accepts. A GET that IMDS answers as it answers a version it does not serve (404, or 400 naming the
 api-version) is asked again, in the same poll, with the next version, so no poll is lost to a switch; the
 preferred version is tried again every ``retry_preferred_seconds`` (on the injected monotonic clock), so a
 VM enrolled later gets it. Approvals are POSTed with the version in use. Each choice is said once.
+
+**One total deadline** for an HTTP request (to IMDS, or the image's health check), which httpx lacks: httpx
+bounds each read by its ``read`` timeout, never their sum, so a peer dripping its status line, its
+headers, endless ``100 Continue`` answers, a chunk-size line or trailers one byte a second holds a request
+for ever, since every read succeeds.
+
+httpcore's network backend (its documented extension point, ``httpcore.NetworkBackend``) is where every
+connect, TLS handshake, read and write happens, so each is given at most the time left until the deadline
+of the request on this thread (``within``), and one that would start past it fails at once as a timeout.
+A request given a stop event ends within ``STOP_CHECK_SECONDS`` of it being set: its reads wait in slices
+that short, and none starts once it is set (the exporter's stop, set by another thread, so that a first
+IMDS answer taking two minutes never holds up a service stop).
+httpx offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`` is an
+``httpx.BaseTransport`` (httpx's documented way to bring a transport) that owns an ``httpcore.ConnectionPool``
+on that backend; httpx keeps the rest (its request and answer models, its exception tree).
+
+**The answer's body** is bounded in bytes after decoding, and in total time.
+
+Every read is bounded by the request's deadline , and the answer as a whole is
+checked against it here too. A compressed chunk decoded whole can be gigabytes: httpx's decoders inflate
+each chunk they get in one call, and one 64 KiB chunk of gzip inflates to 64 MiB. We never ask for
+compression, but a broken or hostile peer may send it anyway, so the raw bytes (``iter_raw``) are decoded
+here, never more than the cap at a time, and the cap applies to what the body decodes to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import random
+import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import httpcore
 import httpx
 
 from se_exporter import __version__
-from se_exporter.common.deadline import STOPPED, DeadlineTransport, root_cause, within
 from se_exporter.common.tracing import client_kind, mark_error
-from se_exporter.errors import IMDSConnectionError, IMDSError, IMDSHTTPError, IMDSStopped, IMDSTimeout
+from se_exporter.errors import (
+    TOO_SLOW,
+    IMDSConnectionError,
+    IMDSError,
+    IMDSHTTPError,
+    IMDSStopped,
+    IMDSTimeout,
+    InvalidDocument,
+)
 from se_exporter.imds import api_versions
-from se_exporter.imds.body import read_body
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
-from se_exporter.imds.pacing import RateLimiter
 
 if TYPE_CHECKING:
     from opentelemetry import trace
 
+
+STOP_CHECK_SECONDS = 0.25  # how long a read waits before it looks at the stop event again
+
+
+STOPPED = "cut short: the exporter is stopping"
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("se_exporter_http_deadline", default=None)
+
+
+_STOP: ContextVar[threading.Event | None] = ContextVar("se_exporter_http_stop", default=None)
+
+
+@contextlib.contextmanager
+def within(deadline: float, stop: threading.Event | None = None) -> Iterator[None]:
+    """Every connect, read and write of this thread's requests ends by ``deadline`` (a ``time.monotonic``),
+    or soon after ``stop`` is set."""
+    deadline_token, stop_token = _DEADLINE.set(deadline), _STOP.set(stop)
+    try:
+        yield
+    finally:
+        _STOP.reset(stop_token)
+        _DEADLINE.reset(deadline_token)
+
+
+def stopping() -> bool:
+    """Whether this thread's request has a stop event, set."""
+    stop = _STOP.get()
+    return stop is not None and stop.is_set()
+
+
+def _time_left(timeout: float | None, error: type[Exception]) -> float | None:
+    """``timeout``, cut to the time left before this thread's deadline; ``error`` once it has passed."""
+    if stopping():
+        raise error(STOPPED)
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error(TOO_SLOW)
+    return left if timeout is None else min(timeout, left)
+
+
+def _past_deadline() -> bool:
+    deadline = _DEADLINE.get()
+    return deadline is not None and time.monotonic() >= deadline
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if _STOP.get() is None:
+            return self._read(max_bytes, timeout)
+        while True:  # in slices, each followed by a look at the stop event; a slice that times out read nothing
+            limit = _time_left(timeout, httpcore.ReadTimeout)
+            if limit is not None and limit <= STOP_CHECK_SECONDS:
+                return self._read(max_bytes, limit)
+            try:
+                return self._read(max_bytes, STOP_CHECK_SECONDS)
+            except httpcore.ReadTimeout:
+                if timeout is not None:
+                    timeout -= STOP_CHECK_SECONDS
+
+    def _read(self, max_bytes: int, timeout: float | None) -> bytes:
+        try:
+            return self._stream.read(max_bytes, _time_left(timeout, httpcore.ReadTimeout))
+        except httpcore.ReadTimeout:
+            if _past_deadline():  # it waited for all the time left: say why, as for a read never started
+                raise httpcore.ReadTimeout(TOO_SLOW) from None
+            raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # IMDS requests are a few hundred bytes: one send, within the time left.
+        self._stream.write(buffer, _time_left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        limit = _time_left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, limit))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own synchronous backend, each call within the time left."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        limit = _time_left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_tcp(host, port, limit, local_address, socket_options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        raise httpcore.UnsupportedProtocol("Unix sockets are not used")
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+# httpcore's errors as httpx's (what httpx's own transport raises for them), most specific first.
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        for theirs, ours in _HTTPX_ERRORS:
+            if isinstance(error, theirs):
+                raise ours(str(error)) from error  # the cause stays: root_cause() reads it
+        raise
+
+
+class _Body(httpx.SyncByteStream):
+    """An answer's body as httpcore reads it, its errors as httpx's."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            with _as_httpx_errors():
+                close()
+
+
+class DeadlineTransport(httpx.BaseTransport):
+    """No proxy, no retries, every socket call of its pool within the deadline. ``tls``: the context of
+    https requests (IMDS is plain HTTP: none, so no CA bundle is loaded for nothing)."""
+
+    def __init__(self, limits: httpx.Limits, *, tls: ssl.SSLContext | None = None) -> None:
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=tls,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=DeadlineBackend(),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        sent = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+            headers=request.headers.raw,
+            content=request.stream,  # httpx's request stream iterates bytes
+            extensions=request.extensions,  # the timeouts httpx put there
+        )
+        with _as_httpx_errors():
+            answer = self._pool.handle_request(sent)
+        body: Iterable[bytes] = answer.stream  # type: ignore[assignment]  # a sync pool's body iterates bytes
+        return httpx.Response(
+            status_code=answer.status, headers=answer.headers, stream=_Body(body), extensions=answer.extensions
+        )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """What failed underneath httpx's exception (the socket's ``ConnectionRefusedError``, OpenSSL's alert)."""
+    while (under := error.__cause__ or error.__context__) is not None:  # httpcore's pool re-raises "from None"
+        error = under
+    return error
+
+
+# IMDS throttles above 5 requests/s per VM. Spacing requests 250 ms apart keeps any
+# one-second window (closed at both ends) at 5 requests or fewer, whatever mix of GET
+# and POST the exporter sends, also while it backs off from faults.
+IMDS_MIN_REQUEST_SPACING = 0.25
+
+
+class RateLimiter:
+    """Spaces calls at least ``min_interval`` seconds apart; safe to share between threads."""
+
+    def __init__(
+        self,
+        min_interval: float = IMDS_MIN_REQUEST_SPACING,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        self._min_interval = min_interval
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._next_slot = float("-inf")
+
+    def acquire(self) -> None:
+        """Block until this caller's slot comes; slots are handed out in call order."""
+        with self._lock:
+            now = self._monotonic()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + self._min_interval
+        if slot > now:
+            self._sleep(slot - now)
+
+
+class Backoff:
+    """Exponential backoff with "equal jitter": half the delay fixed, half random.
+
+    The fixed half guarantees the pause grows; the random half keeps a fleet of VMs
+    that failed together from retrying in lockstep.
+    """
+
+    def __init__(self, base: float, cap: float, rng: random.Random | None = None) -> None:
+        if base <= 0 or cap < base:
+            raise ValueError(f"backoff needs 0 < base <= cap, got base={base} cap={cap}")
+        self.base = base
+        self.cap = cap
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self.attempt = 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.base * 2.0**self.attempt)
+        self.attempt = min(self.attempt + 1, 32)
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+# A usual document is a few kB, but one listing thousands of events (a large scale set) is not: 5,000
+# events with every field are ~1.4 MB. 4 MiB holds ~15,000 and still caps what a broken peer makes us hold.
+MAX_BODY_BYTES = 4 << 20
+
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, fitting: list[bytes]) -> None:
+        super().__init__()
+        self.fitting = fitting  # the decoded bytes that still fit: the start of an error page explains it
+
+
+def read_body(
+    answer: httpx.Response,
+    deadline: float,
+    what: str = "IMDS answer",
+    monotonic: Callable[[], float] = time.monotonic,
+) -> bytes:
+    """The decoded body of the streamed ``answer`` (``what``: "IMDS GET /path", for messages).
+
+    A success whose body is too large or undecodable is an ``InvalidDocument``; an error page is cut
+    (its start explains it); past ``deadline`` (on ``monotonic``) the answer is abandoned as an
+    ``IMDSTimeout``.
+    """
+    success = 200 <= answer.status_code < 300
+    encoding = answer.headers.get("content-encoding", "identity").strip().lower()
+    decoder = _Decoder(encoding)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for raw in answer.iter_raw():
+            if monotonic() > deadline:
+                raise IMDSTimeout(f"{what} did not finish its answer in time (a slow or dripping answer)")
+            for chunk in decoder.feed(raw, MAX_BODY_BYTES - size):
+                size += len(chunk)
+                chunks.append(chunk)
+    except BodyTooLarge as full:
+        chunks += full.fitting
+        if success:
+            raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes (decoded); not read further") from None
+    except zlib.error as exc:
+        if success:
+            raise InvalidDocument(f"IMDS body cannot be decoded (Content-Encoding: {encoding}): {exc}") from None
+    except ValueError as exc:  # an encoding we do not decode
+        if success:
+            raise InvalidDocument(str(exc)) from None
+    return b"".join(chunks)  # an undecodable or oversized error page: its status code says enough
+
+
+class _Decoder:
+    """Identity, gzip or deflate, never producing more than it is allowed to at once."""
+
+    def __init__(self, encoding: str) -> None:
+        self._zlib = zlib.decompressobj(_WBITS[encoding]) if encoding in _WBITS else None
+        self._unsupported = None if encoding in _WBITS or encoding in ("", "identity") else encoding
+
+    def feed(self, data: bytes, room: int) -> list[bytes]:
+        if self._unsupported is not None:
+            raise ValueError(f"IMDS body cannot be decoded (Content-Encoding: {self._unsupported} is not supported)")
+        if self._zlib is None:
+            if len(data) > room:
+                raise BodyTooLarge([data[:room]])
+            return [data]
+        out: list[bytes] = []
+        while data:
+            # At most room + 1 bytes: one more than fits proves the body too large, without inflating it.
+            chunk = self._zlib.decompress(data, room + 1)
+            if len(chunk) > room:
+                raise BodyTooLarge([*out, chunk[:room]])
+            room -= len(chunk)
+            out.append(chunk)
+            data = self._zlib.unconsumed_tail
+        return out
+
+
 log = logging.getLogger(__name__)
+
+
 EVENTS_PATH = "/metadata/scheduledevents"
+
+
 COMPUTE_PATH = "/metadata/instance/compute"
+
+
 COMPUTE_API_VERSION = "2021-02-01"
+
+
 CONNECT_TIMEOUT_SECONDS = 2.0  # IMDS is link-local: a connection takes microseconds or never comes
+
 
 REQUEST_HEADERS = {
     "Metadata": "true",
     "Accept": "application/json",
-    "Accept-Encoding": "identity",  # a compressed answer is decoded by imds/body.py, bounded, if one comes
+    "Accept-Encoding": "identity",  # a compressed answer is decoded by imds/client.py, bounded, if one comes
     "User-Agent": f"se-exporter/{__version__}",
 }
+
+
 POST_HEADERS = {"Content-Type": "application/json"}
+
+
 ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
 
 

@@ -4,6 +4,9 @@ The JSON is decoded by msgspec into wire types that say exactly what IMDS may se
 more is accepted), then turned into ``ScheduledEvent``s with neutral defaults for the fields older
 api-versions leave out. Unknown EventType/EventStatus values are kept as strings (Azure may add
 some); anything else malformed raises ``InvalidDocument``, which the poll loop counts and survives.
+
+``content`` and ``describe_change`` say what changed in an event listed again under the same EventId (for the
+audit trail and the approver).
 """
 
 from __future__ import annotations
@@ -22,34 +25,70 @@ from se_exporter.errors import InvalidDocument
 # eviction-risk notice (preview, with a newer api-version) is listed like an event, but acknowledging one does
 # nothing, so no approval rule names it. Any other value is kept as it comes (Azure adds types).
 ApprovableEventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
+
+
 APPROVABLE_EVENT_TYPES: tuple[str, ...] = get_args(ApprovableEventTypeName)
+
+
 SPOT_REBALANCE_RECOMMENDATION = "SpotRebalanceRecommendation"
+
+
 EventTypeName = Literal[ApprovableEventTypeName, "SpotRebalanceRecommendation"]
+
+
 EVENT_TYPES: tuple[str, ...] = (*APPROVABLE_EVENT_TYPES, SPOT_REBALANCE_RECOMMENDATION)
+
+
 EventSourceName = Literal["Platform", "User"]
+
+
 EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
+
+
 SCHEDULED = "Scheduled"
+
+
 STARTED = "Started"
+
+
 ADVISORY = "Advisory"  # a Spot eviction-risk notice's status: nothing will start
+
+
 EVENT_STATUSES = (SCHEDULED, STARTED)
+
+
 # The type and status pairs Azure documents: the zero series of azure_scheduled_events_pending.
 KNOWN_LISTINGS: tuple[tuple[str, str], ...] = (
     *((event_type, status) for event_type in APPROVABLE_EVENT_TYPES for status in EVENT_STATUSES),
     (SPOT_REBALANCE_RECOMMENDATION, ADVISORY),
 )
+
+
 UNKNOWN_DURATION = -1
+
+
 # Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
+
+
 # EventIds are GUIDs (36 characters). One far longer is not an id but a broken or hostile peer, and
 # every remembered id (state file, de-duplication) would carry it: refused as an invalid document.
 MAX_EVENT_ID_CHARS = 512
+
+
 _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
+
+
 # What one document may hold, so that everything derived from it (the store, the state file, /metrics,
 # one poll's audit records) fits the DaemonSet's 96 MiB (docs/reliability.md). Real documents list a few
 # events for a scale set's placement group or an availability set (at most a few hundred VMs); beyond
 # these bounds the document is refused as invalid, loudly, rather than half-read.
 MAX_EVENTS = 1000
+
+
 MAX_RESOURCES = 20_000  # Resources entries over all events
 
 
@@ -92,8 +131,14 @@ class _WireDocument(msgspec.Struct, rename="pascal", gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_WireDocument)
+
+
 _HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+
+
 _RFC1123_YEAR = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+(\d+)\b")
+
+
 _LONE_SURROGATE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 
 
@@ -161,3 +206,58 @@ def _parse_time(text: str) -> datetime:
     if parsed.tzinfo is None:  # IMDS times are UTC even when the zone is left out
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
+
+
+# The fields that say what an event is, beside its status and NotBefore (whose changes have names of their
+# own: started, rescheduled). IMDS's names, for people reading the audit trail.
+CONTENT_FIELDS = (
+    ("EventType", "event_type"),
+    ("ResourceType", "resource_type"),
+    ("Resources", "resources"),
+    ("EventSource", "event_source"),
+    ("DurationInSeconds", "duration_seconds"),
+    ("Description", "description"),
+)
+
+
+_ALL_FIELDS = (*CONTENT_FIELDS[:3], ("NotBefore", "not_before"), *CONTENT_FIELDS[3:])
+
+
+def content(event: ScheduledEvent) -> tuple[object, ...]:
+    """What the event is, apart from its status and NotBefore."""
+    return tuple(getattr(event, attr) for _, attr in CONTENT_FIELDS)
+
+
+def status_changed(before: ScheduledEvent, after: ScheduledEvent) -> bool:
+    """Whether the EventStatus changed other than by a start (Scheduled -> Started has a transition of its own;
+    Scheduled -> Paused, Advisory -> Scheduled or Started -> Scheduled do not)."""
+    return before.event_status != after.event_status and (before.event_status, after.event_status) != (
+        SCHEDULED,
+        STARTED,
+    )
+
+
+def describe_change(
+    before: ScheduledEvent, after: ScheduledEvent, *, with_not_before: bool = True, with_status: bool = False
+) -> str:
+    """``the event changed (EventType Freeze -> Reboot; Resources [vm-a] -> [vm-a, vm-b])``, values shortened;
+    ``with_status``: EventStatus too, when it changed other than by a start."""
+    fields = _ALL_FIELDS if with_not_before else CONTENT_FIELDS
+    if with_status and status_changed(before, after):
+        fields = (("EventStatus", "event_status"), *fields)
+    changes = [
+        f"{name} {_short(getattr(before, attr))} -> {_short(getattr(after, attr))}"
+        for name, attr in fields
+        if getattr(before, attr) != getattr(after, attr)
+    ]
+    return "the event changed (" + ("; ".join(changes) or "nothing visible") + ")"
+
+
+def _short(value: object, limit: int = 60) -> str:
+    if isinstance(value, tuple):
+        text = "[" + ", ".join(value[:5]) + (f", and {len(value) - 5} more" if len(value) > 5 else "") + "]"
+    elif isinstance(value, datetime):
+        text = value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    else:
+        text = str(value) if value not in (None, "") else "(none)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

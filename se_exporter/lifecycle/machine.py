@@ -33,8 +33,15 @@ from typing import Annotated
 import msgspec
 
 from se_exporter.durable.persistence import Tables, decode_row
-from se_exporter.imds.changes import content, describe_change, status_changed
-from se_exporter.imds.document import SCHEDULED, STARTED, Document, ScheduledEvent
+from se_exporter.imds.document import (
+    SCHEDULED,
+    STARTED,
+    Document,
+    ScheduledEvent,
+    content,
+    describe_change,
+    status_changed,
+)
 from se_exporter.imds.impact import classify
 from se_exporter.lifecycle.transitions import EventState, Transition, TransitionKind, UnixTime, content_key
 

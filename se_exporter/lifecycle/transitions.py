@@ -16,8 +16,7 @@ from typing import Annotated
 
 import msgspec
 
-from se_exporter.imds.changes import content
-from se_exporter.imds.document import SCHEDULED, ScheduledEvent
+from se_exporter.imds.document import SCHEDULED, ScheduledEvent, content
 from se_exporter.imds.impact import Cause, Impact
 
 # Fixed namespace so that a transition's uid is the same in every process, forever.

@@ -57,7 +57,7 @@ from se_exporter.audit.shipper import LogShipper
 from se_exporter.durable.database import Database
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
-from se_exporter.imds.pacing import Backoff
+from se_exporter.imds.client import Backoff
 from se_exporter.otel.answers import MAX_ANSWER_BYTES, Answers, Outcome, grpc_exporter_class
 from se_exporter.otel.config import (
     ENTRY_POINT_GROUPS,

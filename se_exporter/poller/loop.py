@@ -21,10 +21,9 @@ from se_exporter.approval.ledger import ApprovalDecision
 from se_exporter.common.tracing import mark_error
 from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback
-from se_exporter.imds.client import IMDSClient
+from se_exporter.imds.client import Backoff, IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.imds.pacing import Backoff
 from se_exporter.lifecycle import EventStore
 from se_exporter.poller.gaps import ViewGaps
 from se_exporter.poller.results import (

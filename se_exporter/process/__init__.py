@@ -11,7 +11,7 @@ that thread may hold any lock, a ``threading.Event``'s own among them (``Event.s
 a stop inside the poll loop's ``Event.wait``). The interpreter's C handler writes the signal's number
 to a socket (``signal.set_wakeup_fd``), and the stopping thread, which reads that socket, sets ``event``.
 Every wait ends on ``event``: the poll loop's pause at once, a request to IMDS within
-``common/deadline.py``'s ``STOP_CHECK_SECONDS``, so a stop takes seconds whatever IMDS does.
+``imds/client.py``'s ``STOP_CHECK_SECONDS``, so a stop takes seconds whatever IMDS does.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ listen address and the web config file the way the exporter does: a flag wins ov
 config sets TLS (no verification: it is the server in this container, not a peer to trust). 200 is
 healthy; so is 401 when basic auth guards ``/-/healthy`` (the probe has no password, only hashes
 exist), and a refused client certificate when the web config requires one: the server answered. httpx
-asks, within one total deadline (``common/deadline.py``).
+asks, within one total deadline (``imds/client.py``).
 Exit 0 when healthy, 1 with one line on stderr otherwise (Docker's and podman's contract).
 """
 
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import httpx
 
-from se_exporter.common.deadline import DeadlineTransport, root_cause, within
 from se_exporter.config.files import os_problem
 from se_exporter.config.flags import Parser, apply_environment
 from se_exporter.config.options import add_exporter_flags
 from se_exporter.config.values import HEALTHY_PATH
+from se_exporter.imds.client import DeadlineTransport, root_cause, within
 
 TIMEOUT_SECONDS = 4.0  # under the image's --timeout=5s
 _ENTRYPOINTS = ("se-exporter", "se-exporter.exe")

@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.pacing import RateLimiter
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import EventState
 from tests.support.quiet_server import QuietHTTPServer

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from se_exporter.imds.body import MAX_BODY_BYTES
+from se_exporter.imds.client import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENTS
 from se_exporter.metrics.names import label as _label
 from tests.otlp import OTLPHttpReceiver

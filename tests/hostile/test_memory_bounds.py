@@ -18,7 +18,7 @@ import pytest
 
 from se_exporter.durable.persistence import MAX_STATE_BYTES
 from se_exporter.durable.spool import DEFAULT_MAX_BYTES
-from se_exporter.imds.body import MAX_BODY_BYTES
+from se_exporter.imds.client import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENT_ID_CHARS, MAX_EVENTS, MAX_RESOURCES
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value

@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from se_exporter.durable.persistence import Persistence
-from se_exporter.imds.client import ClientSettings, IMDSClient
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.imds.identity import VMIdentity
-from se_exporter.imds.pacing import RateLimiter
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.poller import Poller

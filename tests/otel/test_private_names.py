@@ -14,7 +14,7 @@ from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.sdk._logs import ReadableLogRecord
 
-from se_exporter.common.deadline import DeadlineTransport
+from se_exporter.imds.client import DeadlineTransport
 from se_exporter.otel.answers import Answers, grpc_exporter_class
 
 

@@ -9,8 +9,7 @@ import time
 import httpx
 import pytest
 
-from se_exporter.imds.client import ClientSettings, IMDSClient
-from se_exporter.imds.pacing import RateLimiter
+from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.simulator import EventPlan, FaultPlan, FaultRule, SimulatorServer, SimWorld
 from tests.simulator.conftest import API, EVENTS_PATH, approve, get_document
 
