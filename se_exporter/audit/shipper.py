@@ -18,7 +18,8 @@ of any length (or a restart in the middle of one) costs latency, not records.
 A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
 for gRPC by default). A record refused alone, retryably, is tried next time after an empty request, so
 a collector that comes back between two attempts does not make it look undeliverable, no record
-overtakes an older one, and an attempt during an outage is still one request.
+overtakes an older one, and an attempt during an outage is still one request. While export fails, every
+attempt starts with an empty request: an outage never costs the conversion of a batch.
 
 The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken doubles the next up to
 ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``: a collector that is away when the exporter starts with a backlog
@@ -141,7 +142,9 @@ class LogShipper:
         """None when the batch is done with (taken, or its one record set aside), else the pause before the
         next attempt (0: at once, with a smaller batch)."""
         record, alone, probed = batch[0], len(batch) == 1, False
-        if alone and record.uid == self._refused_alone:  # refused alone last time: an outage, or this record?
+        # Failing (an outage, or this record refused alone last time): an empty request first, so that an
+        # outage costs one small request, never the conversion of a batch (a 3.5 MB record is several copies).
+        if self._failing_since is not None or (alone and record.uid == self._refused_alone):
             probe = self._send_safely([])
             if not probe.accepted:
                 return self._not_taken(probe)

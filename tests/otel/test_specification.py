@@ -144,3 +144,29 @@ def test_grpc_without_its_extra_is_a_configuration_error_that_says_how_to_get_it
     )
     with pytest.raises(ConfigError, match=r"pip install 'azure-scheduled-events-exporter\[grpc\]'"):
         build_telemetry(config, {}, open_memory_database(), "test")
+
+
+def test_while_export_fails_each_attempt_is_an_empty_request_first(
+    otlp_receiver: OTLPReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage costs one small request per attempt, never the conversion of a batch: once an attempt was
+    refused, every later one asks with an empty request first, and the records go only once one is taken."""
+    environ = {**otlp_receiver.env, "OTEL_EXPORTER_OTLP_TIMEOUT": "500"}  # the SDK's own retries end soon
+    pipeline = build_in_process(monkeypatch, environ, tmp_path / "spool")
+    try:
+        otlp_receiver.set_failure(Failure())
+        pipeline.append(records(1, 2, 3))
+        wait_for(lambda: otlp_receiver.store.count_requests("logs", accepted=False) >= 4, 30, "four refusals")
+        otlp_receiver.set_failure(None)
+        otlp_receiver.wait_for_logs(count=3, timeout=30)
+    finally:
+        pipeline.close(timeout=2)
+    logs = [request for request in otlp_receiver.store.requests if request.signal == "logs"]
+    refused = [request.items for request in logs if not request.accepted]
+    assert refused[0] == 3, refused  # the first attempt carried the records (and so may the SDK's retries of it)
+    first_empty = refused.index(0)
+    assert set(refused[:first_empty]) == {3} and not any(refused[first_empty:]), (
+        f"records converted and sent again during the outage: {refused}"
+    )
+    taken = [request.items for request in logs if request.accepted]
+    assert taken[0] == 0 and sum(taken) == 3, taken  # the empty request taken, then the records

@@ -36,7 +36,9 @@ class OTLPGrpcReceiver(OTLPReceiver):
         headers = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
         failure = self.take_failure()
         if failure is not None:
-            self.store.record_rejected(signal, protocol="grpc", status=failure.grpc_code.name, headers=headers)
+            self.store.record_rejected(
+                signal, protocol="grpc", status=failure.grpc_code.name, headers=headers, message=request
+            )
             if failure.retry_after is not None:
                 delay = error_details_pb2.RetryInfo()
                 delay.retry_delay.FromNanoseconds(int(failure.retry_after * 1e9))

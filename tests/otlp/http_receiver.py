@@ -158,7 +158,9 @@ class _OTLPHandler(BaseHTTPRequestHandler):
         protocol = "http/json" if json_reply else "http/protobuf"
         signal = _SIGNALS.get(path)
 
-        def reject(status: int, grpc_code: int, message: str, extra: Mapping[str, str] | None = None) -> None:
+        def reject(
+            status: int, grpc_code: int, message: str, extra: Mapping[str, str] | None = None, request: Any = None
+        ) -> None:
             store.record_rejected(
                 signal or path,
                 protocol=protocol,
@@ -166,6 +168,7 @@ class _OTLPHandler(BaseHTTPRequestHandler):
                 headers=headers,
                 content_type=content_type,
                 content_encoding=encoding,
+                message=request,
             )
             self._reply_status(status, grpc_code, message, json_reply, extra)
 
@@ -176,7 +179,11 @@ class _OTLPHandler(BaseHTTPRequestHandler):
         failure = receiver.take_failure()
         if failure is not None:
             extra = {} if failure.retry_after is None else {"Retry-After": f"{failure.retry_after:g}"}
-            reject(failure.http_status, failure.grpc_code.value[0], failure.message, extra)
+            try:  # counted, not kept
+                request = _decode(REQUEST_TYPES[signal](), body, encoding, json_reply)
+            except (ValueError, OSError, EOFError, zlib.error, DecodeError, json_format.ParseError):
+                request = None
+            reject(failure.http_status, failure.grpc_code.value[0], failure.message, extra, request)
             return
 
         if content_type not in (_PROTOBUF, _JSON):

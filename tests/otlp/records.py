@@ -156,7 +156,7 @@ class RequestRecord:
     content_type: str
     content_encoding: str
     items: int
-    """Number of spans or log records decoded (0 when rejected)."""
+    """Number of spans or log records in the request (a refused one's too, when it could be decoded)."""
     monotonic_time: float
 
 

@@ -85,10 +85,16 @@ class TelemetryStore:
         headers: Mapping[str, str],
         content_type: str = "",
         content_encoding: str = "",
+        message: Message | None = None,
     ) -> None:
-        """Remember a refused request (it carries no records)."""
+        """Remember a refused request; its records (``message``, when it could be decoded) are counted, not kept."""
+        items = 0
+        if isinstance(message, logs_service_pb2.ExportLogsServiceRequest):
+            items = len(flatten_logs(message, protocol))
+        elif isinstance(message, trace_service_pb2.ExportTraceServiceRequest):
+            items = len(flatten_spans(message, protocol))
         record = RequestRecord(
-            signal, protocol, False, status, dict(headers), content_type, content_encoding, 0, time.monotonic()
+            signal, protocol, False, status, dict(headers), content_type, content_encoding, items, time.monotonic()
         )
         with self._cond:
             self._requests.append(record)
