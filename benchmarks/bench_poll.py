@@ -122,6 +122,10 @@ class _StubClient:
     def get_document(self) -> Any:
         return self._client.get_document()
 
+    @property
+    def api_version(self) -> str:
+        return str(self._client.api_version)
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the benchmark stub client has no {name}")
 

@@ -6,6 +6,12 @@ renders /metrics from the store, the poll status and the counters; the web serve
 that depend on what the operator configured (the state file, the textfile, the approver with a policy,
 the actions runner with an actions file, this VM's identity for the OpenTelemetry resource) are each
 built by a function of their own, with what they need passed in.
+
+**The files an operator writes** (``load_operator_files``), read and validated as the exporter uses them
+(``se-exporter check`` too).
+
+Every configured file is read, and every problem of every file is reported at once, each on its own line
+naming the file and the key path: an operator fixes them all in one go.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,18 +41,16 @@ from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.machine import TABLES as STORE_TABLES
-from se_exporter.metrics.collector import SnapshotCollector
+from se_exporter.metrics.collector import SnapshotCollector, exporter_registry
 from se_exporter.metrics.counters import Counters
-from se_exporter.metrics.registry import exporter_registry
 from se_exporter.metrics.textfile import TextfileWriter
-from se_exporter.operator_files import load_operator_files
 from se_exporter.otel.config import HOW_TO_ENABLE, NoTelemetry, Telemetry, parse_otel_environment, resource_attributes
 from se_exporter.poller import Poller, PollSink
-from se_exporter.web.config import LiveWebConfig
+from se_exporter.web.config import LiveWebConfig, WebConfig, load_web_config
 from se_exporter.web.endpoints import TrafficGate, make_app
 from se_exporter.web.server import WebServer
 
-if TYPE_CHECKING:  # OpenTelemetry, the approver, the actions: imported at run time only when configured
+if TYPE_CHECKING:
     from opentelemetry import trace
 
     from se_exporter.actions.config import Actions
@@ -54,8 +59,55 @@ if TYPE_CHECKING:  # OpenTelemetry, the approver, the actions: imported at run t
     from se_exporter.approval.policy import Policy
 
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorFiles:
+    """The files an operator writes, read and validated as the exporter uses them."""
+
+    web_config: WebConfig | None = None
+    policy: Policy | None = None
+    actions: Actions | None = None
+
+
+def load_operator_files(config: ExporterConfig) -> OperatorFiles:
+    """Read every configured file (``se-exporter check`` and the exporter alike); a ``ConfigError`` holds one
+    line per problem, of every file, each naming the file and the key path."""
+    problems: list[str] = []
+
+    def attempt(load: Callable[[], T]) -> T | None:
+        try:
+            return load()
+        except ConfigError as error:
+            problems.extend(str(error).splitlines())
+            return None
+
+    web_file, policy_file, actions_file = config.web_config_file, config.approval_config, config.actions_config
+    web_config = attempt(lambda: load_web_config(web_file)) if web_file is not None else None
+    policy = attempt(lambda: _load_policy(policy_file)) if policy_file is not None else None
+    actions = attempt(lambda: _load_actions(actions_file)) if actions_file is not None else None
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return OperatorFiles(web_config, policy, actions)
+
+
+def _load_actions(path: Path) -> Actions:
+    from se_exporter.actions.config import load_actions
+
+    return load_actions(path)
+
+
+def _load_policy(path: Path) -> Policy:
+    """The approval package is imported only when a policy is configured."""
+    from se_exporter.approval.policy import load_policy
+
+    return load_policy(path)
+
+
+log = logging.getLogger(__name__)
+
+
 Clock = Callable[[], float]
 
 

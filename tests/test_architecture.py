@@ -38,7 +38,6 @@ STAGES: dict[str, int] = {
     "otel": 6,
     "web": 6,  # sinks and the HTTP side
     "app": 7,  # wiring
-    "operator_files": 7,  # reads what the operator writes, as app does
     "cli": 8,  # the command line: run, demo, check
     "__main__": 8,
 }

@@ -140,3 +140,16 @@ def test_the_check_sees_a_stale_name(tmp_path: Path) -> None:
     assert not file_exists("se_exporter/web.py", page) and not file_exists("imds_client.py", page)
     assert "IMDSClient" in definitions() and "get_document" in definitions()["IMDSClient"]
     assert not _module_or_logger("se_exporter.telemetry") and _module_or_logger("se_exporter.events")
+
+
+def test_every_module_path_a_docstring_or_comment_names_exists() -> None:
+    """A module path named in the package's own words (``web/tls.py``, ``se_exporter/imds/client.py``)
+    is a module that exists: a file merged or renamed leaves no docstring pointing at nothing."""
+    package = REPO / "se_exporter"
+    missing = []
+    for source in sorted(package.rglob("*.py")):
+        for name in set(re.findall(r"(?<![\w/.])((?:[a-z_]+/)+[a-z_]+\.py)\b", source.read_text(encoding="utf-8"))):
+            roots = (REPO, package, package / "simulator", source.parent)
+            if not any((root / name).is_file() for root in roots):
+                missing.append(f"{source.relative_to(REPO)}: {name}")
+    assert not missing, missing

@@ -25,7 +25,7 @@ from se_exporter.platform import (
     WindowsPlatform,
     current,
 )
-from se_exporter.platform.winjob import JobObject
+from se_exporter.platform.windows import JobObject
 from tests.support.wait import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"

@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
-from se_exporter.poller.results import POLL_ERROR_REASONS, UNREACHABLE, PollStatus
+from se_exporter.poller.loop import POLL_ERROR_REASONS, UNREACHABLE, PollStatus
 
 pytestmark = pytest.mark.pure
 

@@ -1,1 +1,1 @@
-"""Formats and helpers every stage shares: times, stable ids, bounded HTTP answers, send outcomes."""
+"""What more than one stage shares: times, a span marked failed, a regular file read within its bound."""

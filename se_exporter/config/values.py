@@ -11,8 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from se_exporter.config import flags
-from se_exporter.imds import api_versions
-from se_exporter.imds.client import IMDS_MIN_REQUEST_SPACING
+from se_exporter.imds import IMDS_MIN_REQUEST_SPACING, api_versions
 from se_exporter.imds.impact import IMPACTS
 
 HEALTHY_PATH = "/-/healthy"  # served by the web server; --web.telemetry-path may not take these or "/"

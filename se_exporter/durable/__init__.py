@@ -1,1 +1,2 @@
-"""Surviving restarts: atomic file writes and the state file with one section per stateful component."""
+"""Surviving restarts: the state database (``--state.file``), a row per item of every stateful component and
+the OTLP log spool's table; the only package that opens, migrates, reads or writes it."""

@@ -69,7 +69,7 @@ from se_exporter.errors import (
     IMDSTimeout,
     InvalidDocument,
 )
-from se_exporter.imds import api_versions
+from se_exporter.imds import IMDS_MIN_REQUEST_SPACING, api_versions
 from se_exporter.imds.document import Document, parse_document
 from se_exporter.imds.identity import VMIdentity, parse_compute
 
@@ -278,12 +278,6 @@ def root_cause(error: BaseException) -> BaseException:
     while (under := error.__cause__ or error.__context__) is not None:  # httpcore's pool re-raises "from None"
         error = under
     return error
-
-
-# IMDS throttles above 5 requests/s per VM. Spacing requests 250 ms apart keeps any
-# one-second window (closed at both ends) at 5 requests or fewer, whatever mix of GET
-# and POST the exporter sends, also while it backs off from faults.
-IMDS_MIN_REQUEST_SPACING = 0.25
 
 
 class RateLimiter:

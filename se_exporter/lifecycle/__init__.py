@@ -1,5 +1,5 @@
-"""The event store: a pure state machine over IMDS documents (``events``), and the values it keeps and
-returns, event states and transitions (``lifecycle``)."""
+"""The event store: a pure state machine over IMDS documents (``machine``), and the values it keeps and
+returns, event states and transitions (``transitions``)."""
 
 from se_exporter.lifecycle.machine import MAX_NOT_BEFORE_HISTORY, EventStore
 

@@ -3,7 +3,14 @@
 The collector reads what *is* (the store's listed events, the poll loop's status) and what
 happened (``Counters``) on every scrape, so per-event series vanish with their event and the
 "seconds until" gauges are exact at scrape time. It is a prometheus_client ``Collector``: the exporter
-registers it in a registry of its own (``metrics/registry.py``), whose exposition prometheus_client writes.
+registers it in a registry of its own (``metrics/collector.py``), whose exposition prometheus_client writes.
+
+The exporter's registry (``exporter_registry``): a private ``CollectorRegistry``, never prometheus_client's global one.
+
+It holds the snapshot collector (every ``azure_scheduled_events_*`` family) and client_python's own
+process, platform and GC collectors (``process_*``, ``python_info``, ``python_gc_*``), which every
+client_python exporter shows. ``process_*`` comes from ``/proc`` and is absent where there is none
+(Windows).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -23,6 +31,17 @@ from se_exporter.lifecycle.transitions import EventState
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.names import PREFIX, affects_label, label
 from se_exporter.poller import PollStatus
+
+
+def exporter_registry(collector: Collector) -> CollectorRegistry:
+    # auto_describe=False: the snapshot collector describes itself (its names, for name[] filters), and
+    # the registry must not collect it at registration, before the first poll.
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
 
 
 class HasStatus(Protocol):
@@ -200,8 +219,14 @@ class SnapshotCollector(Collector):
 
 
 _Static = tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]
+
+
 _Timed = list[tuple[list[str], float | None, EventState]]  # labels, NotBefore (Unix time), the state
+
+
 _Cached = tuple[Mapping[str, EventState], VMIdentity, _Timed, _Static]
+
+
 PER_EVENT = ["event_id", "event_type"]
 
 

@@ -1,8 +1,8 @@
 """Everything that differs between Linux and Windows, behind one small seam.
 
-Nothing else in the package branches on the operating system: the command runner, the atomic writer,
-the spool, the default state file and the stop handling ask ``current()``. ``base`` says what the seam
-offers; ``posix`` and ``windows`` (with ``winjob``, its Job Objects) are the two sides. POSIX-only calls
+Nothing else in the package branches on the operating system: the command runner, the state database's
+directory fsync and file modes, the default state file and the stop handling ask ``current()``. ``base``
+says what the seam offers; ``posix`` and ``windows`` (with its Job Objects) are the two sides. POSIX-only calls
 stay in ``posix``, and ``mypy --platform win32`` checks that no Windows path reaches them.
 """
 

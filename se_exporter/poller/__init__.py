@@ -1,10 +1,10 @@
-"""The poll loop (``loop``) and what it hands on and needs (``results``)."""
+"""The poll loop and what it hands on and needs (``loop``)."""
 
-from se_exporter.poller.loop import Poller
-from se_exporter.poller.results import (
+from se_exporter.poller.loop import (
     POLL_ERROR_REASONS,
     UNREACHABLE,
     Decider,
+    Poller,
     PollResult,
     PollSink,
     PollStatus,

@@ -4,6 +4,22 @@ Every fact a poll produces travels one route: the store's transitions, the appro
 actions' outcomes go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans). What the
 loop itself achieved (up, last success, this VM's identity, failures by reason) is its ``status``,
 which /metrics and /-/ready read.
+
+**Gaps in the view** (``ViewGaps``), and what they mean for the store (docs/design.md, What was not seen).
+
+A gap is a stretch without a successful poll longer than max(3 intervals, GAP_FLOOR_SECONDS): a paused
+VM, a stopped exporter, a restart (a store restored from the state file starts with one). The store judges
+what went missing during it by when the view went blind.
+
+After a gap of 24 h or more there is more: Azure disables Scheduled Events after 24 h without a request,
+and the request that enables them again is answered "within 2 minutes" with events following "within 5
+minutes". The first answers may then list nothing that is still coming (a Redeploy off degraded hardware
+is announced days ahead), so for LISTED_WITHIN_SECONDS after the first good poll a restored event that IMDS
+does not list is held, not removed, and the gap stays open until the hold ends.
+
+What the poll loop hands on and what it needs: its status (and the poll errors' reasons, and what to check
+when IMDS cannot be reached), one poll's result, and the protocols of the sinks, the approver and the
+actions runner.
 """
 
 from __future__ import annotations
@@ -11,10 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.ledger import ApprovalDecision
@@ -25,22 +42,170 @@ from se_exporter.imds.client import Backoff, IMDSClient
 from se_exporter.imds.document import Document
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
-from se_exporter.poller.gaps import ViewGaps
-from se_exporter.poller.results import (
-    UNREACHABLE,
-    Decider,
-    PollResult,
-    PollSink,
-    PollStatus,
-    Reactor,
-)
+from se_exporter.lifecycle.transitions import EventState, Transition
 
 if TYPE_CHECKING:
     from opentelemetry import trace
 
-log = logging.getLogger("se_exporter.poller")  # the package's name: the loop is what it logs
+
+_NAMELESS = VMIdentity()
+
+
+POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
+
+
+UNREACHABLE = (
+    "IMDS cannot be reached: is this an Azure VM? On AKS, the IMDS restriction (an agent pool with "
+    "podLinkLocalAccess: None) blocks pods without host networking (the Helm chart's hostNetwork: true); "
+    "IMDS must not be reached through a proxy, nor blocked by a firewall or a NetworkPolicy"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PollStatus:
+    """What the poll loop last achieved; replaced as a whole, so readers need no lock."""
+
+    up: bool = False  # the last poll succeeded
+    last_success: float | None = None  # Unix time of the last good poll
+    identity: VMIdentity = _NAMELESS
+    errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType(dict.fromkeys(POLL_ERROR_REASONS, 0)))
+    api_version: str = ""  # the Scheduled Events api-version of the last good poll ("" before the first)
+
+    @property
+    def ready(self) -> bool:
+        return self.last_success is not None
+
+    @property
+    def unreachable(self) -> bool:
+        """IMDS never answered at all: no poll succeeded, and every one failed to connect or timed out."""
+        answered = any(self.errors[reason] for reason in ("http_4xx", "http_5xx", "throttled", "invalid_document"))
+        tried = self.errors["connection"] or self.errors["timeout"]
+        return self.last_success is None and not answered and bool(tried)
+
+    @property
+    def readiness(self) -> bool | str:
+        """True once IMDS answered; else why not, with what to check when IMDS was never reached at all."""
+        if self.last_success is not None:
+            return True
+        if self.unreachable:
+            return f"Not ready: {UNREACHABLE}"
+        return "Not ready: no successful IMDS poll yet"
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one poll found, for every sink: facts in the order they happened."""
+
+    document: Document
+    transitions: Sequence[Transition]
+    decisions: Sequence[ApprovalDecision]  # made on this document: after its transitions
+    changed: bool  # the document differed from the previous one
+    identity: VMIdentity
+    now: float
+    settled: Sequence[ApprovalDecision] = ()  # work that ended before the document was read: before them
+    actions: Sequence[ActionOutcome] = ()  # actions that ended (or were refused) since the last poll
+
+    @property
+    def all_decisions(self) -> Sequence[ApprovalDecision]:
+        return [*self.settled, *self.decisions] if self.settled else self.decisions
+
+
+class PollSink(Protocol):
+    def on_poll(self, result: PollResult) -> None: ...
+
+
+class Decider(Protocol):
+    """The approver, seen from the loop: it decides on every good poll and never blocks it. It returns
+    (work settled before the document was read, decisions made on it)."""
+
+    def on_poll(
+        self, events: Sequence[EventState], vm_name: str | None
+    ) -> tuple[Sequence[ApprovalDecision], Sequence[ApprovalDecision]]: ...
+
+    def close(self) -> Sequence[ApprovalDecision]: ...
+
+
+class Reactor(Protocol):
+    """The actions, seen from the loop: runs queued per poll, started once the state is saved, never blocking."""
+
+    def on_poll(self, transitions: Sequence[Transition], identity: VMIdentity) -> Sequence[ActionOutcome]: ...
+
+    def release(self) -> None: ...
+
+    def waiting(self) -> bool: ...
+
+    def startable(self) -> bool: ...
+
+    def close(self) -> Sequence[ActionOutcome]: ...
+
+
+# The view had a gap when no poll succeeded for longer than max(3 intervals, this): an IMDS hiccup of a few
+# polls is not one, a paused VM, a stopped exporter or a restart is (docs/design.md, What was not seen).
+GAP_FLOOR_SECONDS = 10.0
+
+
+DISABLED_AFTER_SECONDS = 24 * 3600.0
+
+
+LISTED_WITHIN_SECONDS = 300.0
+
+
+class Look(NamedTuple):
+    blind_since: float | None  # the wall time of the last good poll before a gap that ends now, or None
+    holding: bool  # events IMDS does not list are kept: Scheduled Events were disabled and list them soon
+
+
+class ViewGaps:
+    def __init__(self, interval: float, blind_since: float | None) -> None:
+        self._gap_after = max(3 * interval, GAP_FLOOR_SECONDS)
+        self._blind_since = blind_since  # a restored store: blind since its last look (unknown: since ever)
+        self._last_good: tuple[float, float] | None = None  # wall and monotonic time of the last good poll
+        self._held_for: float | None = None  # the blind_since of the last hold
+        self._hold_until = 0.0
+
+    def look(self, now: float, mono: float) -> Look:
+        """A good poll at ``now``: the gap it ends, and whether a hold is on."""
+        blind = self._gap(now, mono)
+        holding = self._holding(now, blind)
+        self._last_good = (now, mono)
+        self._blind_since = blind if holding else None
+        return Look(blind, holding)
+
+    def _gap(self, now: float, mono: float) -> float | None:
+        """The larger of the two clocks' intervals counts: a paused VM's monotonic clock may not have moved."""
+        blind = self._blind_since
+        if self._last_good is not None:
+            wall, last_mono = self._last_good
+            if (unseen := max(now - wall, mono - last_mono)) > self._gap_after:
+                log.info("no poll succeeded for %.0f s (a paused VM, a stopped exporter, IMDS down)", unseen)
+                blind = wall if blind is None else min(blind, wall)
+        return blind
+
+    def _holding(self, now: float, blind: float | None) -> bool:
+        if blind is None or now - blind < DISABLED_AFTER_SECONDS:
+            return False
+        if self._held_for != blind:  # a new gap of a day or more
+            self._held_for, self._hold_until = blind, now + LISTED_WITHIN_SECONDS
+            until = datetime.fromtimestamp(self._hold_until, UTC).isoformat(timespec="seconds")
+            log.info(
+                "no look at IMDS for %.1f h: Azure disables Scheduled Events after 24 h without requests and lists "
+                "events within 5 minutes of the request that enables them again; until %s an event IMDS does "
+                "not list is held, not removed",
+                (now - blind) / 3600,
+                until,
+            )
+        return now < self._hold_until
+
+
+log = logging.getLogger(__name__)
+
+
 IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
+
+
 IDENTITY_RETRY_MAX_SECONDS = 30.0
+
+
 ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
 
 

@@ -129,6 +129,7 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (FLEET, "Unhealthy exporters", "B"): EMPTY,
         (FLEET, "Unhealthy exporters", "C"): EMPTY,
         (FLEET, "Exporter versions", "A"): equals(1),
+        (FLEET, "IMDS api-versions in use", "A"): equals(1),
         (VM, "variable job", "variable"): DATA,
         (VM, "variable instance", "variable"): DATA,
         (VM, "IMDS", "A"): equals(1),

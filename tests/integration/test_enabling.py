@@ -19,7 +19,7 @@ from se_exporter.imds.identity import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.poller import Poller
-from se_exporter.poller.results import PollResult
+from se_exporter.poller.loop import PollResult
 from se_exporter.simulator import SELF, EventPlan, ManualClock, SimClock, SimulatedVM, SimulatorServer, SimWorld
 from se_exporter.simulator.enablement import EnablementTimes
 from tests.support.exporter_process import ExporterProcess
