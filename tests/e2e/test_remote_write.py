@@ -157,7 +157,11 @@ def _each_cluster_pages_once(built: Stack, manager: Alertmanager, webhook: Webho
         return [d.payload for d in webhook.deliveries if d.path == PAGER]
 
     def summaries() -> list[str]:
-        return sorted(page["payload"]["summary"] for page in pages())
+        """The summary each incident shows now: Alertmanager sends a group's update with the group's
+        ``dedup_key``, which PagerDuty folds into the same incident (a wave whose last alerts reached
+        Alertmanager after its group_wait, on a loaded machine, is [FIRING:199], then [FIRING:200]: one page)."""
+        incidents = {page.get("dedup_key", str(index)): page for index, page in enumerate(pages())}
+        return sorted(page["payload"]["summary"] for page in incidents.values())
 
     expected = [
         "[FIRING:1] AzureScheduledEventNotBeforeImminent on vm-b-0",
@@ -176,6 +180,7 @@ def _each_cluster_pages_once(built: Stack, manager: Alertmanager, webhook: Webho
     imminent = [a for a in manager.alerts() if a["labels"]["alertname"] == "AzureScheduledEventNotBeforeImminent"]
     assert sorted(a["labels"]["cluster"] for a in imminent) == ["a"] * WAVE + ["b"]
     assert summaries() == expected, "the wave paged more than once"
+    assert len({page.get("dedup_key") for page in pages()}) == 2, "one incident per cluster"
 
 
 def _every_dashboard_query_answers_as_on_one_prometheus(built: Stack) -> None:
