@@ -5,7 +5,7 @@ order things happened: those that settle work finished before this document was 
 outcome), then those made on this document, which the poller writes after the document's own
 transitions. Hooks run on the hook runner's thread; POSTs on one background thread (the poster),
 because retries take seconds and the poll loop must keep observing meanwhile. What they come to is
-settled below (``settle_hook``, ``settle_post``, ``recheck``), every decision is the judge's
+settled below (``settle_hook``, ``settle_post``, ``recheck``); every decision comes from ``PolicyVerdicts``
 (``approval/policy.py``).
 
 Its semantics (``approved`` is final; one POST per poll for every candidate; a change means a new decision;
@@ -21,7 +21,7 @@ An approval is for exactly the revision that was decided and that the hook ran o
 before each POST attempt, the event as IMDS lists it now must still qualify *and* be that revision;
 a change means "decide again" (``changed``), which runs the hook again.
 
-``LatestView`` is what the poster relies on before every POST: the approver's latest look at the listed events (and how
+``LastLook`` is what the poster relies on before every POST: the approver's latest look at the listed events (and how
 old it is), and the decision saved in the state file.
 
 The poster runs on its own thread. After the process was paused (a Freeze pauses the whole VM; so does a
@@ -66,8 +66,8 @@ from se_exporter.approval.policy import (
     CHANGED,
     NOT_LISTED,
     STATE_UNSAVED,
-    Judge,
     Policy,
+    PolicyVerdicts,
     Verdict,
     past_not_before,
     revision,
@@ -86,7 +86,7 @@ FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS d
 SAVED_WAIT_SECONDS = 60.0  # a POST not saved as being sent by then is not sent (skip reason state_unsaved)
 
 
-class LatestView:
+class LastLook:
     """Guarded by the approver's lock: every method is called with it held."""
 
     def __init__(
@@ -133,7 +133,7 @@ Ledger = MutableMapping[str, LedgerEntry]
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
+class PostItem:
     """One event of a POST batch."""
 
     event: ScheduledEvent  # the revision the policy matched (and the hook ran on): only this one is POSTed
@@ -143,7 +143,7 @@ class Item:
 
 
 @dataclass(frozen=True, slots=True)
-class Hooking:
+class RunningHook:
     """A hook running for one event."""
 
     future: Future[CommandResult]
@@ -153,8 +153,14 @@ class Hooking:
 
 
 def settle_hook(
-    job: Hooking, entry: LedgerEntry, state: EventState | None, *, vm_name: str | None, now: float, judge: Judge
-) -> tuple[ApprovalDecision | None, Item | None]:
+    job: RunningHook,
+    entry: LedgerEntry,
+    state: EventState | None,
+    *,
+    vm_name: str | None,
+    now: float,
+    verdicts: PolicyVerdicts,
+) -> tuple[ApprovalDecision | None, PostItem | None]:
     """The decision a finished hook leads to, or the batch item to POST (the hook passed on the revision
     that is listed now, which still qualifies)."""
     result = _hook_result(job.future)
@@ -177,26 +183,26 @@ def settle_hook(
             f"hook {result.summary}{last}; not retried until the event changes",
             now,
         ), None
-    return _after_passing_hook(job, entry, state, f"hook {result.summary}", vm_name=vm_name, now=now, judge=judge)
+    return _after_passing_hook(job, entry, state, f"hook {result.summary}", vm_name=vm_name, now=now, verdicts=verdicts)
 
 
 def _after_passing_hook(
-    job: Hooking,
+    job: RunningHook,
     entry: LedgerEntry,
     state: EventState | None,
     hook: str,
     *,
     vm_name: str | None,
     now: float,
-    judge: Judge,
-) -> tuple[ApprovalDecision | None, Item | None]:
+    verdicts: PolicyVerdicts,
+) -> tuple[ApprovalDecision | None, PostItem | None]:
     """Decided again on the event as it is now: it may have started, moved, changed or gone meanwhile."""
     if state is None:
         entry.status, entry.reason = Result.SKIPPED, NOT_LISTED
         return _decided(
             job.event, Result.SKIPPED, job.rule, f"{NOT_LISTED}: the event is gone (after the {hook})", now
         ), None
-    current, verdict = state.event, judge.decide(state, vm_name, now)
+    current, verdict = state.event, verdicts.decide(state, vm_name, now)
     if not verdict.candidate:
         entry.status, entry.reason, entry.revision = Result.SKIPPED, verdict.reason, event_revision(current)
         reason = f"{verdict.reason}: {verdict.detail} (after the {hook})"
@@ -213,26 +219,30 @@ def _after_passing_hook(
         reason = f"{hook}, but NotBefore passed {late:.0f} s ago; nothing POSTed"
         return _decided(current, Result.EXPIRED, verdict.rule, reason, now), None
     entry.status = QUEUED
-    return None, Item(current, verdict.rule, f"{verdict.detail}; {hook}", revision)
+    return None, PostItem(current, verdict.rule, f"{verdict.detail}; {hook}", revision)
 
 
 def recheck(
-    items: Sequence[Item], latest: Mapping[str, EventState], vm_name: str | None, now: float, judge: Judge
-) -> tuple[list[tuple[str, Item]], list[Dropped[Item]]]:
+    items: Sequence[PostItem],
+    latest: Mapping[str, EventState],
+    vm_name: str | None,
+    now: float,
+    verdicts: PolicyVerdicts,
+) -> tuple[list[tuple[str, PostItem]], list[Dropped[PostItem]]]:
     """A fresh decision on the latest document before a POST attempt: only the revision that was decided
     (and that the hook ran on) may be POSTed."""
-    keep: list[tuple[str, Item]] = []
-    dropped: list[Dropped[Item]] = []
+    keep: list[tuple[str, PostItem]] = []
+    dropped: list[Dropped[PostItem]] = []
     for item in items:
         state = latest.get(item.event.event_id)
         if state is None:
             dropped.append(Dropped(item, Result.SKIPPED, f"{NOT_LISTED}: the event is gone"))
             continue
-        verdict, revision = judge.decide(state, vm_name, now), event_revision(state.event)
+        verdict, revision = verdicts.decide(state, vm_name, now), event_revision(state.event)
         if not verdict.candidate:  # the skip is about the revision listed now
             dropped.append(
                 Dropped(
-                    Item(state.event, item.rule, item.why, revision),
+                    PostItem(state.event, item.rule, item.why, revision),
                     Result.SKIPPED,
                     f"{verdict.reason}: {verdict.detail}",
                 )
@@ -247,12 +257,12 @@ def recheck(
                 )
             )
         else:
-            keep.append((state.event.event_id, Item(state.event, verdict.rule, item.why, item.revision)))
+            keep.append((state.event.event_id, PostItem(state.event, verdict.rule, item.why, item.revision)))
     return keep, dropped
 
 
 def settle_post(
-    outcome: PostOutcome[Item],
+    outcome: PostOutcome[PostItem],
     ledger: Ledger,
     latest: Mapping[str, EventState],
     now: float,
@@ -289,7 +299,7 @@ def settle_post(
 
 
 def _dropped(
-    gone: Dropped[Item], ledger: Ledger, latest: Mapping[str, EventState], attempts: int, now: float
+    gone: Dropped[PostItem], ledger: Ledger, latest: Mapping[str, EventState], attempts: int, now: float
 ) -> ApprovalDecision:
     """An item a recheck took out of a batch: skipped (no longer approvable, or changed) or expired."""
     item = gone.item
@@ -350,7 +360,7 @@ class Approver:
         ledger: Mapping[str, LedgerEntry] | None = None,  # decisions restored from the state file
     ) -> None:
         self._policy = policy
-        self._judge = Judge(policy, can_remember)
+        self._verdicts = PolicyVerdicts(policy, can_remember)
         if hook_runner is None and policy.hook is not None and not policy.dry_run:
             hook_runner = HookRunner(policy.hook)
         self._hook_runner = hook_runner
@@ -358,13 +368,13 @@ class Approver:
         self._retry_delays = tuple(retry_delays)
         self._retention = retention_seconds
         self._ledger: dict[str, LedgerEntry] = dict(ledger or {})
-        self._hooks: dict[str, Hooking] = {}
-        self._poster: BackgroundPoster[Item] = BackgroundPoster(
+        self._hooks: dict[str, RunningHook] = {}
+        self._poster: BackgroundPoster[PostItem] = BackgroundPoster(
             post_start_requests, self._recheck, post_retry, monotonic, pace
         )
         self._lock = threading.Lock()
         self._commit_requested = commit_requested or _committed
-        self._view = LatestView(self._lock, fresh_within, clock, monotonic)  # for the poster
+        self._view = LastLook(self._lock, fresh_within, clock, monotonic)  # for the poster
         # POSTs that were being sent when the exporter died: said once, at the first poll, as ``unknown``.
         self._unknown = [key for key, entry in self._ledger.items() if entry.status == Result.UNKNOWN and entry.reason]
         self._said_no_name = False
@@ -394,7 +404,7 @@ class Approver:
             now = self._clock()
             listed = {state.event.event_id: state for state in events}
             self._view.update(listed, vm_name, now)
-            batch: list[Item] = []
+            batch: list[PostItem] = []
             hooks = len(self._hooks)
             decisions.settled.extend(self._restored_unknown(listed, now))
             decisions.settled.extend(self._settle_posts(now))
@@ -432,7 +442,7 @@ class Approver:
         return decisions
 
     def _consider(
-        self, state: EventState, vm_name: str | None, now: float, batch: list[Item], out: list[ApprovalDecision]
+        self, state: EventState, vm_name: str | None, now: float, batch: list[PostItem], out: list[ApprovalDecision]
     ) -> None:
         event = state.event
         entry = self._ledger.get(event.event_id)
@@ -443,7 +453,7 @@ class Approver:
         current = revision(entry, event)  # a hash, once per event object: only for events still to be decided
         if entry is not None and entry.revision == current and self._decided(entry, vm_name, now):
             return
-        verdict = self._judge.decide(state, vm_name, now)
+        verdict = self._verdicts.decide(state, vm_name, now)
         if verdict.candidate:
             self._act(state, entry, current, verdict, vm_name, now, batch, out)
         elif not (
@@ -466,7 +476,7 @@ class Approver:
         verdict: Verdict,
         vm_name: str | None,
         now: float,
-        batch: list[Item],
+        batch: list[PostItem],
         out: list[ApprovalDecision],
     ) -> None:
         """A candidate: expired, dry run, its hook started, or into this poll's POST."""
@@ -492,10 +502,10 @@ class Approver:
             future = self._hook_runner.submit(
                 event, vm_name or "", verdict.rule, classification=classification, seconds_left=left
             )
-            self._hooks[event.event_id] = Hooking(future, event, verdict.rule, current)
+            self._hooks[event.event_id] = RunningHook(future, event, verdict.rule, current)
         else:
             why = f"{verdict.detail}; POST retry after {attempts} failure(s)" if hook_passed else verdict.detail
-            batch.append(Item(event, verdict.rule, why, current))
+            batch.append(PostItem(event, verdict.rule, why, current))
 
     def _decided(self, entry: LedgerEntry, vm_name: str | None, now: float) -> bool:
         """Whether this revision's decision stands (nothing it depends on changed, no retry is due)."""
@@ -503,14 +513,14 @@ class Approver:
             return True
         if entry.status == Result.FAILED:
             return entry.retry_at is None or now < entry.retry_at
-        return entry.status == Result.SKIPPED and entry.vm_name == vm_name and self._judge.stable(entry.reason)
+        return entry.status == Result.SKIPPED and entry.vm_name == vm_name and self._verdicts.stable(entry.reason)
 
     def _settle_hooks(
         self,
         listed: Mapping[str, EventState],
         vm_name: str | None,
         now: float,
-        batch: list[Item],
+        batch: list[PostItem],
         out: list[ApprovalDecision],
     ) -> None:
         for event_id, job in list(self._hooks.items()):
@@ -518,7 +528,7 @@ class Approver:
                 continue
             del self._hooks[event_id]
             decision, item = settle_hook(
-                job, self._ledger[event_id], listed.get(event_id), vm_name=vm_name, now=now, judge=self._judge
+                job, self._ledger[event_id], listed.get(event_id), vm_name=vm_name, now=now, verdicts=self._verdicts
             )
             if decision is not None:
                 out.append(decision)
@@ -551,7 +561,7 @@ class Approver:
             for decision in settle_post(outcome, self._ledger, self._view.events, now, self._retry_delays)
         ]
 
-    def _recheck(self, items: tuple[Item, ...]) -> tuple[list[tuple[str, Item]], list[Any]]:
+    def _recheck(self, items: tuple[PostItem, ...]) -> tuple[list[tuple[str, PostItem]], list[Any]]:
         """Before a POST attempt (on the poster's thread): the entries saved as being sent, on disk, then a
         fresh decision on the latest document. A crash after the commit and before the answer leaves them
         ``unknown``: never sent again."""
@@ -573,7 +583,7 @@ class Approver:
                 why = f"{STATE_UNSAVED}: the POST could not be saved as being sent first; not POSTed"
                 return [], [Dropped(item, Result.SKIPPED, why) for item in items]
             self._view.wait_fresh()  # never on what was seen before a pause of the process
-            return recheck(items, self._view.events, self._view.vm_name, self._clock(), self._judge)
+            return recheck(items, self._view.events, self._view.vm_name, self._clock(), self._verdicts)
 
 
 def _committed() -> Future[None]:

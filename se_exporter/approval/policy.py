@@ -6,8 +6,8 @@ and the time, returning a ``Verdict``: a candidate for approval, or a skip with 
 
 A ``Rule`` holds the keys that match an event (docs/approval.md) and which events it may approve (its
 ``scope``). Every decision the approver makes on an event (the first, after a hook, before each POST
-attempt) is the ``Judge``'s: the policy's verdict with the event's impact and cause, no approval while the
-state file cannot be saved, and which skips hold until the event or this VM's name changes.
+attempt) comes from ``PolicyVerdicts``: the policy's verdict with the event's impact and cause, no approval
+while the state file cannot be saved, and which skips hold until the event or this VM's name changes.
 """
 
 from __future__ import annotations
@@ -354,7 +354,7 @@ STATE_UNSAVED = "state_unsaved"  # skip reason while the state file cannot be sa
 STABLE_SKIPS = frozenset({NOT_SCHEDULED, NOT_THIS_VM, NOT_LEADER})  # hold until the event or the VM name changes
 
 
-class Judge:
+class PolicyVerdicts:
     def __init__(self, policy: Policy, can_remember: Callable[[], bool]) -> None:
         self.policy = policy
         # False while the state file cannot be saved: an approval made then would be forgotten by a

@@ -52,7 +52,7 @@ log = logging.getLogger("se_exporter.durable")
 
 
 @dataclass(frozen=True, slots=True)
-class Opened:
+class OpenedDatabase:
     database: Database
     unusable: int  # files found that could not be used (0 or 1)
     # An earlier release's rows this run starts from when they could not be imported yet (a full disk);
@@ -88,7 +88,7 @@ def _temporary(name: str) -> sqlite3.Connection:
     return connection
 
 
-def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> Opened:
+def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20) -> OpenedDatabase:
     """The database at ``path`` (at most ``max_bytes``), opened whatever was found there (see the module's
     docstring); an earlier release's state file is read up to ``earlier_max_bytes``."""
     try:
@@ -112,10 +112,10 @@ def open_database(path: Path, max_bytes: int, earlier_max_bytes: int = 16 << 20)
     return _existing(path, max_bytes, check=bool(head))
 
 
-def _existing(path: Path, max_bytes: int, *, check: bool) -> Opened:
+def _existing(path: Path, max_bytes: int, *, check: bool) -> OpenedDatabase:
     """A database (or nothing yet), checked when there was one."""
     try:
-        return Opened(Database(_connect(path, max_bytes, check=check), path), 0)
+        return OpenedDatabase(Database(_connect(path, max_bytes, check=check), path), 0)
     except schema.TooNew:
         raise
     except (sqlite3.OperationalError, OSError) as error:  # it could not be made (a full disk): tried again
@@ -124,10 +124,10 @@ def _existing(path: Path, max_bytes: int, *, check: bool) -> Opened:
         return _fresh(path, max_bytes, f"sqlite: {error}")
 
 
-def _begin(path: Path, max_bytes: int, *, unusable: int) -> Opened:
+def _begin(path: Path, max_bytes: int, *, unusable: int) -> OpenedDatabase:
     """A new (or just imported) database at ``path``; one that cannot be opened is tried again at each write."""
     try:
-        return Opened(Database(_connect(path, max_bytes, check=False), path), unusable)
+        return OpenedDatabase(Database(_connect(path, max_bytes, check=False), path), unusable)
     except (sqlite3.Error, OSError) as error:
         return _unopened(path, max_bytes, f" cannot be opened ({error}): every write tries again", unusable=unusable)
 
@@ -148,20 +148,20 @@ def _connect(path: Path, max_bytes: int, *, check: bool) -> sqlite3.Connection:
     return connection
 
 
-def _unopened(path: Path, max_bytes: int, problem: str, *, unusable: int) -> Opened:
+def _unopened(path: Path, max_bytes: int, problem: str, *, unusable: int) -> OpenedDatabase:
     """No database for now (a full disk, no inode, a file that stays): said, and every write tries to open
     it again."""
     log.error("state file %s%s", path, problem)
-    return Opened(Database(None, path, reconnect=lambda: _connect(path, max_bytes, check=False)), unusable)
+    return OpenedDatabase(Database(None, path, reconnect=lambda: _connect(path, max_bytes, check=False)), unusable)
 
 
-def _fresh(path: Path, max_bytes: int, problem: str) -> Opened:
+def _fresh(path: Path, max_bytes: int, problem: str) -> OpenedDatabase:
     """Move what cannot be used aside and begin a new database."""
     log.error("state file %s cannot be used (%s): starting without it%s", path, problem, _set_aside(path))
     return _begin(path, max_bytes, unusable=1)
 
 
-def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
+def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> OpenedDatabase:
     """An earlier release's state file: its sections in a new database that replaces it atomically (a crash
     before the rename leaves the JSON file, imported again at the next start)."""
     if removed := remove_leftovers(path):
@@ -186,7 +186,7 @@ def _upgrade(path: Path, max_bytes: int, earlier_max_bytes: int) -> Opened:
             _import_again(path, earlier_max_bytes)
             return _connect(path, max_bytes, check=False)
 
-        return Opened(Database(None, path, reconnect=import_then_connect), 1 + unusable, rows)
+        return OpenedDatabase(Database(None, path, reconnect=import_then_connect), 1 + unusable, rows)
     return _begin(path, max_bytes, unusable=unusable)
 
 

@@ -112,7 +112,7 @@ MAX_ANSWER_BYTES = 64 << 10  # an OTLP answer is a partial success or a Status: 
 NO_ANSWER = "the exporter failed before the collector answered"
 
 
-class Answers:
+class CollectorAnswers:
     """The last answer of the calling thread's export (the shipper and each span processor export on their
     own thread). ``Response`` is the protobuf class of a successful answer (its ``partial_success``)."""
 
@@ -186,7 +186,7 @@ class Answers:
         return Outcome.taken(*_partial(response))
 
 
-def grpc_exporter_class(exporter: type[Any], answers: Answers) -> type[Any]:
+def grpc_exporter_class(exporter: type[Any], answers: CollectorAnswers) -> type[Any]:
     """The official gRPC exporter ``exporter``, its channel watched by ``answers`` (it makes the channel
     itself, at start and again after UNAVAILABLE, in ``_initialize_channel_and_stub``)."""
     import grpc

@@ -17,7 +17,7 @@ per kind of refusal.
 
 The OpenTelemetry pipeline: the only module that builds the SDK's providers (the rest uses the API).
 
-Built from an ``OTelConfig`` (``otel/config.py``: what the SDK does not decide) and handed back as API
+BuiltExporter from an ``OTelConfig`` (``otel/config.py``: what the SDK does not decide) and handed back as API
 objects; no provider is ever registered globally.
 
 - Spans: the SDK's ``TracerProvider`` (its sampler and span limits as ``OTEL_TRACES_SAMPLER`` and
@@ -58,7 +58,7 @@ from se_exporter.durable.database import Database
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
 from se_exporter.imds.client import Backoff
-from se_exporter.otel.answers import MAX_ANSWER_BYTES, Answers, Outcome, grpc_exporter_class
+from se_exporter.otel.answers import MAX_ANSWER_BYTES, CollectorAnswers, Outcome, grpc_exporter_class
 from se_exporter.otel.config import (
     ENTRY_POINT_GROUPS,
     GRPC_INSTALL,
@@ -74,19 +74,19 @@ _GRPC_ANSWER_BOUND = (("grpc.max_receive_message_length", MAX_ANSWER_BYTES),)
 
 
 @dataclass(frozen=True, slots=True)
-class Built:
+class BuiltExporter:
     """An exporter, its entry-point name and, for the official OTLP ones, the watch on its answers."""
 
     name: str
     exporter: Any  # a SpanExporter or a LogRecordExporter
-    answers: Answers | None
+    answers: CollectorAnswers | None
 
 
-def build_exporters(signal: str, config: SignalConfig) -> list[Built]:
+def build_exporters(signal: str, config: SignalConfig) -> list[BuiltExporter]:
     return [_one(signal, name, config.timeout) for name in config.exporters]
 
 
-def _one(signal: str, name: str, timeout: float | None) -> Built:
+def _one(signal: str, name: str, timeout: float | None) -> BuiltExporter:
     (point,) = entry_points(group=ENTRY_POINT_GROUPS[signal], name=name)  # config.py checked it is installed
     try:
         exporter_class = point.load()
@@ -98,14 +98,14 @@ def _one(signal: str, name: str, timeout: float | None) -> Built:
     if name == "otlp_proto_http":
         from se_exporter.otel.answers import CollectorSession
 
-        answers = Answers(_response(signal))
+        answers = CollectorAnswers(_response(signal))
         session = CollectorSession(answers.http_answer, answers.http_error)
-        return Built(name, exporter_class(timeout=timeout, session=session), answers)
+        return BuiltExporter(name, exporter_class(timeout=timeout, session=session), answers)
     if name == "otlp_proto_grpc":
-        answers = Answers(_response(signal))
+        answers = CollectorAnswers(_response(signal))
         watched = grpc_exporter_class(exporter_class, answers)
-        return Built(name, watched(timeout=timeout, channel_options=_GRPC_ANSWER_BOUND), answers)
-    return Built(name, exporter_class(), None)  # the console's, a vendor's: as the SDK would build it
+        return BuiltExporter(name, watched(timeout=timeout, channel_options=_GRPC_ANSWER_BOUND), answers)
+    return BuiltExporter(name, exporter_class(), None)  # the console's, a vendor's: as the SDK would build it
 
 
 def _response(signal: str) -> type[Any]:
@@ -126,7 +126,7 @@ RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one at
 
 
 class ReportedSpans(SpanExporter):
-    def __init__(self, built: Built, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, built: BuiltExporter, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._exporter = built.exporter
         self._answers = built.answers
         self._what = built.name
@@ -279,7 +279,7 @@ def _tracer_provider(resource: Resource, span_exporters: Sequence[ReportedSpans]
 class LogSender:
     """Audit records as the SDK's log records, exported by the chosen exporter; what became of them."""
 
-    def __init__(self, built: Built, resource: Resource, scope: InstrumentationScope) -> None:
+    def __init__(self, built: BuiltExporter, resource: Resource, scope: InstrumentationScope) -> None:
         self._exporter = built.exporter
         self._answers = built.answers
         self._name = built.name

@@ -9,7 +9,7 @@ connections cannot keep a scrape out. Work only starts for a complete request (o
 bcrypt thread). Whatever happens to one connection, or to an accept, the accept loop goes on, and what a
 connection's error holds is let go with it.
 
-A connection's HTTP/1.1 exchanges (h11), each bounded in time, size and work (``Exchange``).
+A connection's HTTP/1.1 exchanges (h11), each bounded in time, size and work (``HTTPExchanges``).
 
 A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most
 ``MAX_HEAD_BYTES`` of head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a
@@ -214,7 +214,7 @@ def _encoded(headers: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 PLAIN_TEXT = ("Content-Type", "text/plain; charset=utf-8")
 
 
-class Exchange:
+class HTTPExchanges:
     """What the server does with a request: shared by every connection (its threads and bounds too)."""
 
     def __init__(self, app: WSGIApplication, config: LiveWebConfig, port: int, scheme: str, renders: Renders) -> None:
@@ -398,7 +398,7 @@ class _Reader(asyncio.StreamReader):
 
 
 @dataclass(slots=True)
-class _Open:
+class _OpenConnection:
     """An open connection, as the server sees it when it needs room."""
 
     sock: socket.socket
@@ -448,13 +448,13 @@ class WebServer:
         self._listener = bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
-        self._exchange = Exchange(app, live, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
+        self._exchange = HTTPExchanges(app, live, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
         self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
         self._thread = threading.Thread(
             target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
         )
         self._stopping: asyncio.Event | None = None
-        self._open: OrderedDict[asyncio.Task[None], _Open] = OrderedDict()  # oldest first
+        self._open: OrderedDict[asyncio.Task[None], _OpenConnection] = OrderedDict()  # oldest first
         self._room = asyncio.Event()  # set when a connection ends
 
     def start(self) -> None:
@@ -512,7 +512,7 @@ class WebServer:
     def _admit(self, sock: socket.socket, client: str) -> None:
         reader = _Reader(limit=1 << 16)
         task = asyncio.create_task(self._connection(sock, reader, client))
-        self._open[task] = _Open(sock, reader)
+        self._open[task] = _OpenConnection(sock, reader)
         task.add_done_callback(self._forget)
 
     def _forget(self, task: asyncio.Task[None]) -> None:

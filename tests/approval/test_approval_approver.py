@@ -784,12 +784,12 @@ def test_a_post_waits_for_a_look_taken_after_a_pause_of_the_process() -> None:
     the view from before the pause; the event had started meanwhile (the soak found it)."""
     import threading
 
-    from se_exporter.approval.approver import LatestView
+    from se_exporter.approval.approver import LastLook
 
     now = [1000.0]
     mono = [50.0]
     lock = threading.Lock()
-    view = LatestView(lock, fresh_within=5.0, clock=lambda: now[0], monotonic=lambda: mono[0])
+    view = LastLook(lock, fresh_within=5.0, clock=lambda: now[0], monotonic=lambda: mono[0])
     with lock:
         view.update({}, "vm-a", now[0])
     now[0] += 12.0  # the pause: both clocks moved on

@@ -296,7 +296,7 @@ LED_EVENT = {
 
 
 def lagging_imds(seen: Seen) -> Answer:
-    """Answers 200 to a POST but keeps listing E1 as Scheduled (IMDS may lag behind an approval)."""
+    """CollectorAnswers 200 to a POST but keeps listing E1 as Scheduled (IMDS may lag behind an approval)."""
     return Answer(body=b"") if seen.method == "POST" else document(1, LED_EVENT)
 
 

@@ -1,6 +1,6 @@
 """The simulated VM the end-to-end tests look at: events in every state, plus some history.
 
-Built step by step with the SimWorld API on a real-time clock (speed 1: the NotBefore the exporter
+BuiltExporter step by step with the SimWorld API on a real-time clock (speed 1: the NotBefore the exporter
 sees is real wall time), waiting after each step until the exporter has seen it, so that every
 transition (scheduled, started, completed, cancelled, rescheduled) is observed and counted.
 """

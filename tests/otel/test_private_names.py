@@ -15,7 +15,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk._logs import ReadableLogRecord
 
 from se_exporter.imds.client import DeadlineTransport
-from se_exporter.otel.answers import Answers, grpc_exporter_class
+from se_exporter.otel.answers import CollectorAnswers, grpc_exporter_class
 
 
 class _Answer(Message):
@@ -27,7 +27,7 @@ def test_the_grpc_exporter_still_makes_its_channel_where_the_answers_are_watched
     ``_client`` with ``_stub``: every gRPC answer passes our interceptor only while those exist."""
     for exporter in (GrpcLogExporter, GrpcSpanExporter):
         assert callable(getattr(exporter, "_initialize_channel_and_stub", None)), exporter
-        watched: Any = grpc_exporter_class(exporter, Answers(_Answer))(endpoint="http://127.0.0.1:9")
+        watched: Any = grpc_exporter_class(exporter, CollectorAnswers(_Answer))(endpoint="http://127.0.0.1:9")
         assert {"_channel", "_client", "_stub"} <= set(vars(watched)), exporter
         assert type(watched._channel).__name__ == "_Channel", "the channel is the intercepted one"
         watched.shutdown()

@@ -3,7 +3,7 @@ package (``tests/exporter_toolkit/``, built from its Go module) and se-exporter'
 web config file of the ported table (``test_exporter_toolkit_table.py``) and asked the same way; their
 answers must agree, except where ``DIFFERENCES`` (and SECURITY.md) says why they do not.
 
-Answers are compared by kind: refused at load, ok, the HTTP status, or the TLS alert the client got (the
+CollectorAnswers are compared by kind: refused at load, ok, the HTTP status, or the TLS alert the client got (the
 client is the same Python in both runs, so an alert reads the same whichever server sent it). The texts of
 a refusal differ by nature (Go's errors and ours) and are not compared.
 """
