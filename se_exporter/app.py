@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import httpx
 import msgspec
@@ -51,8 +51,6 @@ from se_exporter.web.endpoints import TrafficGate, make_app
 from se_exporter.web.server import WebServer
 
 if TYPE_CHECKING:
-    from opentelemetry import trace
-
     from se_exporter.actions.config import Actions
     from se_exporter.actions.runner import ActionRunner
     from se_exporter.approval.approver import Approver
@@ -118,10 +116,7 @@ class Exporter:
         self,
         config: ExporterConfig,
         *,
-        transport: httpx.BaseTransport | None = None,
-        clock: Callable[[], float] = time.time,
-        tracer_provider: trace.TracerProvider | None = None,
-        extra_sinks: Sequence[PollSink] = (),
+        transport: httpx.BaseTransport | None = None,  # the benchmarks' canned IMDS answers
         environ: Mapping[str, str] | None = None,  # OTEL_* variables; None: no OpenTelemetry pipeline
         stop: threading.Event | None = None,  # once set, a GET to IMDS in flight ends (start-up's too)
     ) -> None:
@@ -160,7 +155,7 @@ class Exporter:
             self.telemetry = build_telemetry(
                 otel, resource_attributes(identity, __version__), self.persistence.database, __version__
             )
-        tracer_provider = tracer_provider or self.telemetry.tracer_provider
+        tracer_provider = self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
         if tracer is not None:  # else no lifecycle span is ever sent
@@ -183,18 +178,17 @@ class Exporter:
             stop=self._stop,
         )
         approver = _approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
-        runner = _action_runner(actions, self.persistence, clock) if actions is not None else None
+        runner = _action_runner(actions, self.persistence, time.time) if actions is not None else None
         self.persistence.flush(force=True)  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
             store=store,
-            sinks=[*sinks, *extra_sinks],
+            sinks=sinks,
             persistence=self.persistence,
             interval=config.poll_interval,
             identity=identity,
             approver=approver,
             actions=runner,
-            clock=clock,
             tracer=tracer,
             after_poll=self.textfile.poll_done if self.textfile else None,
         )
@@ -204,7 +198,7 @@ class Exporter:
             store=store,
             poller=self.poller,
             counters=self.counters,
-            clock=clock,
+            clock=time.time,
             version=__version__,
             spool=self.telemetry.spool,
             state=self.persistence if config.state_file else None,
@@ -215,7 +209,7 @@ class Exporter:
         self.registry = exporter_registry(snapshot)
         if self.textfile is not None:
             self.textfile.registry.register(snapshot)
-        self.web = self._web_server(config, live_web, store, clock) if config.listen_port is not None else None
+        self.web = self._web_server(config, live_web, store, time.time) if config.listen_port is not None else None
 
     def _web_server(
         self, config: ExporterConfig, web_config: LiveWebConfig | None, store: EventStore, clock: Clock
@@ -324,23 +318,27 @@ def _textfile_writer(path: Path | None) -> TextfileWriter | None:
 def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll_interval: float) -> Approver:
     from se_exporter.approval.approver import Approver
     from se_exporter.approval.ledger import TABLES as LEDGER_TABLES
+    from se_exporter.approval.ledger import restore_ledger
 
     def post(event_ids: Sequence[str]) -> None:
         client.approve(event_ids, paced=False)  # the poster waited for the slot before its recheck
 
-    options: dict[str, Any] = {
-        "can_remember": lambda: persistence.ok,
+    approver = functools.partial(
+        Approver,
+        policy,
+        post,
+        can_remember=lambda: persistence.ok,
         # A POST waits for a look younger than two polls (approval/approver.py: never one from before a pause),
         # for its request slot before its recheck, and for its decision to be on disk.
-        "fresh_within": max(5.0, 2 * poll_interval),
-        "pace": client.pace,
-        "commit_requested": persistence.commit_requested,
-    }
+        fresh_within=max(5.0, 2 * poll_interval),
+        pace=client.pace,
+        commit_requested=persistence.commit_requested,
+    )
     built = persistence.restore(
         "approvals",
         LEDGER_TABLES,
-        lambda tables: Approver.from_rows(tables, policy, post, **options),
-        lambda: Approver(policy, post, **options),
+        lambda tables: approver(ledger=restore_ledger(tables, policy.fingerprint)),
+        approver,
     )
     persistence.track("approvals", built, LEDGER_TABLES)
     mode = "dry run: decisions are logged, nothing is approved" if policy.dry_run else "approvals are POSTed"
@@ -352,17 +350,13 @@ def _approver(policy: Policy, client: IMDSClient, persistence: Persistence, poll
 
 def _action_runner(actions: Actions, persistence: Persistence, clock: Callable[[], float]) -> ActionRunner:
     from se_exporter.actions.runner import TABLES, ActionRunner
+    from se_exporter.actions.runs import runs_from_rows
 
-    options: dict[str, Any] = {"save": persistence.flush, "clock": clock}
-    runner = persistence.restore(
-        "actions",
-        TABLES,
-        lambda tables: ActionRunner.from_rows(tables, actions, **options),
-        lambda: ActionRunner(actions, **options),
-    )
-    persistence.track("actions", runner, TABLES)
+    runner = functools.partial(ActionRunner, actions, save=persistence.flush, clock=clock)
+    restored = persistence.restore("actions", TABLES, lambda tables: runner(runs=runs_from_rows(tables)), runner)
+    persistence.track("actions", restored, TABLES)
     log.info("actions %s loaded: %s", actions.source, ", ".join(action.name for action in actions.actions))
-    return runner
+    return restored
 
 
 def _startup_identity(probe: IMDSClient, given: VMIdentity | None) -> VMIdentity | None:

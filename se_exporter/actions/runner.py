@@ -22,8 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
-from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_from_rows, runs_to_rows
-from se_exporter.durable.persistence import Tables
+from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_to_rows
 from se_exporter.imds.identity import VMIdentity
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import Transition
@@ -62,11 +61,6 @@ class ActionRunner:
         self._bytes = 0
         for run in runs:
             self._restore(run)
-
-    @classmethod
-    def from_rows(cls, tables: Tables, actions: Actions, **options: object) -> ActionRunner:
-        """The runner with the runs ``rows`` saved (a msgspec error if a row is damaged)."""
-        return cls(actions, runs=runs_from_rows(tables), **options)  # type: ignore[arg-type]
 
     def rows(self) -> dict[str, Mapping[str, object]]:
         """A row per run waiting, running or not yet reported (``action_runs``)."""

@@ -59,7 +59,6 @@ from se_exporter.approval.ledger import (
     event_revision,
     new_entry,
     prune_ledger,
-    restore_ledger,
 )
 from se_exporter.approval.ledger import ApprovalResult as Result
 from se_exporter.approval.policy import (
@@ -73,7 +72,6 @@ from se_exporter.approval.policy import (
     revision,
 )
 from se_exporter.approval.poster import BackgroundPoster, Dropped, PostOutcome, PostRetry, PostStartRequests
-from se_exporter.durable.persistence import Tables
 from se_exporter.errors import IMDSError
 from se_exporter.imds.document import SCHEDULED, ScheduledEvent, describe_change
 from se_exporter.imds.impact import Classification
@@ -381,14 +379,6 @@ class Approver:
         self._closed = False
         self.approved: Mapping[str, float] = approved_times(self._ledger)  # replaced whole, read by /metrics
         self.state_version = 0  # moves whenever to_state() would save something new (durable.persistence)
-
-    @classmethod
-    def from_rows(
-        cls, tables: Tables, policy: Policy, post_start_requests: PostStartRequests, **kwargs: Any
-    ) -> Approver:
-        """An approver that remembers the decisions ``rows`` saved (``ValueError`` if a row is damaged).
-        With a different policy only final ones are kept: the rest is decided again."""
-        return cls(policy, post_start_requests, ledger=restore_ledger(tables, policy.fingerprint), **kwargs)
 
     def rows(self) -> dict[str, Mapping[str, object]]:
         """The decisions to keep across a restart, a row each (see ``approval.ledger`` for the format)."""

@@ -52,7 +52,6 @@ the previous one when a renewal is broken.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import re
@@ -187,8 +186,6 @@ def load_web_config(path: str | os.PathLike[str], *, check_files: bool = True) -
     source = str(path)
     text = read_text(f"{KIND} {source}", path)
     config = parse_web_config(text, source=source, base_dir=Path(path).resolve().parent)
-    if config.basic_auth_users and importlib.util.find_spec("bcrypt") is None:
-        raise ConfigError(f"{KIND} {source}: basic_auth_users: needs the Python package bcrypt, not installed")
     if config.tls and check_files:
         config.tls.ssl_context()  # load the certificate, key and client CA now: fail before listening
     _log_summary(config)

@@ -262,8 +262,19 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
         self._check_client_auth()
         _known("cipher_suites", self.cipher_suites, tuple(CIPHER_SUITES))
         _known("curve_preferences", self.curve_preferences, CURVES)
-        if _version("min_version", self.min_version, "TLS12") > _version("max_version", self.max_version, "TLS13"):
+        low, high = self.versions
+        if low > high:
             raise field_problem("min_version", "is greater than max_version")
+
+    @property
+    def auth(self) -> str:
+        """``client_auth_type``, its default filled in."""
+        return self.client_auth_type or "NoClientCert"
+
+    @property
+    def versions(self) -> tuple[ssl.TLSVersion, ssl.TLSVersion]:
+        """``min_version`` and ``max_version``, their defaults filled in (refused if insecure or unknown)."""
+        return _version("min_version", self.min_version, "TLS12"), _version("max_version", self.max_version, "TLS13")
 
     @property
     def empty(self) -> bool:
@@ -274,7 +285,7 @@ class TLSServerSpec(msgspec.Struct, forbid_unknown_fields=True):
         )
 
     def _check_client_auth(self) -> None:
-        auth = self.client_auth_type or "NoClientCert"
+        auth = self.auth
         if auth in _UNSUPPORTED_CLIENT_AUTH:
             raise field_problem(
                 "client_auth_type",
@@ -295,7 +306,7 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
     """The validated section with its paths resolved against ``base``; None for plain HTTP."""
     if spec is None or spec.empty:
         return None
-    auth = spec.client_auth_type or "NoClientCert"
+    auth = spec.auth
     for inline, file in _INLINE_TWINS:
         if getattr(spec, inline) and getattr(spec, file):
             log.warning(
@@ -321,11 +332,11 @@ def tls_config(spec: TLSServerSpec | None, source: str, base: Path) -> TLSServer
         cert=None if spec.cert_file else spec.cert,
         key=None if spec.key_file else spec.key,
         client_ca=None if spec.client_ca_file else spec.client_ca,
-        client_auth_type=spec.client_auth_type or "NoClientCert",
+        client_auth_type=auth,
         client_ca_file=_resolve(base, spec.client_ca_file) if spec.client_ca_file else None,
         client_allowed_sans=tuple(normalize_ip(san) for san in spec.client_allowed_sans),  # once, not per handshake
-        min_version=_version("min_version", spec.min_version, "TLS12"),
-        max_version=_version("max_version", spec.max_version, "TLS13"),
+        min_version=spec.versions[0],
+        max_version=spec.versions[1],
         cipher_suites=spec.cipher_suites,
         prefer_server_cipher_suites=spec.prefer_server_cipher_suites,
         source=source,

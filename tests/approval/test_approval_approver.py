@@ -16,7 +16,7 @@ import pytest
 
 from se_exporter.approval.approver import Approver
 from se_exporter.approval.hook import HookRunner, HookSubmitter
-from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, ApprovalDecision
+from se_exporter.approval.ledger import MAX_LEDGER_ENTRIES, OTHER_RETENTION_SECONDS, ApprovalDecision, restore_ledger
 from se_exporter.approval.policy import Hook, Policy, Rule
 from se_exporter.approval.poster import PostRetry
 from se_exporter.durable.persistence import Tables
@@ -75,18 +75,19 @@ class Tracked:
 class Harness:
     """An approver whose POSTs go through the real IMDS client to the recording IMDS on loopback."""
 
-    def __init__(self, policy: Policy, imds: RecordingIMDS, state: Tables | None = None, **kwargs: object) -> None:
+    def __init__(self, policy: Policy, imds: RecordingIMDS, state: Tables | None = None, **kwargs: Any) -> None:
         self.decisions: list[ApprovalDecision] = []
         self.clock = FakeClock()
         kwargs.setdefault("clock", self.clock)
         # One attempt per batch unless a test says otherwise: the approver's own retry schedule is tested
         # on the fake clock; the poster's quick retries have their tests below.
         kwargs.setdefault("post_retry", PostRetry(attempts=1))
-        self.hooks = Tracked(kwargs.pop("hook_runner")) if "hook_runner" in kwargs else None  # type: ignore[arg-type]
+        self.hooks = Tracked(kwargs.pop("hook_runner")) if "hook_runner" in kwargs else None
         if self.hooks is not None:
             kwargs["hook_runner"] = self.hooks
         self.client = imds_client(imds.url)
-        self.approver = Approver.from_rows(state or {}, policy, self.client.approve, **kwargs)
+        ledger = restore_ledger(state or {}, policy.fingerprint)  # as app.py restores it
+        self.approver = Approver(policy, self.client.approve, ledger=ledger, **kwargs)
         self.listing = Listing()
 
     def step(self, events: Sequence[ScheduledEvent], vm_name: str | None = VM) -> None:
@@ -551,9 +552,9 @@ GOOD_ROW = {
 def test_a_malformed_row_is_refused_with_what_is_wrong(row: bytes) -> None:
     """Persistence.restore then starts the approver empty, logs and counts it (the store's case is tested
     in tests/fuzz/test_fuzz_config.py)."""
-    assert Approver.from_rows({"approvals": {"A": json.dumps(GOOD_ROW).encode()}}, POLICY, lambda ids: None)
+    assert restore_ledger({"approvals": {"A": json.dumps(GOOD_ROW).encode()}}, POLICY.fingerprint)
     with pytest.raises(ValueError, match=r"^approval state of A: "):
-        Approver.from_rows({"approvals": {"A": row}}, POLICY, lambda ids: None)
+        restore_ledger({"approvals": {"A": row}}, POLICY.fingerprint)
 
 
 # ----- impact and cause, and the NotBefore deadline ----------------------------------------------

@@ -120,21 +120,6 @@ def test_allowed_sans_match_dns_and_ip(config_dir: Path) -> None:
     assert not tls.allows_peer(None)
 
 
-def test_basic_auth_without_bcrypt_installed_is_a_config_error(
-    config_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bcrypt" else real(name, *a))
-    path = config_dir / "web.yml"
-    path.write_text(f'basic_auth_users:\n  prometheus: "{HASH}"\n')
-    with pytest.raises(ConfigError, match="basic_auth_users: needs the Python package bcrypt"):
-        load_web_config(path)
-    path.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
-    assert load_web_config(path).headers == (("X-Frame-Options", "deny"),)  # no bcrypt needed
-
-
 def test_a_header_value_yaml_reads_as_a_number_is_its_text(write_config: Callable[[str], WebConfig]) -> None:
     """exporter-toolkit's own headers fixture writes ``X-XSS-Protection: 1``: Go reads it as the string "1"."""
     config = write_config(
