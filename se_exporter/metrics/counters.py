@@ -3,7 +3,8 @@
 ``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
 client's response observer. The counters and histograms are prometheus_client's own, registered
 nowhere: the snapshot collector renders them, without their ``_created`` series (a timestamp per
-label set that every VM of a fleet would pay for and no dashboard or rule reads).
+label set that every VM of a fleet would pay for and no dashboard or rule reads): prometheus_client's
+``disable_created_metrics()``, its process-wide switch, is turned when the first ``Counters`` is made.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import collections
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, disable_created_metrics
 from prometheus_client.core import Metric
 
 from se_exporter.actions.runs import ACTION_RESULTS
@@ -42,6 +43,7 @@ class Counters:
     ) -> None:
         """``actions``: each configured action's name and the transitions it runs for (their zero series);
         ``written_files``: the files written durably ("state", "spool"), whose write times are observed."""
+        disable_created_metrics()  # before the first metric is made: none then keeps a _created timestamp
         self._event_type = BoundedValues(EVENT_TYPES, MAX_UNKNOWN_EVENT_TYPES)
         self.transitions = Counter(
             PREFIX + "transitions", "Lifecycle transitions observed.", ["event_type", "transition"], registry=None
@@ -128,10 +130,8 @@ class Counters:
         self.imds_request_duration.labels(method).observe(seconds)
 
     def families(self) -> Iterator[Metric]:
-        """Every counter and histogram, without ``_created`` samples."""
+        """Every counter and histogram."""
         counted = (self.transitions, self.approvals, self.actions, self.imds_requests)
         observed = (self.imds_request_duration, self.started_duration, self.notice, self.writes)
         for metric in (*counted, *observed):
-            for family in metric.collect():
-                family.samples = [sample for sample in family.samples if not sample.name.endswith("_created")]
-                yield family
+            yield from metric.collect()
