@@ -44,13 +44,22 @@ from se_exporter.lifecycle.machine import TABLES as STORE_TABLES
 from se_exporter.metrics.collector import SnapshotCollector, exporter_registry
 from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.textfile import TextfileWriter
-from se_exporter.otel.config import HOW_TO_ENABLE, NoTelemetry, Telemetry, parse_otel_environment, resource_attributes
+from se_exporter.otel.config import (
+    HOW_TO_ENABLE,
+    NoTelemetry,
+    OTelConfig,
+    Telemetry,
+    parse_otel_environment,
+    resource_attributes,
+)
 from se_exporter.poller import Poller, PollSink
 from se_exporter.web.config import LiveWebConfig, WebConfig, load_web_config
 from se_exporter.web.endpoints import TrafficGate, make_app
 from se_exporter.web.server import WebServer
 
 if TYPE_CHECKING:
+    from opentelemetry import trace
+
     from se_exporter.actions.config import Actions
     from se_exporter.actions.runner import ActionRunner
     from se_exporter.approval.approver import Approver
@@ -143,32 +152,13 @@ class Exporter:
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
         self.telemetry: Telemetry = NoTelemetry()
         otel = parse_otel_environment(environ) if environ is not None else None
-        if otel is not None and not otel.enabled:
-            log.info("OpenTelemetry is disabled (OTEL_SDK_DISABLED=true)" if otel.disabled else HOW_TO_ENABLE)
-        if otel is not None and otel.enabled:  # the resource needs the identity: learn it first
-            from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
-
-            probe = IMDSClient(
-                settings, limiter, transport=transport, on_response=self.counters.observe_response, stop=self._stop
-            )
-            identity = _startup_identity(probe, identity)
-            self.telemetry = build_telemetry(
-                otel, resource_attributes(identity, __version__), self.persistence.database, __version__
-            )
+        if otel is not None:
+            identity = self._start_telemetry(otel, identity, settings, limiter, transport)
         tracer_provider = self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
         if tracer is not None:  # else no lifecycle span is ever sent
-            from se_exporter.otel import lifecycle_spans  # OpenTelemetry: only when spans go
-
-            lifecycle = self.persistence.restore(
-                "lifecycle",
-                lifecycle_spans.TABLES,
-                functools.partial(lifecycle_spans.LifecycleSpans.from_rows, tracer, store.removal),
-                functools.partial(lifecycle_spans.LifecycleSpans, tracer, store.removal),
-            )
-            self.persistence.track("lifecycle", lifecycle, lifecycle_spans.TABLES)
-            sinks.append(lifecycle)
+            sinks.append(self._lifecycle_spans(tracer, store))
         self.client = IMDSClient(
             settings,
             limiter,
@@ -210,6 +200,41 @@ class Exporter:
         if self.textfile is not None:
             self.textfile.registry.register(snapshot)
         self.web = self._web_server(config, live_web, store, time.time) if config.listen_port is not None else None
+
+    def _start_telemetry(
+        self,
+        otel: OTelConfig,
+        identity: VMIdentity | None,
+        settings: ClientSettings,
+        limiter: RateLimiter,
+        transport: httpx.BaseTransport | None,
+    ) -> VMIdentity | None:
+        """The OpenTelemetry pipeline, when a signal is on: the resource needs this VM's identity, learned first
+        (``settings``, ``limiter``, ``transport``: the IMDS client's). Returns the identity, as given or learned."""
+        if not otel.enabled:
+            log.info("OpenTelemetry is disabled (OTEL_SDK_DISABLED=true)" if otel.disabled else HOW_TO_ENABLE)
+            return identity
+        from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
+
+        on_response = self.counters.observe_response
+        probe = IMDSClient(settings, limiter, transport=transport, on_response=on_response, stop=self._stop)
+        identity = _startup_identity(probe, identity)
+        attributes = resource_attributes(identity, __version__)
+        self.telemetry = build_telemetry(otel, attributes, self.persistence.database, __version__)
+        return identity
+
+    def _lifecycle_spans(self, tracer: trace.Tracer, store: EventStore) -> PollSink:
+        """The lifecycle spans' sink, its open spans restored from the state file."""
+        from se_exporter.otel import lifecycle_spans  # OpenTelemetry: only when spans go
+
+        lifecycle = self.persistence.restore(
+            "lifecycle",
+            lifecycle_spans.TABLES,
+            functools.partial(lifecycle_spans.LifecycleSpans.from_rows, tracer, store.removal),
+            functools.partial(lifecycle_spans.LifecycleSpans, tracer, store.removal),
+        )
+        self.persistence.track("lifecycle", lifecycle, lifecycle_spans.TABLES)
+        return lifecycle
 
     def _web_server(
         self, config: ExporterConfig, web_config: LiveWebConfig | None, store: EventStore, clock: Clock
