@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from se_exporter import __version__
 from se_exporter.config.flags import PROG, Flag, Parser
-from se_exporter.config.values import optional_file
 from se_exporter.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -193,18 +192,19 @@ def subparser(parser: Parser, command: str) -> Parser:
 
 
 # ``se-exporter check``
-CHECK_FLAGS = tuple(
-    Flag(option, dest, help_text, convert=optional_file, metavar="FILE")
-    for option, dest, help_text in (
-        ("--approval.config", "approval_config", "approval policy (YAML)"),
-        ("--actions.config", "actions_config", "actions on transitions (YAML)"),
-        ("--web.config.file", "web_config_file", "TLS, basic auth and headers (exporter-toolkit format)"),
-    )
+CHECK_FILES = (
+    ("--approval.config", "approval_config", "approval policy (YAML)"),
+    ("--actions.config", "actions_config", "actions on transitions (YAML)"),
+    ("--web.config.file", "web_config_file", "TLS, basic auth and headers (exporter-toolkit format)"),
 )
 
 
 def _add_check_arguments(parser: Parser) -> None:
-    parser.add_flags(CHECK_FLAGS)
+    from se_exporter.config.values import optional_file  # here, not at import: --version needs no dependency
+
+    parser.add_flags(
+        [Flag(option, dest, text, convert=optional_file, metavar="FILE") for option, dest, text in CHECK_FILES]
+    )
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -213,13 +213,13 @@ def _run_check(args: argparse.Namespace) -> int:
     from se_exporter.config.options import ExporterConfig
     from se_exporter.platform import current
 
-    files = {flag.dest: getattr(args, flag.dest) for flag in CHECK_FLAGS}
+    files = {dest: getattr(args, dest) for _, dest, _ in CHECK_FILES}
     platform = current()
     interpreter = platform.service_interpreter_problem(sys.base_prefix)
     if interpreter:
         raise ConfigError(interpreter)
     if not any(files.values()) and platform.service_account is None:  # else the interpreter was something to check
-        given = ", ".join(flag.option for flag in CHECK_FLAGS)
+        given = ", ".join(option for option, _, _ in CHECK_FILES)
         raise ConfigError(f"nothing to check: give {given} (or their SE_EXPORTER_* variables)")
     if any(files.values()):
         load_operator_files(ExporterConfig(**files))

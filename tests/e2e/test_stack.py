@@ -118,7 +118,7 @@ def panel_expectations(stack: Stack) -> dict[tuple[str, str, str], Expect]:
         (FLEET, "Exporters with IMDS down", "B"): equals(1),
         (FLEET, "Poll errors by reason", "A"): DATA,  # zero series for every reason
         (FLEET, "IMDS requests by code", "A"): NONZERO,
-        (FLEET, "Time since last successful poll", "A"): between(0, 5),
+        (FLEET, "Time since last successful poll", "A"): between(0, 60),  # a loaded machine may stall a poll
         (FLEET, "Targets up / down", "A"): equals(1),
         (FLEET, "Targets up / down", "B"): EMPTY,  # no target is down
         (FLEET, "Transition-log spool", "A"): DATA,  # OTLP is configured: the spool exists
