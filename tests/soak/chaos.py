@@ -54,6 +54,7 @@ IMDS_TIMEOUT = 1.0  # --imds.timeout: a delayed answer beyond it is a client tim
 SLOW_ANSWER = 0.4  # a delay the client waits out
 DISK_KIB = 64 * 1024  # the tmpfs for the state file and the spool, filled now and then
 DISK_FULL_SHARE = 0.15  # of the chaos episodes (when a tmpfs can be mounted)
+GAP_SECONDS = 10.0  # se_exporter/poller/loop.py's GAP_FLOOR_SECONDS at the soak's 1 s interval
 PAUSE_SECONDS = (11.5, 13.0)  # beyond the 10 s a view may miss (at a 1 s interval) before it is a gap
 FIRST_ANSWER_DELAY = 1.5  # every new exporter process meets a slow first answer
 POLICY = DESIGN_POLICY.format(dry_run="false", leader="first_resource")
@@ -130,10 +131,18 @@ class SoakResult:
     rss: list[tuple[int, float, int]]  # (run index, monotonic, kB)
     final_metrics: str
     otlp_outages: list[tuple[str, float]]  # (kind, seconds)
-    pauses: list[tuple[float, float, float, float]]  # the exporter's blind windows: monotonic, wall (start, end)
+    pauses: list[tuple[float, float, float, float]]  # SIGSTOP's blind windows: monotonic, wall (start, end)
     sim_seconds: float
     wall_seconds: float
     errors: list[str] = field(default_factory=list)  # unexpected events seen while running
+    # Restarts that kept the exporter blind longer than a gap (a loaded machine's slow start): the same kind
+    # of window as a pause, from the last document served to the old process to the first one to the new.
+    long_restarts: list[tuple[float, float, float, float]] = field(default_factory=list)
+
+    @property
+    def blind(self) -> list[tuple[float, float, float, float]]:
+        """Every window the exporter could not see across: its pauses and its long restarts."""
+        return sorted([*self.pauses, *self.long_restarts])
 
 
 class ArrivalRecordingFaultPlan(FaultPlan):
@@ -254,6 +263,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         otlp_up = threading.Lock()  # held while the receiver is down
         outages: list[tuple[str, float]] = []
         pauses: list[tuple[float, float, float, float]] = []
+        long_restarts: list[tuple[float, float, float, float]] = []
         rss: list[tuple[int, float, int]] = []
         threads = [
             threading.Thread(
@@ -269,6 +279,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
                     "errors": errors,
                     "disk": disk,
                     "pauses": pauses,
+                    "long_restarts": long_restarts,
                     "world": world,
                 },
             ),
@@ -306,7 +317,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         faults.set_rate_limit(5)
         _wait(lambda: not world.snapshot().events, 3 * config.tmax, "every event gone", errors)
         # Not an error by itself: if records are missing, check_transitions names them.
-        wanted = len(expected_transitions(world.truth.changes(), pauses))
+        wanted = len(expected_transitions(world.truth.changes(), sorted([*pauses, *long_restarts])))
         _wait(lambda: _all_delivered(wanted, receiver), 45, "every transition delivered", [])
         time.sleep(1.5)  # stragglers: a duplicate delivery would show up now
         final_metrics = fleet.current.process.metrics()
@@ -328,6 +339,7 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
             final_metrics=final_metrics,
             otlp_outages=outages,
             pauses=pauses,
+            long_restarts=long_restarts,
             sim_seconds=world.clock.now() - sim_began,
             wall_seconds=time.monotonic() - began,
             errors=errors,
@@ -363,6 +375,7 @@ def _chaos(
     errors: list[str],
     disk: Path | None,
     pauses: list[tuple[float, float, float, float]],
+    long_restarts: list[tuple[float, float, float, float]],
     world: SimWorld,
 ) -> None:
     kill_until = began + config.active * config.kill_until
@@ -376,7 +389,7 @@ def _chaos(
             sig = signals[kills % 2]
             kills += 1
             next_kill = now + config.kill_every
-            _restart(fleet, sig, otlp_up, errors)
+            _restart(fleet, sig, otlp_up, errors, world=world, long_restarts=long_restarts)
         elif now >= next_pause and kills >= 2 and now + PAUSE_SECONDS[1] + 1 < began + config.active:
             next_pause = now + config.pause_every
             _pause(fleet, world, rng, pauses, errors)
@@ -470,7 +483,15 @@ def _disk_full(fleet: Fleet, disk: Path, rng: random.Random) -> None:
         filler.unlink()
 
 
-def _restart(fleet: Fleet, sig: int, otlp_up: threading.Lock, errors: list[str]) -> None:
+def _restart(
+    fleet: Fleet,
+    sig: int,
+    otlp_up: threading.Lock,
+    errors: list[str],
+    *,
+    world: SimWorld,
+    long_restarts: list[tuple[float, float, float, float]],
+) -> None:
     name = signal.Signals(sig).name
     with fleet.restart_lock:
         if sig == signal.SIGTERM:  # a clean stop flushes the log spool: not while the receiver is down
@@ -478,7 +499,14 @@ def _restart(fleet: Fleet, sig: int, otlp_up: threading.Lock, errors: list[str])
                 run = fleet.stop(sig, name)
         else:
             run = fleet.stop(sig, name)
+        before = _documents_served(world)  # the old process is gone: its last look is the last of these
         fleet.start()
+        # A restart longer than a gap in the view (a loaded machine's slow start) is a blind window like a
+        # pause: what changed meanwhile is seen at its end, by the rules of docs/design.md, What was not seen.
+        if before and _waited(lambda: len(_documents_served(world)) > len(before), 60):
+            look, seen = before[-1], _documents_served(world)[len(before)]
+            if seen.real_monotonic - look.real_monotonic > GAP_SECONDS:
+                long_restarts.append((look.real_monotonic, seen.real_monotonic, look.real_time, seen.real_time))
     expected = 0 if sig == signal.SIGTERM else -signal.SIGKILL
     if run.exit_code != expected:
         errors.append(f"exporter run {run.index} stopped by {name} exited {run.exit_code}, expected {expected}")

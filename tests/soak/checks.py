@@ -30,7 +30,7 @@ MAX_RSS_KB = 96 * 1024  # the DaemonSet's memory limit (deploy/)
 
 def all_checks(result: SoakResult) -> dict[str, Any]:
     assert not result.errors, "unexpected events during the run:\n" + "\n".join(result.errors)
-    expected = expected_transitions(result.changes, result.pauses)
+    expected = expected_transitions(result.changes, result.blind)
     figures: dict[str, Any] = {}
     figures.update(check_no_crash(result))
     figures.update(check_observable(result))
@@ -100,7 +100,7 @@ def check_observable(result: SoakResult) -> dict[str, Any]:
     for event_id, changes in by_event.items():
         for before, after in itertools.pairwise(changes):
             start, end = before.real_monotonic, after.real_monotonic
-            if any(start < blind_end and end > blind_start for blind_start, blind_end, _, _ in result.pauses):
+            if any(start < blind_end and end > blind_start for blind_start, blind_end, _, _ in result.blind):
                 continue  # a state the paused exporter may not see: the expectations say what it can know
             if after.reason == "approval":  # ended by the exporter's own POST: it saw the state (maybe
                 until_approved = min(until_approved, end - start)  # from a process killed right after,
@@ -115,6 +115,7 @@ def check_observable(result: SoakResult) -> dict[str, Any]:
     return {
         "longest_blind_window_s": round(max(gaps, default=0.0), 2),
         "exporter_pauses": len(result.pauses),
+        "exporter_restarts_longer_than_a_gap": len(result.long_restarts),
         "shortest_state_s": round(shortest, 2),
         "shortest_state_ended_by_approval_s": round(until_approved, 3),
     }
@@ -293,7 +294,7 @@ def _scheduled_while_paused(event_id: str, result: SoakResult) -> bool:
     """Whether the event was Scheduled at some moment of a pause of the exporter."""
     times = [c.real_monotonic for c in result.changes if c.event_id == event_id]
     scheduled_from, scheduled_until = times[0], times[1] if len(times) > 1 else float("inf")
-    return any(scheduled_from < end and scheduled_until > start for start, end, _, _ in result.pauses)
+    return any(scheduled_from < end and scheduled_until > start for start, end, _, _ in result.blind)
 
 
 def _policy_allows(plan: Any) -> bool:
