@@ -351,7 +351,7 @@ class Approver:
         retention_seconds: float = RETENTION_SECONDS,
         post_retry: PostRetry | None = None,
         can_remember: Callable[[], bool] = lambda: True,
-        fresh_within: float = 5.0,  # a POST waits for a look this young (approval/approver.py)
+        fresh_within: float = 5.0,  # a POST waits for a look this young (LastLook)
         pace: Callable[[], None] = lambda: None,  # waits for a POST's request slot, before its recheck
         # The future of a commit carrying every change made so far (durable.persistence: commit_requested).
         commit_requested: Callable[[], Future[None]] | None = None,

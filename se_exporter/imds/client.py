@@ -424,7 +424,7 @@ CONNECT_TIMEOUT_SECONDS = 2.0  # IMDS is link-local: a connection takes microsec
 REQUEST_HEADERS = {
     "Metadata": "true",
     "Accept": "application/json",
-    "Accept-Encoding": "identity",  # a compressed answer is decoded by imds/client.py, bounded, if one comes
+    "Accept-Encoding": "identity",  # a compressed answer is decoded by read_body, bounded, if one comes
     "User-Agent": f"se-exporter/{__version__}",
 }
 

@@ -3,7 +3,7 @@
 The collector reads what *is* (the store's listed events, the poll loop's status) and what
 happened (``Counters``) on every scrape, so per-event series vanish with their event and the
 "seconds until" gauges are exact at scrape time. It is a prometheus_client ``Collector``: the exporter
-registers it in a registry of its own (``metrics/collector.py``), whose exposition prometheus_client writes.
+registers it in a registry of its own (``exporter_registry``), whose exposition prometheus_client writes.
 
 The exporter's registry (``exporter_registry``): a private ``CollectorRegistry``, never prometheus_client's global one.
 

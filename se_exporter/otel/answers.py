@@ -11,14 +11,14 @@
 ``problem`` says why, in words, for the warning an operator reads.
 
 What a collector answered to one ``export()`` of an official OTLP exporter, as the OTLP specification
-sorts answers (``otel/answers.py``): taken (perhaps with a partial success), refused and retryable, or
+sorts answers (``Outcome``): taken (perhaps with a partial success), refused and retryable, or
 refused for good.
 
 The official exporters answer SUCCESS or FAILURE and keep the rest to themselves: the records a collector
 rejected in a 200 (a partial success) are ignored, a refusal for good looks like an outage, and OTLP/HTTP
 counts any status below 400 as success (a 3xx, with redirects off, delivered nothing). So the answers are
 watched where the exporters let us, and what was watched decides: OTLP/HTTP sends with our
-``requests.Session`` (its public ``session`` parameter; ``otel/answers.py``), which reports every
+``requests.Session`` (its public ``session`` parameter; ``CollectorSession``, below), which reports every
 answer and every request that got none; OTLP/gRPC makes its own channel, so ``grpc_exporter_class`` gives
 its exporter class the one change of wrapping that channel in a client interceptor
 (``grpc.intercept_channel``) each time it makes one. What an exporter we know nothing of (console, a
@@ -35,7 +35,7 @@ holding the collector's answer inside our bounds, which requests and urllib3 do 
   and urllib3 inflates gzip by itself (a 0.5 MB gzip bomb is 512 MiB). Here the body is read raw, a chunk
   at a time, and inflated with zlib's ``max_length``; what goes past the bound is not read (the connection
   is closed). An OTLP answer is a few bytes: a partial success or a ``google.rpc.Status``.
-- **Every answer reported**, to ``on_answer`` (what the collector said, ``otel/answers.py``) or
+- **Every answer reported**, to ``on_answer`` (what the collector said, ``CollectorAnswers``) or
   ``on_error`` (why there was no answer), before the exporter sorts it: the exporter counts any status
   below 400 as success, and a 3xx is no success (it sends with redirects off, so the records went nowhere).
 

@@ -22,7 +22,7 @@ objects; no provider is ever registered globally.
 
 - Spans: the SDK's ``TracerProvider`` (its sampler and span limits as ``OTEL_TRACES_SAMPLER`` and
   ``OTEL_SPAN_*`` say) with a ``BatchSpanProcessor`` (``OTEL_BSP_*``) for each traces exporter, each
-  reported by ``otel/pipeline.py``.
+  reported by ``ReportedSpans``.
 - Logs: the records are the SDK's (``ReadableLogRecord``), made from the durable ``Spool``'s audit records
   and handed by the ``LogShipper`` to the chosen exporter's ``export()``: a batch leaves the spool only when
   the collector took it. No ``LoggerProvider`` or batch processor: they drop records when the queue is full

@@ -112,7 +112,7 @@ def _listen(host: str, port: int) -> socket.socket:
 def _defer_accept(listener: socket.socket) -> socket.socket:
     """On Linux, a connection is handed over once its client sent something (or after ``DEFER_SECONDS`` of
     silence): a client that connects and writes its request a moment later is never taken for an idle
-    connection the server may close to make room (web/server.py), and silent ones wait in the kernel. Where
+    connection the server may close to make room, and silent ones wait in the kernel. Where
     the option does not exist, a connection is handed over at once (a request not yet written may then be
     cut at the bound: docs/reliability.md)."""
     option = getattr(socket, "TCP_DEFER_ACCEPT", None)
