@@ -319,7 +319,9 @@ def outcome(case: Case, testdata: Path, serve_config: Callable[[str | None], Web
         return _tls_outcome(server, client_context(testdata, case), case)
     auth = (case.user, case.password) if case.user else None
     with httpx.Client(trust_env=False, timeout=10, auth=auth) as client:
-        for _ in range(case.requests + 1):
+        # The toolkit sends requests + 1 within its bucket's refill time; a loaded machine may take longer than
+        # a token's interval for them, so up to ten times as many are sent: a limit still shows, none is made up.
+        for _ in range((case.requests + 1) * (10 if case.requests else 1)):
             response = client.get(f"http://127.0.0.1:{server.port}/")
             if response.status_code != 200:
                 return f"{response.status_code}: {response.text.strip()}"
