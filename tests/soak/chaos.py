@@ -383,14 +383,24 @@ def _chaos(
     next_pause = began + 2 * config.kill_every  # after two restarts' time: all three fit in the short soak
     signals = [signal.SIGKILL, signal.SIGTERM]
     kills = 0
-    while not stop.is_set() and time.monotonic() < began + config.active - 2 * config.tmin:
+
+    def room_for_a_pause(now: float) -> bool:
+        return now + PAUSE_SECONDS[1] + 1 < began + config.active
+
+    while not stop.is_set():
         now = time.monotonic()
+        if now >= began + config.active - 2 * config.tmin:  # the faults' time is over
+            # Slow restarts on a loaded machine may have left no time for the pause the soak promises: it comes
+            # now, alone, while there is room for it.
+            if not pauses and kills >= 2 and room_for_a_pause(now):
+                _pause(fleet, world, rng, pauses, errors)
+            break
         if now >= next_kill and now < kill_until:  # restarts first: the short soak wants two
             sig = signals[kills % 2]
             kills += 1
             next_kill = now + config.kill_every
             _restart(fleet, sig, otlp_up, errors, world=world, long_restarts=long_restarts)
-        elif now >= next_pause and kills >= 2 and now + PAUSE_SECONDS[1] + 1 < began + config.active:
+        elif now >= next_pause and kills >= 2 and room_for_a_pause(now):
             next_pause = now + config.pause_every
             _pause(fleet, world, rng, pauses, errors)
             continue
