@@ -114,7 +114,6 @@ def _load_policy(path: Path) -> Policy:
 
 log = logging.getLogger(__name__)
 
-
 Clock = Callable[[], float]
 
 

@@ -20,15 +20,11 @@ from typing import Any, TextIO
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
-
 FORMATS = ("logfmt", "json")
-
 
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')  # a bare logfmt value cannot hold these
 
-
 _BARE_ASCII = re.compile(r"[!#-<>-\[\]-~]+")  # printable ASCII but for those: bare, no further check
-
 
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warn", logging.ERROR: "error"}
 
@@ -166,7 +162,6 @@ def configure(level: str, fmt: str, stream: TextIO | None = None) -> logging.Han
 
 
 SDK_LOGGER = "opentelemetry"
-
 
 _RETRY_CHATTER = ("Transient error", "Failed to export", "retrying", "Shutdown in progress", "already shutdown")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from grafana_foundation_sdk.builders import table as table_panel
+
 from dashboards.mixin.config import JOB, SEL, m
 from dashboards.mixin.grafana import Layout, override, right_axis, target, thresholds, vm_link
 from dashboards.mixin.kinds import stat, table, timeseries, transformation
@@ -222,42 +224,35 @@ def health_row(lay: Layout, job_selector: str) -> None:
         8,
     )
     lay.add(
-        table(
+        _exporters_by(
             "Exporter versions",
             "Number of exporters per se-exporter and Python version (azure_scheduled_events_exporter_build_info).",
-            [
-                target(
-                    f"count by (version, python_version) ({m('exporter_build_info')}{{{SEL}}})",
-                    instant=True,
-                    fmt="table",
-                )
-            ],
-            "short",
-            transformations=[
-                transformation("organize", excludeByName={"Time": True}, renameByName={"Value": "Exporters"})
-            ],
+            "version, python_version",
+            "exporter_build_info",
         ),
         12,
         8,
     )
     lay.add(
-        table(
+        _exporters_by(
             "IMDS api-versions in use",
             "Number of exporters per Scheduled Events api-version in use: the first of --imds.api-version that "
             "their VM's IMDS accepts (azure_scheduled_events_imds_api_version_info). VMs on a fallback version "
             "(e.g. 2020-07-01 where 2024-07-09 was preferred) see no Spot eviction-risk notices.",
-            [
-                target(
-                    f"count by (api_version) ({m('imds_api_version_info')}{{{SEL}}})",
-                    instant=True,
-                    fmt="table",
-                )
-            ],
-            "short",
-            transformations=[
-                transformation("organize", excludeByName={"Time": True}, renameByName={"Value": "Exporters"})
-            ],
+            "api_version",
+            "imds_api_version_info",
         ),
         12,
         8,
+    )
+
+
+def _exporters_by(title: str, description: str, labels: str, info_metric: str) -> table_panel.Panel:
+    """A table of how many exporters show each value of ``labels`` of an info gauge."""
+    return table(
+        title,
+        description,
+        [target(f"count by ({labels}) ({m(info_metric)}{{{SEL}}})", instant=True, fmt="table")],
+        "short",
+        transformations=[transformation("organize", excludeByName={"Time": True}, renameByName={"Value": "Exporters"})],
     )

@@ -80,7 +80,6 @@ from se_exporter.process.command import CommandResult
 
 FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS down: the POST fails anyway)
 
-
 SAVED_WAIT_SECONDS = 60.0  # a POST not saved as being sent by then is not sent (skip reason state_unsaved)
 
 
@@ -326,7 +325,6 @@ def _hook_result(future: Future[CommandResult]) -> CommandResult:
 
 
 log = logging.getLogger("se_exporter.approval")
-
 
 POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
 

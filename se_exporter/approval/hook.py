@@ -55,7 +55,8 @@ def hook_environment(
     seconds_left: float | None = None,
     event_file: str = "",
 ) -> dict[str, str]:
-    """The hook's environment: the event's (``imds.event_env``), this VM's name and the rule that matched."""
+    """The hook's environment: the event's (``process.command.event_environment``), this VM's name and the rule
+    that matched."""
     return event_environment(
         event,
         {"SE_VM_NAME": vm_name, "SE_APPROVAL_RULE": rule},

@@ -76,21 +76,15 @@ TABLES = ("approvals",)
 # before the request leaves, so that a crash never sends it twice).
 HOOK_RUNNING = "hook_running"
 
-
 QUEUED = "queued"
-
 
 POST_DUE = "post_due"
 
-
 POSTING = "posting"
-
 
 IN_FLIGHT = (HOOK_RUNNING, QUEUED, POSTING)
 
-
 SavedStatus = Literal["approved", "unknown", "dry_run", "hook_failed", "expired", "failed", "post_due", "posting"]
-
 
 _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
 
@@ -99,14 +93,12 @@ _UnixTime = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
 # comes back is never approved twice), anything else briefly (an IMDS glitch that listed nothing).
 RETENTION_SECONDS = 7 * 24 * 3600.0
 
-
 OTHER_RETENTION_SECONDS = 600.0
 
 
 # The ledger's bound (and its share of the state file): twice the events a document may list. Past it,
 # decisions on events no longer listed are forgotten oldest first, approvals last.
 MAX_LEDGER_ENTRIES = 2 * MAX_EVENTS
-
 
 log = logging.getLogger("se_exporter.approval")
 

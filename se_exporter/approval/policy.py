@@ -48,7 +48,6 @@ SCOPE_SELF, SCOPE_GROUP = get_args(Scope)
 
 _Name = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]
 
-
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -165,7 +164,6 @@ def distinct(key: str, items: tuple[str, ...]) -> None:
 
 KIND = "approval config"
 
-
 Leader = Literal["first_resource", "any_listed"]
 
 
@@ -178,24 +176,17 @@ DEFAULT_HOOK_TIMEOUT_SECONDS = 300.0
 # Skip reasons of a Verdict.
 NOT_SCHEDULED = "not_scheduled"
 
-
 VM_NAME_UNKNOWN = "vm_name_unknown"
-
 
 NOT_THIS_VM = "not_this_vm"
 
-
 NOT_LEADER = "not_leader"
-
 
 NO_RULE = "no_rule"
 
-
 _VMName = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^\S+$", description="a VM name as Resources lists it")]
 
-
 _EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="an environment variable name")]
-
 
 _Seconds = Annotated[float, msgspec.Meta(gt=0, description="a number of seconds > 0")]
 
@@ -347,9 +338,7 @@ NOT_LISTED = "not_listed"  # skip reason when an event disappears while its hook
 # it and its hook ran, before the POST: an approval is for exactly what was decided, so it is decided again.
 CHANGED = "changed"
 
-
 STATE_UNSAVED = "state_unsaved"  # skip reason while the state file cannot be saved (see ``can_remember``)
-
 
 STABLE_SKIPS = frozenset({NOT_SCHEDULED, NOT_THIS_VM, NOT_LEADER})  # hold until the event or the VM name changes
 

@@ -7,7 +7,7 @@ error is one line per problem, ``se-exporter: error: ...``, with exit code 2.
 
 ``se-exporter check`` validates the files an operator writes, as ``promtool check config`` does.
 
-Each file is read exactly as the exporter reads it at start (``operator_files.load_operator_files``: the same
+Each file is read exactly as the exporter reads it at start (``app.load_operator_files``: the same
 schema, the same hook and certificate checks), without binding a port or calling IMDS. Every problem of
 every file is one line on stderr naming the file and the key path, and the exit code is 2; otherwise
 ``ok`` on stdout and exit 0. Flags take their ``SE_EXPORTER_*`` environment twins like the exporter's,

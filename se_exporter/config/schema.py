@@ -33,7 +33,6 @@ _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
 MAX_PROBLEMS = 64  # a file checked again at most this many times, each without the key found wrong
 
-
 CommandWord = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]  # a word of a hook's or an action's command
 
 

@@ -79,12 +79,9 @@ if TYPE_CHECKING:
 
 STOP_CHECK_SECONDS = 0.25  # how long a read waits before it looks at the stop event again
 
-
 STOPPED = "cut short: the exporter is stopping"
 
-
 _DEADLINE: ContextVar[float | None] = ContextVar("se_exporter_http_deadline", default=None)
-
 
 _STOP: ContextVar[threading.Event | None] = ContextVar("se_exporter_http_stop", default=None)
 
@@ -333,7 +330,6 @@ class Backoff:
 # events with every field are ~1.4 MB. 4 MiB holds ~15,000 and still caps what a broken peer makes us hold.
 MAX_BODY_BYTES = 4 << 20
 
-
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -408,18 +404,13 @@ class _Decoder:
 
 log = logging.getLogger(__name__)
 
-
 EVENTS_PATH = "/metadata/scheduledevents"
-
 
 COMPUTE_PATH = "/metadata/instance/compute"
 
-
 COMPUTE_API_VERSION = "2021-02-01"
 
-
 CONNECT_TIMEOUT_SECONDS = 2.0  # IMDS is link-local: a connection takes microseconds or never comes
-
 
 REQUEST_HEADERS = {
     "Metadata": "true",
@@ -430,7 +421,6 @@ REQUEST_HEADERS = {
 
 
 POST_HEADERS = {"Content-Type": "application/json"}
-
 
 ResponseObserver = Callable[[str, str, float], None]  # method, HTTP code or "error", seconds
 

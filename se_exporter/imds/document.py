@@ -26,33 +26,23 @@ from se_exporter.errors import InvalidDocument
 # nothing, so no approval rule names it. Any other value is kept as it comes (Azure adds types).
 ApprovableEventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
 
-
 APPROVABLE_EVENT_TYPES: tuple[str, ...] = get_args(ApprovableEventTypeName)
-
 
 SPOT_REBALANCE_RECOMMENDATION = "SpotRebalanceRecommendation"
 
-
 EventTypeName = Literal[ApprovableEventTypeName, "SpotRebalanceRecommendation"]
-
 
 EVENT_TYPES: tuple[str, ...] = (*APPROVABLE_EVENT_TYPES, SPOT_REBALANCE_RECOMMENDATION)
 
-
 EventSourceName = Literal["Platform", "User"]
-
 
 EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
 
-
 SCHEDULED = "Scheduled"
-
 
 STARTED = "Started"
 
-
 ADVISORY = "Advisory"  # a Spot eviction-risk notice's status: nothing will start
-
 
 EVENT_STATUSES = (SCHEDULED, STARTED)
 
@@ -70,14 +60,12 @@ UNKNOWN_DURATION = -1
 # Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
-
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 # EventIds are GUIDs (36 characters). One far longer is not an id but a broken or hostile peer, and
 # every remembered id (state file, de-duplication) would carry it: refused as an invalid document.
 MAX_EVENT_ID_CHARS = 512
-
 
 _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
 
@@ -87,7 +75,6 @@ _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHA
 # events for a scale set's placement group or an availability set (at most a few hundred VMs); beyond
 # these bounds the document is refused as invalid, loudly, rather than half-read.
 MAX_EVENTS = 1000
-
 
 MAX_RESOURCES = 20_000  # Resources entries over all events
 
@@ -137,7 +124,6 @@ _HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2
 
 
 _RFC1123_YEAR = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+(\d+)\b")
-
 
 _LONE_SURROGATE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 

@@ -55,7 +55,6 @@ MAX_NOT_BEFORE_HISTORY = 32
 # flapping between two values, or a field going back and forth, is said once each way), within these.
 MAX_UPDATED_CONTENTS = 32
 
-
 TABLES = ("events", "removed_events", "event_store")
 
 
@@ -160,7 +159,7 @@ class EventStore:
         """Adopt ``document`` as the current truth and return the transitions it implies. ``mono``: the
         monotonic clock now (durations); ``blind_since``: the caller's view had a gap since then;
         ``keep_missing``: an event the document does not list is kept as it was, not removed (IMDS may not
-        list it yet: Scheduled Events enabled again after a day without requests, poller.gaps)."""
+        list it yet: Scheduled Events enabled again after a day without requests, poller.loop.ViewGaps)."""
         transitions: list[Transition] = []
         updated: dict[str, EventState] = {}
         incarnation = document.incarnation

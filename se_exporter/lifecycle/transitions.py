@@ -83,7 +83,7 @@ class Transition(msgspec.Struct, frozen=True, gc=False):
     life: int = 1
     impact: Impact = Impact.UNKNOWN
     cause: Cause = Cause.UNKNOWN
-    changes: str = ""  # on "updated": what changed (``imds.changes.describe_change``)
+    changes: str = ""  # on "updated": what changed (``imds.document.describe_change``)
     # On "completed": whether the exporter saw it Started (False: it was last seen Scheduled, and its NotBefore
     # passed while the exporter could not look). On "cancelled": whether it watched until the NotBefore.
     started_observed: bool | None = None

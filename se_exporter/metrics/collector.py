@@ -220,12 +220,9 @@ class SnapshotCollector(Collector):
 
 _Static = tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]
 
-
 _Timed = list[tuple[list[str], float | None, EventState]]  # labels, NotBefore (Unix time), the state
 
-
 _Cached = tuple[Mapping[str, EventState], VMIdentity, _Timed, _Static]
-
 
 PER_EVENT = ["event_id", "event_type"]
 

@@ -108,7 +108,6 @@ RETRYABLE_GRPC_CODES = frozenset(
 
 MAX_ANSWER_BYTES = 64 << 10  # an OTLP answer is a partial success or a Status: bytes, not megabytes
 
-
 NO_ANSWER = "the exporter failed before the collector answered"
 
 
@@ -273,7 +272,6 @@ def _retry_info(error: Any) -> float | None:
 
 
 _CHUNK = 16 << 10
-
 
 _INFLATED = {"gzip", "x-gzip", "deflate"}  # what urllib3 would inflate itself (zlib: gzip or zlib headers)
 

@@ -50,15 +50,11 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUPS = {"traces": "opentelemetry_traces_exporter", "logs": "opentelemetry_logs_exporter"}
 
-
 OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
-
 
 GRPC_INSTALL = "pip install 'azure-scheduled-events-exporter[grpc]'"
 
-
 OTLP_EXPORTERS = frozenset(OTLP_BY_PROTOCOL.values())
-
 
 DEFAULT_LOG_BATCH = 512  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE's default, the batch processor's and ours
 
@@ -75,12 +71,9 @@ SPAN_QUEUE, SPAN_BATCH = 512, 128
 # exporter to 118 MiB. The transition's log record, bounded by the spool's bytes, keeps the whole text.
 SPAN_ATTRIBUTE_LENGTH = 4096
 
-
 _ATTRIBUTE_LENGTHS = ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 
-
 _SPAN_QUEUE_AND_BATCH = ("OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-
 
 _COMPRESSIONS = {"otlp_proto_http": ("none", "gzip", "deflate"), "otlp_proto_grpc": ("none", "gzip")}
 

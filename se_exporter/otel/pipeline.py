@@ -121,7 +121,6 @@ def _response(signal: str) -> type[Any]:
 
 log = logging.getLogger("se_exporter.otel.pipeline")
 
-
 RETRY_CAP_SECONDS = 120.0  # as the log shipper's: a dead collector costs one attempt per 2 minutes
 
 
@@ -202,7 +201,6 @@ SCOPE = "se_exporter"
 
 # "No trace", said so that the SDK hears it: an empty Context is falsy, and the SDK then takes the current one.
 _NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN)
-
 
 _SEVERITY = {"INFO": SeverityNumber.INFO, WARN: SeverityNumber.WARN, ERROR: SeverityNumber.ERROR}
 

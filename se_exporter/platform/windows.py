@@ -39,9 +39,7 @@ from se_exporter.platform.base import (
 
 JOB_OBJECT_BASIC_ACCOUNTING_INFORMATION = 1
 
-
 PROCESS_SET_QUOTA = 0x0100
-
 
 PROCESS_TERMINATE = 0x0001
 

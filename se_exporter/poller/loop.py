@@ -50,9 +50,7 @@ if TYPE_CHECKING:
 
 _NAMELESS = VMIdentity()
 
-
 POLL_ERROR_REASONS = ("timeout", "connection", "http_4xx", "http_5xx", "throttled", "invalid_document")
-
 
 UNREACHABLE = (
     "IMDS cannot be reached: is this an Azure VM? On AKS, the IMDS restriction (an agent pool with "
@@ -143,9 +141,7 @@ class Reactor(Protocol):
 # polls is not one, a paused VM, a stopped exporter or a restart is (docs/design.md, What was not seen).
 GAP_FLOOR_SECONDS = 10.0
 
-
 DISABLED_AFTER_SECONDS = 24 * 3600.0
-
 
 LISTED_WITHIN_SECONDS = 300.0
 
@@ -199,12 +195,9 @@ class ViewGaps:
 
 log = logging.getLogger(__name__)
 
-
 IDENTITY_RETRY_FIRST_SECONDS = 1.0  # then doubling: this VM's name is known within seconds of IMDS answering
 
-
 IDENTITY_RETRY_MAX_SECONDS = 30.0
-
 
 ACTIONS_LOOK_SECONDS = 0.05  # how often the loop looks for a free worker while action runs wait
 

@@ -185,7 +185,6 @@ def _summary(code: int | None, timed_out_after: float | None, left: bool | None)
 
 MAX_VALUE_CHARS = 8192  # per SE_EVENT_* value; Linux refuses any one environment string over 128 KiB
 
-
 CUT_MARKER = "…[cut: the full event is in $SE_EVENT_FILE]"
 
 

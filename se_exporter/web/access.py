@@ -30,12 +30,9 @@ from se_exporter.web.endpoints import Answer
 
 log = logging.getLogger(__name__)
 
-
 REALM = "se-exporter"
 
-
 _AUTH_CACHE_SIZE = 256
-
 
 MAX_AUTH_WAITING = 4
 _BCRYPT_MAX_PASSWORD = 72  # bcrypt uses the first 72 bytes, as htpasswd and Go's bcrypt do

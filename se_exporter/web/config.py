@@ -72,7 +72,6 @@ from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
 
-
 KIND = "web config"
 
 
@@ -89,9 +88,7 @@ ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
 
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
 
-
 _BCRYPT_COSTS = range(4, 32)
-
 
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e\t]*$")  # visible ASCII, space and tab: no CR/LF injection
 
@@ -280,6 +277,11 @@ class LiveWebConfig:
     @property
     def reload_successful(self) -> bool:
         return self.problem is None
+
+    def tls_in_force(self) -> TLSServerConfig | None:
+        """The ``tls_server_config`` in force (None: plain HTTP, or the file does not parse)."""
+        config = self.current()
+        return config.tls if config is not None else None
 
     def current(self) -> WebConfig | None:
         """The config in force, or None while the file does not parse (requests then fail closed)."""

@@ -90,7 +90,6 @@ def client_name(address: object) -> str:
 # 300 clients at once must wait there, not be refused (Linux caps it at net.core.somaxconn).
 BACKLOG = 1024
 
-
 DEFER_SECONDS = 5  # a silent client's connection is handed over after this at the latest (Linux)
 
 
@@ -124,18 +123,13 @@ def _defer_accept(listener: socket.socket) -> socket.socket:
 
 HEAD_TIMEOUT_SECONDS = 10.0  # a request (and a TLS handshake) must arrive in full within this
 
-
 IDLE_TIMEOUT_SECONDS = 30.0  # a kept-alive connection waits this long for its next request
-
 
 WRITE_TIMEOUT_SECONDS = 10.0  # an answer must be taken within this
 
-
 MAX_HEAD_BYTES = 64 << 10
 
-
 MAX_BODY_BYTES = 64 << 10  # none of the endpoints reads a body
-
 
 WRITE_CHUNK_BYTES = 64 << 10  # an answer's body is written this much at a time, as the client takes it
 
@@ -353,12 +347,9 @@ log = logging.getLogger(__name__)
 # connections measured 63 MiB. 24 MiB: 256 plain connections, 64 TLS ones.
 CONNECTION_BUDGET_BYTES = 24 << 20
 
-
 PLAIN_CONNECTION_BYTES = 96 << 10
 
-
 TLS_CONNECTION_BYTES = PLAIN_CONNECTION_BYTES + (288 << 10)
-
 
 MAX_CONNECTIONS = 256
 
@@ -367,15 +358,11 @@ MAX_CONNECTIONS = 256
 # each closed connection's buffers that long: a flood of clients held four times the connections allowed).
 TLS_SHUTDOWN_SECONDS = 2.0
 
-
 _LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
 
 ROOM_CHECK_SECONDS = 0.1  # at the bound, how often open connections are looked at again for an idle one
 
-
 _HEAD_END = b"\r\n\r\n"
-
 
 _TLS_RECORD = 0x16
 
@@ -442,7 +429,7 @@ class WebServer:
     ) -> None:
         live = web_config if isinstance(web_config, LiveWebConfig) else LiveWebConfig(None, web_config or WebConfig())
         config = live.current() or WebConfig()
-        self._tls = TLSAcceptor(config.tls, handshake_timeout, live) if config.tls else None
+        self._tls = TLSAcceptor(config.tls, handshake_timeout, live.tls_in_force) if config.tls else None
         each = TLS_CONNECTION_BYTES if self._tls else PLAIN_CONNECTION_BYTES
         self.max_connections = min(MAX_CONNECTIONS, CONNECTION_BUDGET_BYTES // each)
         self._listener = bind(host, port)

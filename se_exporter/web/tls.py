@@ -10,49 +10,38 @@ See ``se_exporter.web.config`` for the supported subset and where it differs fro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
 import os
+import socket
 import ssl
 import tempfile
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from asyncio import sslproto
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import msgspec
 
 from se_exporter.common.files import read_bounded
-from se_exporter.config.files import MAX_FILE_BYTES, os_problem, show
+from se_exporter.config.files import MAX_FILE_BYTES, FileStamp, os_problem, show, stamp
 from se_exporter.config.schema import field_problem
 from se_exporter.errors import ConfigError
 
-if TYPE_CHECKING:
-    from se_exporter.web.config import LiveWebConfig
-import asyncio
-import socket
-import threading
-import time
-from asyncio import sslproto
-from collections.abc import Iterable
-
-from se_exporter.config.files import FileStamp, stamp
-
 log = logging.getLogger(__name__)
-
 
 CLIENT_AUTH_TYPES = ("NoClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 
-
 _UNSUPPORTED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
-
 
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 
-
 _INSECURE_TLS_VERSIONS = ("TLS10", "TLS11")
-
 
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
 
@@ -364,7 +353,6 @@ def _known(key: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
 
 HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 
-
 CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certificate files are checked
 
 
@@ -374,15 +362,21 @@ class TLSAcceptor:
     Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
     certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
     new set is logged and the previous context kept, so a half-written renewal never takes the port down.
-    The TLS settings themselves follow the web config in force (``live``): a changed ``tls_server_config``
+    The TLS settings themselves follow the web config in force (``in_force``, the ``tls_server_config`` of
+    ``web.config.LiveWebConfig``, None while the file does not parse): a changed ``tls_server_config``
     rebuilds the context too; while the file does not parse, handshakes go on with the last one (every
     request is then refused, ``web/server.py``).
     """
 
-    def __init__(self, config: TLSServerConfig, handshake_timeout: float, live: LiveWebConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: TLSServerConfig,
+        handshake_timeout: float,
+        in_force: Callable[[], TLSServerConfig | None] | None = None,
+    ) -> None:
         self.config = config
         self.handshake_timeout = handshake_timeout
-        self._live = live
+        self._in_force = in_force
         self._stamp = _stamps(config.files)
         self._context = config.ssl_context()
         self._checked = time.monotonic()
@@ -398,9 +392,8 @@ class TLSAcceptor:
 
     def context(self) -> ssl.SSLContext:
         now = time.monotonic()
-        in_force = self._live.current() if self._live is not None else None
+        settings = self._in_force() if self._in_force is not None else None
         with self._lock:
-            settings = in_force.tls if in_force is not None else None
             settings_changed = False
             if settings is not None and settings != self.config:
                 self.config, settings_changed = settings, True
