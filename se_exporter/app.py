@@ -30,12 +30,11 @@ import msgspec
 
 from se_exporter import __version__
 from se_exporter.audit.trail import AuditTrail
-from se_exporter.config.files import os_problem, socket_problem
 from se_exporter.config.options import ExporterConfig
 from se_exporter.durable.lock import LockHeld
 from se_exporter.durable.persistence import Persistence
 from se_exporter.durable.schema import TooNew
-from se_exporter.errors import ConfigError, IMDSError, IMDSStopped
+from se_exporter.errors import ConfigError, IMDSError, IMDSStopped, os_problem, socket_problem
 from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
 from se_exporter.imds.identity import VMIdentity

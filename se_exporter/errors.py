@@ -12,10 +12,16 @@
         └── IMDSStopped             a GET cut short by the exporter's stop   (never counted: not a failure)
 
 The poll loop catches ``IMDSError`` only: anything else is a bug and is allowed to surface. An error kept
-past its handler is kept without its frames (``forget_traceback``).
+past its handler is kept without its frames (``forget_traceback``). Errors say a value as the operator wrote
+it (``show``) and the operating system's failures in the same words on Linux and Windows (``os_problem``,
+``socket_problem``).
 """
 
 from __future__ import annotations
+
+import errno
+import json
+import os
 
 # What a peer too slow to answer is told (imds/client.py: the IMDS client and the health check).
 TOO_SLOW = "the answer did not arrive in time (a slow or dripping peer)"
@@ -100,3 +106,41 @@ class IMDSStopped(IMDSError):
     """A GET ended early because the exporter is stopping: IMDS did nothing wrong, nothing is recorded."""
 
     reason = "stopped"
+
+
+def show(value: object) -> str:
+    """A value as the operator wrote it (JSON-ish), bounded, with its YAML type when that is the surprise."""
+    if isinstance(value, bool):
+        return f"{json.dumps(value)} (a boolean)"
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    except RecursionError:  # nested deeper than json (and repr) can walk
+        text = f"<a {type(value).__name__} nested too deeply to show>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# What goes wrong binding a port, in the same words on every platform: Windows reports its own (WSAEADDRINUSE:
+# "Only one usage of each socket address ... is normally permitted"), which os.strerror() does not know.
+_SOCKET_PROBLEMS = {
+    errno.EADDRINUSE: "Address already in use",
+    errno.EADDRNOTAVAIL: "Cannot assign requested address",
+    errno.EACCES: "Permission denied",
+    getattr(errno, "WSAEACCES", errno.EACCES): "Permission denied",
+}
+
+
+def socket_problem(exc: OSError) -> str:
+    """The words for a port that cannot be listened on, one line, the same on Linux and Windows."""
+    return _SOCKET_PROBLEMS.get(exc.errno or 0) or os_problem(exc)
+
+
+def os_problem(exc: Exception) -> str:
+    """The operating system's words for a failed file access ("No such file or directory"), the C library's
+    on Windows too (where os.stat's own would say "The system cannot find the file specified")."""
+    if not isinstance(exc, OSError):
+        return str(exc)
+    if getattr(exc, "winerror", None) and exc.errno and exc.errno in errno.errorcode:
+        return os.strerror(exc.errno)
+    return exc.strerror or str(exc)

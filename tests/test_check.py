@@ -186,14 +186,14 @@ def test_a_nul_in_a_command_is_a_config_error_naming_the_key(
             "  curve_preferences: [CurveP999]\n  min_version: TLS99\n  nonsense: 1\n"
             "http_server_config:\n  headers:\n    X-Frame-Options: maybe\n"
             "basic_auth_users:\n  alice: plaintext\nrate_limit:\n  interval: soon\n  burst: 1\n",
-            [
-                "tls_server_config.nonsense",
+            [  # in the file's order
                 "tls_server_config.cipher_suites[0]",
                 "tls_server_config.curve_preferences[0]",
                 "tls_server_config.min_version",
+                "tls_server_config.nonsense",
                 "http_server_config.headers.X-Frame-Options",
-                "rate_limit.interval",
                 "basic_auth_users.alice",
+                "rate_limit.interval",
             ],
         ),
     ],
@@ -202,7 +202,7 @@ def test_a_nul_in_a_command_is_a_config_error_naming_the_key(
 def test_every_independent_problem_of_a_file_is_its_own_line(
     flag: str, text: str, keys: list[str], tmp_path: Path
 ) -> None:
-    """Issue 29, point 6: a file with four broken actions reported one."""
+    """Issue 29, point 6: a file with four broken actions reported one. Every problem is said, in the file's order."""
     path = tmp_path / "file.yaml"
     path.write_text(text, encoding="utf-8")
     result = check(f"{flag}={path}")

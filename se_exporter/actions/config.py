@@ -15,9 +15,9 @@ from typing import Annotated
 
 import msgspec
 
-from se_exporter.config.files import read_text, show
+from se_exporter.common.files import read_text
 from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, show
 from se_exporter.imds.document import EventTypeName
 from se_exporter.imds.impact import Cause, Impact
 from se_exporter.lifecycle.transitions import Transition, TransitionKind
@@ -53,10 +53,10 @@ class Action(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             values = getattr(self, key) or ()
             for index, value in enumerate(values):
                 if value in values[:index]:
-                    raise field_problem(f"{key}[{index}]", f"{show(str(value))} is listed twice")
+                    raise field_problem(key, f"{show(str(value))} is listed twice", index)
         for index, name in enumerate(self.inherit_env):
             if name.startswith("SE_EVENT_"):
-                raise field_problem(f"inherit_env[{index}]", f"{show(name)} is set by se-exporter itself")
+                raise field_problem("inherit_env", f"{show(name)} is set by se-exporter itself", index)
 
     def matches(self, transition: Transition, affects_this_vm: bool | None) -> bool:
         """Whether this action runs for ``transition`` (``affects_this_vm``: None while the VM name is unknown)."""

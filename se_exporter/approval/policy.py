@@ -25,10 +25,10 @@ import msgspec
 import re2
 
 from se_exporter.approval.ledger import LedgerEntry, event_revision
-from se_exporter.config.files import read_text, show
+from se_exporter.common.files import read_text
 from se_exporter.config.schema import CommandWord, check_command, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, show
 from se_exporter.imds.document import (
     APPROVABLE_EVENT_TYPES,
     SCHEDULED,
@@ -114,7 +114,7 @@ class Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             distinct(key, getattr(self, key) or ())
         for key, never in (("event_types", SPOT_REBALANCE_RECOMMENDATION), ("impacts", Impact.EVICTION_RISK)):
             if never in (values := getattr(self, key) or ()):
-                raise field_problem(f"{key}[{values.index(never)}]", f"{never} {NEVER_APPROVED}")
+                raise field_problem(key, f"{never} {NEVER_APPROVED}", values.index(never))
         if self.description_pattern is not None:
             try:
                 compiled_pattern(self.description_pattern)
@@ -159,7 +159,7 @@ def compiled_pattern(pattern: str) -> Any:
 def distinct(key: str, items: tuple[str, ...]) -> None:
     for index, item in enumerate(items):
         if item in items[:index]:
-            raise field_problem(f"{key}[{index}]", f"{show(item)} is listed twice")
+            raise field_problem(key, f"{show(item)} is listed twice", index)
 
 
 KIND = "approval config"
@@ -204,7 +204,7 @@ class Hook(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise field_problem("timeout_seconds", f"must be a number of seconds > 0, got {self.timeout_seconds}")
         for index, name in enumerate(self.inherit_env):
             if name.startswith("SE_EVENT_"):
-                raise field_problem(f"inherit_env[{index}]", f"{show(name)} is set by se-exporter itself")
+                raise field_problem("inherit_env", f"{show(name)} is set by se-exporter itself", index)
 
 
 class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -223,9 +223,11 @@ class PolicyFile(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         for index, rule in enumerate(self.rules):  # unique names: config/schema.py, on the file as written
             if rule.scope == SCOPE_GROUP and not self.group_approvers:
                 raise field_problem(
-                    f"rules[{index}].scope",
+                    "rules",
                     "group needs group_approvers, the VMs that approve for their group (Azure's primary and "
                     "secondary), or every VM of the set would approve at once",
+                    index,
+                    ".scope",
                 )
 
 

@@ -1,4 +1,5 @@
-"""Reading a file whole, bounded: the operator's files and the files of earlier releases alike.
+"""Reading a file whole, bounded: the operator's files and the files of earlier releases alike, and what
+tells that one changed (``stamp``).
 
 Only regular files are read: a FIFO (whose open would wait for a writer), a device (a link to /dev/zero) or a
 directory is refused before a byte is read, and so is a file larger than the reader's bound, with the same
@@ -12,6 +13,8 @@ import os
 import stat
 from typing import BinaryIO
 
+from se_exporter.errors import ConfigError, os_problem
+
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a named pipe"),
@@ -19,6 +22,10 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+MAX_FILE_BYTES = 1 << 20  # every file an operator names, read whole before it is parsed (docs/design.md)
+FileStamp = tuple[int, ...] | None
 
 
 class NotARegularFile(OSError):
@@ -54,3 +61,23 @@ def _kind(mode: int) -> str:
 
 def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+
+
+def stamp(path: str | os.PathLike[str]) -> FileStamp:
+    """What changes when the file at ``path`` is rewritten or replaced (through links: a Kubernetes Secret's
+    update swaps the link's target); None while it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+
+
+def read_text(prefix: str, path: str | os.PathLike[str], error: type[Exception] = ConfigError) -> str:
+    """The file's text; ``error("<prefix>: cannot read the file: ...")`` saying why it cannot be read."""
+    try:
+        return read_bounded(path, MAX_FILE_BYTES).decode("utf-8")
+    except OSError as exc:
+        raise error(f"{prefix}: cannot read the file: {os_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise error(f"{prefix}: the file is not UTF-8 text") from None

@@ -1,4 +1,4 @@
-"""Typed, strict decoding of the files an operator writes (approval policy, web config, scenarios).
+"""Typed, strict decoding of the files an operator writes (approval policy, actions, web config, scenarios).
 
 Each file kind declares its shape once, as ``msgspec.Struct`` types with ``forbid_unknown_fields``;
 ``decode`` converts the strictly loaded YAML (see ``strict_yaml.load_yaml``) into those types without
@@ -7,33 +7,57 @@ what was expected, phrased from the schema itself::
 
     approval config policy.yaml: rules[1].max_duration_seconds: must be an integer >= 0, got "eight"
 
+msgspec stops at its first problem and says it in English only, while an operator wants every problem. So a
+file msgspec refuses is validated again by jsonschema against the JSON Schema msgspec derives from the same
+types: ``iter_errors`` yields every problem with its path, keyword and value as objects, and no problem
+is read out of a message. jsonschema (with attrs, referencing, rpds-py) is about 10 MiB once imported, and
+it is imported only to explain a file that is refused: a valid file never loads it. pydantic's ``errors()``
+would serve as well at twice the memory, and would replace msgspec; msgspec's own error is only a message.
+
 Checks that types cannot express live in the structs' ``__post_init__``: raising
-``field_problem("key", "...")`` there blames that key of the struct. Values under a secret key
-(``basic_auth_users``) are never shown.
+``field_problem("key", "...")`` there blames that key of the struct. Each struct whose part the schema found
+no fault with is converted alone, so such a problem comes with its place as an object too. Values under a
+secret key (``basic_auth_users``) are never shown.
 """
 
 from __future__ import annotations
 
-import copy
-import re
-from collections.abc import Sequence
-from typing import Annotated, Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 import msgspec.inspect as types
 
-from se_exporter.config.files import show
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, show
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError as SchemaError
 
 T = TypeVar("T")
-_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_TOKEN = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+|\.\.\.)\]")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
-_MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
-_RELATIVE = "@"  # marks a __post_init__ problem that names one key of its struct
-MAX_PROBLEMS = 64  # a file checked again at most this many times, each without the key found wrong
+Path = tuple[str | int, ...]  # a key path: ("rules", 1, "max_duration_seconds")
+Problem = tuple[Path, str]  # where, for the file's order, and the line that says it
+_UNICODE = "holds text that is not valid Unicode (a lone surrogate)"
 
 CommandWord = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]  # a word of a hook's or an action's command
+
+
+class FieldProblem(ValueError):
+    """Raised by a ``__post_init__``: the struct's ``key`` is wrong, or the entry ``index`` of its list, or
+    what ``below`` names inside it (``.scope`` of a rule, ``.X-Frame-Options`` of the headers)."""
+
+    def __init__(self, key: str, problem: str, index: int | None = None, below: str = "") -> None:
+        super().__init__(f"{key}{'' if index is None else f'[{index}]'}{below}: {problem}")
+        self.key, self.problem, self.index, self.below = key, problem, index, below
+
+    def place(self, kept: dict[str, list[int]]) -> tuple[str, int | None, str]:
+        """(key, index in the file, below) when the struct was checked with only the entries ``kept`` of its
+        lists (their indices in the file, by key)."""
+        if self.index is None or self.key not in kept:
+            return self.key, self.index, self.below
+        return self.key, kept[self.key][self.index], self.below
+
+
+field_problem = FieldProblem  # for ``__post_init__``: ``raise field_problem("key", "what is wrong")``
 
 
 def check_command(command: Sequence[str]) -> None:
@@ -41,12 +65,7 @@ def check_command(command: Sequence[str]) -> None:
     so a command holding one is refused with its file, not when it first runs."""
     for index, word in enumerate(command):
         if "\x00" in word:
-            raise field_problem(f"command[{index}]", f"{show(word)} holds a NUL character, which no command can take")
-
-
-def field_problem(key: str, problem: str) -> ValueError:
-    """For ``__post_init__``: an error about ``key`` of the struct being checked."""
-    return ValueError(f"{_RELATIVE}{key}: {problem}")
+            raise field_problem("command", f"{show(word)} holds a NUL character, which no command can take", index)
 
 
 def decode(
@@ -58,77 +77,174 @@ def decode(
     secret_keys: Sequence[str] = (),
     each: Sequence[str] = (),
 ) -> T:
-    """``data`` as a ``schema``; raise ``error("<prefix>: <key path>: <problem>")`` if it is not one.
-
-    msgspec stops at the first problem; an operator wants them all. So the error holds one line per
-    independent problem: the first, then each item of the lists named in ``each`` (every rule, every
-    action) checked as its own type, every problem of it, then the file checked again without each
-    optional key found wrong (``_other_problems``). The items of an ``each`` list have unique ``name``s,
-    checked on the file as written, so that a duplicate is said whatever else is wrong with either item."""
+    """``data`` as a ``schema``; raise ``error("<prefix>: <key path>: <problem>")`` with one line per
+    independent problem, in the file's order, if it is not one. The items of an ``each`` list have unique
+    ``name``s, checked on the file as written, so that a duplicate is said whatever else is wrong with either."""
+    problems = _duplicate_names(data, each)
     try:
         result = msgspec.convert(data, schema, strict=True)
-    except msgspec.ValidationError as problem:
-        lines = [_line(problem, data, schema, secret_keys), *_duplicate_names(data, each)]
-    except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
-        raise error(f"{prefix}: holds text that is not valid Unicode (a lone surrogate)") from None
-    else:
-        if not (lines := _duplicate_names(data, each)):
-            return result
-    lines += _other_problems(data, schema, each, secret_keys)
-    unique = list(dict.fromkeys(lines))
-    raise error("\n".join(f"{prefix}: {line}" for line in unique)) from None
-
-
-def _line(problem: Exception, data: object, schema: type[Any], secret_keys: Sequence[str]) -> str:
-    path, text = _explain(str(problem), data, schema, secret_keys)
-    return f"{path or '(top level)'}: {text}"
-
-
-def _other_problems(data: object, schema: type[Any], each: Sequence[str], secret_keys: Sequence[str]) -> list[str]:
-    """The problems after the first: each item of the lists in ``each`` checked as its own type, then the
-    file checked again without each optional key found wrong (so that no problem is one only because another
-    key was left out)."""
-    info = types.type_info(schema)
-    if not isinstance(data, dict) or not isinstance(info, types.StructType):
-        return []
-    fields = {f.encode_name: f for f in info.fields}  # the lists of ``each`` are checked item by item
-    lines: list[str] = []
-    # msgspec checks keys in the file's order: the lists go last, so that every other key is seen first.
-    current = {k: v for k, v in data.items() if k not in each} | {k: v for k, v in data.items() if k in each}
-    for key in each:
-        listed = _bare(fields[key].type) if key in fields else None
-        if not isinstance(listed, types.ListType | types.VarTupleType) or not isinstance(current.get(key), list):
-            continue
-        item = _bare(listed.item_type)
-        valid = []
-        for index, entry in enumerate(current[key] if isinstance(item, types.StructType) else ()):
-            found, repaired = _item_problems(
-                entry, item, (key, index), data=data, schema=schema, secret_keys=secret_keys
-            )
-            lines += found
-            if repaired is not None:  # still in the list, so that the checks across items see it (its name)
-                valid.append(repaired)
-        current[key] = valid
-    for _ in range(MAX_PROBLEMS):
+    except msgspec.ValidationError:
         try:
-            msgspec.convert(current, schema, strict=True)
-            break
-        except (msgspec.ValidationError, UnicodeEncodeError) as problem:
-            line = _line(problem, current, schema, secret_keys)
-            tokens = _tokens(line.split(": ", 1)[0])
-            if tokens and tokens[0] in each and (len(tokens) == 1 or line in lines):
-                break  # what is left of a list whose items were checked one by one: said
-            lines.append(line)
-            smaller = _without(current, tokens, info)
-            if smaller is None:
-                break  # nothing more can be learned without the key
-            current = smaller
-    return lines
+            problems += _schema_problems(data, schema, secret_keys)
+        except RecursionError:  # not from YAML, which refuses such nesting first (strict_yaml.py)
+            problems.append(((), "(top level): holds values nested too deeply to check"))
+    except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
+        raise error(f"{prefix}: {_UNICODE}") from None
+    else:
+        if not problems:
+            return result
+    problems.sort(key=lambda problem: _position(data, problem[0]))
+    lines = dict.fromkeys(line for _, line in problems)
+    raise error("\n".join(f"{prefix}: {line}" for line in lines)) from None
 
 
-def _duplicate_names(data: object, each: Sequence[str]) -> list[str]:
+def _schema_problems(data: object, schema: type[Any], secret_keys: Sequence[str]) -> list[Problem]:
+    """Every problem jsonschema finds, then those of the ``__post_init__`` checks, each struct checked without
+    what was found wrong in it."""
+    import jsonschema  # only for a file that is refused (see the module's docstring)
+
+    integers = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer",
+        lambda _, value: isinstance(value, int) and not isinstance(value, bool),  # msgspec: 1.0 is not 1
+    )
+    validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # the stubs leave it unannotated
+        jsonschema.Draft202012Validator, type_checker=integers
+    )
+    info = types.type_info(schema)
+    problems: list[Problem] = []
+    for found in _innermost(validator(msgspec.json.schema(schema)).iter_errors(data)):
+        problems += _explain(found, tuple(found.absolute_path), data, info, secret_keys)
+    return problems + _post_init_problems(data, info, (), {path for path, _ in problems})
+
+
+def _innermost(problems: Iterator[SchemaError]) -> Iterator[SchemaError]:
+    """The problems, an optional value's (``X | None``, an ``anyOf`` with ``null``) as the problems of X."""
+    for problem in problems:
+        branches = problem.validator_value if problem.validator == "anyOf" else None
+        branches = branches if isinstance(branches, list) else []
+        kept = [index for index, branch in enumerate(branches) if branch != {"type": "null"}]
+        if len(branches) == 2 and len(kept) == 1:
+            yield from _innermost(iter([e for e in problem.context or () if e.schema_path[0] == kept[0]]))
+        else:
+            yield problem
+
+
+def _explain(
+    problem: SchemaError, path: Path, data: object, info: types.Type, secret_keys: Sequence[str]
+) -> list[Problem]:
+    """One line per key the problem is about: each unknown key, each missing one, or the value at ``path``."""
+    instance, keys = problem.instance, problem.validator_value
+    if problem.validator == "additionalProperties" and isinstance(instance, dict):
+        fields = _struct_fields(_type_at(info, path))
+        expected = f"; expected one of: {', '.join(fields)}" if fields else ""
+        return [((*path, k), f"{_join(path, str(k))}: unknown key{expected}") for k in instance if k not in fields]
+    if problem.validator == "required" and isinstance(instance, dict) and isinstance(keys, list):
+        return [((*path, key), f"{_join(path, key)}: is required") for key in keys if key not in instance]
+    text = f"{_join(path) or '(top level)'}: must be {_describe(_type_at(info, path))}"
+    if any(key in secret_keys for key in path):
+        return [(path, text)]
+    return [(path, f"{text}, got {show(_value_at(data, path))}")]
+
+
+def _post_init_problems(data: object, info: types.Type, path: Path, bad: set[Path]) -> list[Problem]:
+    """The ``__post_init__`` problems of each struct in ``data``, deepest first, each struct converted without
+    what was found ``bad`` in it (a list keeps its sound entries) and then without each key its checks blame,
+    until they pass. A problem of a struct as a whole is said only when nothing was left out of it: it could
+    be a consequence (a rule left without its one matching key matches everything)."""
+    info = _bare(info)
+    problems = [
+        found for part, kind, where in _parts(data, info, path) for found in _post_init_problems(part, kind, where, bad)
+    ]
+    if not isinstance(info, types.StructType) or not isinstance(data, dict) or path in bad:
+        return problems
+    wrong = [found for found, _ in problems] + [found for found in bad if found[: len(path)] == path]
+    current, kept = _sound_part(data, path, wrong)
+    complete = current == data
+    while True:
+        try:
+            msgspec.convert(current, info.cls, strict=True)
+            return problems
+        except UnicodeEncodeError:
+            return [*problems, (path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
+        except msgspec.ValidationError as problem:
+            cause = problem.__cause__
+            if not isinstance(cause, FieldProblem):
+                if complete and cause is not None:
+                    problems.append((path, f"{_join(path) or '(top level)'}: {cause}"))
+                return problems
+        key, entry, below = cause.place(kept)
+        where = (*path, key) if entry is None else (*path, key, entry)
+        problems.append((where, f"{_join(where)}{below}: {cause.problem}"))
+        if key not in current:
+            return problems
+        current, complete = _left_out(current, key, cause.index, kept), False
+
+
+def _parts(data: object, info: types.Type, path: Path) -> Iterator[tuple[object, types.Type, Path]]:
+    """The values inside ``data`` (a struct's fields, a list's entries, a mapping's values) with their types
+    and paths."""
+    if isinstance(info, types.StructType) and isinstance(data, dict):
+        fields = {field.encode_name: field.type for field in info.fields}
+        yield from ((value, fields[key], (*path, key)) for key, value in data.items() if key in fields)
+    elif isinstance(info, types.ListType | types.VarTupleType) and isinstance(data, list):
+        yield from ((item, info.item_type, (*path, index)) for index, item in enumerate(data))
+    elif isinstance(info, types.DictType) and isinstance(data, dict):
+        yield from ((value, info.value_type, (*path, str(key))) for key, value in data.items())
+
+
+def _sound_part(data: dict[str, Any], path: Path, wrong: list[Path]) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """``data`` (a struct's) without what is ``wrong`` in it: a key whose value is wrong, or holds something
+    wrong but for the entries of a list, which are left out one by one; ``kept`` maps such a list's key to the
+    indices in the file of the entries it keeps."""
+    gone: set[str] = set()
+    entries: dict[str, set[int]] = {}
+    for found in wrong:
+        if len(found) <= len(path) or found[len(path)] not in data:
+            continue
+        key = str(found[len(path)])
+        inner = found[len(path) + 1 :]
+        if inner and isinstance(inner[0], int) and isinstance(data[key], list):
+            entries.setdefault(key, set()).add(inner[0])
+        else:
+            gone.add(key)
+    current = {key: value for key, value in data.items() if key not in gone}
+    kept: dict[str, list[int]] = {}
+    for key, indices in entries.items():
+        if key in current:
+            kept[key] = [index for index in range(len(data[key])) if index not in indices]
+            current[key] = [data[key][index] for index in kept[key]]
+    return current, kept
+
+
+def _left_out(current: dict[str, Any], key: str, index: int | None, kept: dict[str, list[int]]) -> dict[str, Any]:
+    """``current`` without the entry ``index`` of its list at ``key`` (if it has more), else without the key."""
+    values = current[key]
+    if index is None or not isinstance(values, list) or len(values) < 2 or index >= len(values):
+        return {k: v for k, v in current.items() if k != key}
+    file_indices = kept.setdefault(key, list(range(len(values))))
+    del file_indices[index]
+    return {**current, key: values[:index] + values[index + 1 :]}
+
+
+def _position(data: object, path: Path) -> list[int]:
+    """Where ``path`` is in the file, for problems in the file's order (a key not in the file last)."""
+    position = []
+    for part in path:
+        if isinstance(data, dict):
+            keys = list(data)
+            position.append(keys.index(part) if part in data else len(keys))
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int):
+            position.append(part)
+            data = data[part] if part < len(data) else None
+        else:
+            position.append(0)
+    return position
+
+
+def _duplicate_names(data: object, each: Sequence[str]) -> list[Problem]:
     """A name used by an earlier item of the same list (a rule's, an action's): one line per repeat."""
-    lines = []
+    problems: list[Problem] = []
     for key in each:
         items = data.get(key) if isinstance(data, dict) else None
         seen: set[str] = set()
@@ -138,159 +254,31 @@ def _duplicate_names(data: object, each: Sequence[str]) -> list[str]:
                 continue
             if name in seen:
                 kind = key.removesuffix("s")
-                lines.append(f"{key}[{index}].name: {show(name)} is used by an earlier {kind}; names must be unique")
+                text = f"{key}[{index}].name: {show(name)} is used by an earlier {kind}; names must be unique"
+                problems.append(((key, index, "name"), text))
             seen.add(name)
-    return lines
+    return problems
 
 
-def _item_problems(
-    entry: object,
-    item: types.Type,
-    place: tuple[str, int],
-    *,
-    data: dict[str, Any],
-    schema: type[Any],
-    secret_keys: Sequence[str],
-) -> tuple[list[str], object | None]:
-    """Every problem of one item of a list (a rule, an action), each value found wrong left out in turn (an
-    entry of a list of values, else the key); and the item without them, if it is valid then (None if not).
-    A problem of the item as a whole that shows only once something was left out (a rule left without any
-    matching key) is a consequence, not said."""
-    cls = getattr(item, "cls", None)
-    lines: list[str] = []
-    alive: dict[tuple[str, ...], list[int]] = {}  # a list's entries left, by their index in the file
-    key, index = place
-    where, depth = f".{key}[{index}]", 2
-    current: object | None = entry
-    for _ in range(MAX_PROBLEMS):
-        if cls is None or not isinstance(current, dict):
-            break
-        try:
-            msgspec.convert(current, cls, strict=True)
-            return lines, current
-        except UnicodeEncodeError:
-            break
-        except msgspec.ValidationError as problem:
-            items = data[key]
-            view = {**data, key: [*items[:index], current, *items[index + 1 :]]}  # what was wrong, as it is now
-            line = _line(_at(problem, where), view, schema, secret_keys)
-            path, _, text = line.partition(": ")
-            inner = _tokens(path)[depth:]
-            if lines and not inner:
-                break
-            listed = len(inner) >= 2 and inner[-1].isdigit()
-            if listed and (kept := alive.get(tuple(inner[:-1]))) is not None:
-                line = f"{path[: path.rindex('[')]}[{kept[int(inner[-1])]}]: {text}"  # its index in the file
-            lines.append(line)
-            current = _left_out(current, inner, item, alive) if listed else _without(current, inner, item)
-    return lines, None
+def _join(path: Path, *more: str) -> str:
+    """``("rules", 1, "name")`` as ``rules[1].name``."""
+    text = ""
+    for part in (*path, *more):
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
 
 
-def _left_out(
-    entry: dict[str, Any], tokens: Sequence[str], item: types.Type, alive: dict[tuple[str, ...], list[int]]
-) -> dict[str, Any] | None:
-    """``entry`` without the value at ``tokens`` (an index in a list of values), its list kept if anything is
-    left of it (``alive`` keeps the indices in the file of those left), else without the key."""
-    values = _value_at(entry, tokens[:-1])
-    if not isinstance(values, list) or len(values) < 2:
-        return _without(entry, tokens, item)
-    kept = alive.setdefault(tuple(tokens[:-1]), list(range(len(values))))
-    smaller, copied = _copied_along(entry, tokens[:-1])
-    if not isinstance(copied, list):
-        return None
-    del copied[int(tokens[-1])]
-    del kept[int(tokens[-1])]
-    return smaller  # type: ignore[no-any-return]
-
-
-def _tokens(path: str) -> list[str]:
-    """``tls_server_config.cipher_suites[0]`` as ``["tls_server_config", "cipher_suites", "0"]``."""
-    return [m.group("key") or m.group("index") for m in _TOKEN.finditer("." + path)] if path != "(top level)" else []
-
-
-def _without(data: dict[str, Any], tokens: Sequence[str], info: types.Type) -> dict[str, Any] | None:
-    """A copy of ``data`` without the innermost key on ``tokens`` that its struct does not require (or does
-    not know): checked again without it, the file says its next problem, in that section or another. None
-    when no key on the path can go."""
-    for depth in range(len(tokens) - 1, -1, -1):
-        key = tokens[depth]
-        parent = _bare(_type_at(info, tokens[:depth]))
-        if key.isdigit() or not isinstance(parent, types.StructType):
-            continue
-        field = next((f for f in parent.fields if f.encode_name == key), None)
-        if field is not None and field.required:
-            continue
-        copied, container = _copied_along(data, tokens[:depth])
-        if isinstance(container, dict) and key in container:
-            del container[key]
-            return copied  # type: ignore[no-any-return]
-    return None
-
-
-def _copied_along(data: Any, tokens: Sequence[str]) -> tuple[Any, dict[str, Any] | list[Any] | None]:
-    """A copy of ``data`` whose containers on the path ``tokens`` are copies (the rest is shared, however
-    deeply it nests), and the copy of the container at its end (None if there is none)."""
-    root = current = copy.copy(data) if isinstance(data, dict | list) else data
-    for token in tokens:
-        if isinstance(current, list) and token.isdigit() and int(token) < len(current):
-            current[int(token)] = copy.copy(current[int(token)])
-            current = current[int(token)]
-        elif isinstance(current, dict) and token in current:
-            current[token] = copy.copy(current[token])
-            current = current[token]
-        else:
-            return root, None
-    return root, current if isinstance(current, dict | list) else None
-
-
-def _at(problem: msgspec.ValidationError, where: str) -> Exception:
-    """The problem of an item checked alone, with the item's place in the file put in front of its path."""
-    message = str(problem)
-    if " - at `$" in message:
-        return ValueError(message.replace(" - at `$", f" - at `${where}", 1))
-    return ValueError(f"{message} - at `${where}`")
-
-
-def _explain(message: str, data: object, schema: type[Any], secret_keys: Sequence[str]) -> tuple[str, str]:
-    match = _PATH.search(message)
-    path = match.group("path") if match else ""
-    message = message[: match.start()] if match else message
-    tokens = [m.group("key") or m.group("index") for m in _TOKEN.finditer(path)]
-    if (unknown := _UNKNOWN.match(message)) is not None:
-        fields = _struct_fields(_type_at(types.type_info(schema), tokens))
-        known = f"; expected one of: {', '.join(fields)}" if fields else ""
-        return _join(tokens, unknown.group("key")), f"unknown key{known}"
-    if (missing := _MISSING.match(message)) is not None:
-        return _join(tokens, missing.group("key")), "is required"
-    if message.startswith(_RELATIVE):
-        key, _, text = message[len(_RELATIVE) :].partition(": ")
-        return _join(tokens, key), text
-    if not message.startswith(("Expected", "Invalid enum value")):
-        return _join(tokens), message  # a __post_init__ problem about the struct as a whole
-    expected = _describe(_type_at(types.type_info(schema), tokens))
-    if any(token in secret_keys for token in tokens) or "..." in tokens:
-        return _join(tokens), f"must be {expected}"
-    return _join(tokens), f"must be {expected}, got {show(_value_at(data, tokens))}"
-
-
-def _join(tokens: Sequence[str], *more: str) -> str:
-    path = ""
-    for part in (*tokens, *more):
-        path += f"[{part}]" if part.isdigit() or part == "..." else (f".{part}" if path else part)
-    return path
-
-
-def _value_at(data: object, tokens: Sequence[str]) -> object:
-    for token in tokens:
-        if isinstance(data, list) and token.isdigit():
-            data = data[int(token)]
+def _value_at(data: object, path: Path) -> object:
+    for part in path:
+        if isinstance(data, list) and isinstance(part, int):
+            data = data[part]
         elif isinstance(data, dict):
-            data = data.get(token)
+            data = data.get(part)
     return data
 
 
-def _type_at(info: types.Type, tokens: Sequence[str]) -> types.Type:
-    for token in tokens:
+def _type_at(info: types.Type, path: Path) -> types.Type:
+    for token in path:
         info = _bare(info)
         if isinstance(info, types.StructType):
             info = next((f.type for f in info.fields if f.encode_name == token), types.AnyType())
@@ -319,8 +307,7 @@ def _struct_fields(info: types.Type) -> list[str]:
     info = _bare(info)
     if not isinstance(info, types.StructType):
         return []
-    refused = getattr(info.cls, "__refused_keys__", ())  # accepted by the type only to explain the refusal
-    return [f.encode_name for f in info.fields if f.encode_name not in refused]
+    return [f.encode_name for f in info.fields]
 
 
 def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 - one line per kind of type

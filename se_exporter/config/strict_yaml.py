@@ -8,8 +8,7 @@ from typing import Any
 
 import yaml
 
-from se_exporter.config.files import show
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, show
 
 
 class _StrictLoader(yaml.SafeLoader):

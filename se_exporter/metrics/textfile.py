@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 
-from se_exporter.config.files import os_problem
+from se_exporter.errors import os_problem
 
 log = logging.getLogger("se_exporter.textfile")
 SUFFIX = ".prom"  # node_exporter's textfile collector reads nothing else

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from se_exporter.audit.records import AuditRecord
-from se_exporter.config.files import read_text
+from se_exporter.common.files import read_text
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
 from se_exporter.imds.identity import VMIdentity

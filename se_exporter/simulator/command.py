@@ -13,7 +13,7 @@ import sys
 import threading
 
 from se_exporter.config import flags
-from se_exporter.config.files import socket_problem
+from se_exporter.errors import socket_problem
 from se_exporter.platform import current
 from se_exporter.process import StopRequest
 from se_exporter.simulator.clock import SimClock

@@ -39,7 +39,7 @@ from typing import Annotated
 
 import msgspec
 
-from se_exporter.config.files import read_text
+from se_exporter.common.files import read_text
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.simulator.model import ADVISORY, EVENT_TYPES, SCHEDULED, SELF, SPOT_NOTICE, EventPlan, EventSourceName

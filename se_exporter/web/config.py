@@ -64,10 +64,10 @@ from typing import Any
 
 import msgspec
 
-from se_exporter.config.files import read_text, show, stamp
+from se_exporter.common.files import read_text, stamp
 from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, show
 from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
@@ -99,18 +99,21 @@ class HTTPServerSpec(msgspec.Struct, forbid_unknown_fields=True):
 
     def __post_init__(self) -> None:
         for name, written in (self.headers or {}).items():
-            key = f"headers.{name}"
+            below = f".{name}"
             if name not in ALLOWED_HEADERS:
                 allowed_names = ", ".join(ALLOWED_HEADERS)
-                raise field_problem(key, f"this HTTP header can not be configured; allowed: {allowed_names}")
+                raise field_problem(
+                    "headers", f"this HTTP header can not be configured; allowed: {allowed_names}", None, below
+                )
             if written is None or written == "":
                 continue  # blank means unset, as in exporter-toolkit
             value = self.headers[name] = _scalar_text(written)  # type: ignore[index]
             if not isinstance(value, str) or not _HEADER_VALUE.match(value):
-                raise field_problem(key, f"must be a string of printable ASCII characters, got {show(value)}")
+                problem = f"must be a string of printable ASCII characters, got {show(value)}"
+                raise field_problem("headers", problem, None, below)
             allowed = ALLOWED_HEADERS[name]
             if allowed is not None and value not in allowed:
-                raise field_problem(key, f"must be one of {', '.join(allowed)}, got {show(value)}")
+                raise field_problem("headers", f"must be one of {', '.join(allowed)}, got {show(value)}", None, below)
 
 
 class RateLimitSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -152,8 +155,7 @@ class WebConfigFile(msgspec.Struct, forbid_unknown_fields=True):
             _check_user(user, hashed)
         for index, path in enumerate(self.auth_excluded_paths):
             if not path.startswith("/"):
-                where = f"auth_excluded_paths[{index}]"
-                raise field_problem(where, f"must be a path starting with /, got {show(path)}")
+                raise field_problem("auth_excluded_paths", f"must be a path starting with /, got {show(path)}", index)
         if self.auth_excluded_paths and not self.basic_auth_users:
             raise field_problem(
                 "auth_excluded_paths", "is set but basic_auth_users is empty, so nothing is authenticated"
@@ -223,16 +225,20 @@ def _scalar_text(value: object) -> object:
 def _check_user(user: str, hashed: object) -> None:
     if not user or ":" in user:
         raise field_problem(
-            f"basic_auth_users.{user}",
+            "basic_auth_users",
             "user names must be non-empty and must not contain ':' (basic auth cannot carry it)",
+            None,
+            f".{user}",
         )
     match = _BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
     if match is None or int(match.group(1)) not in _BCRYPT_COSTS:
         # Never echo the value: it may be a plaintext password put there by mistake.
         raise field_problem(
-            f"basic_auth_users.{user}",
+            "basic_auth_users",
             "is not a bcrypt hash (expected $2y$10$ followed by 53 "
             "characters, e.g. from htpasswd -nBC 10 \"\" | tr -d ':\\n'); the value is not shown",
+            None,
+            f".{user}",
         )
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import httpx
 
-from se_exporter.config.files import os_problem
 from se_exporter.config.flags import Parser, apply_environment
 from se_exporter.config.options import add_exporter_flags
 from se_exporter.config.values import HEALTHY_PATH
+from se_exporter.errors import os_problem
 from se_exporter.imds.client import DeadlineTransport, root_cause, within
 
 TIMEOUT_SECONDS = 4.0  # under the image's --timeout=5s

@@ -28,10 +28,9 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from se_exporter.common.files import read_bounded
-from se_exporter.config.files import MAX_FILE_BYTES, FileStamp, os_problem, show, stamp
+from se_exporter.common.files import MAX_FILE_BYTES, FileStamp, read_bounded, stamp
 from se_exporter.config.schema import field_problem
-from se_exporter.errors import ConfigError
+from se_exporter.errors import ConfigError, os_problem, show
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +347,7 @@ def _version(key: str, value: str | None, default: str) -> ssl.TLSVersion:
 def _known(key: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
     for index, value in enumerate(values):
         if value not in known:
-            raise field_problem(f"{key}[{index}]", f"unknown value {show(value)}; known values: {', '.join(known)}")
+            raise field_problem(key, f"unknown value {show(value)}; known values: {', '.join(known)}", index)
 
 
 HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
