@@ -45,8 +45,10 @@ exporter-toolkit does (the last good config is never kept for auth). So is a cha
 or off, which the listening socket cannot follow without a restart. ``reload_successful`` is the gauge
 ``azure_scheduled_events_web_config_last_reload_successful``.
 
-Certificate files are not watched here: ``web/tls.py`` rebuilds the TLS context when they change, and keeps
-the previous one when a renewal is broken.
+The same look, on the same timer, follows the TLS context (``tls_context()``): a changed
+``tls_server_config`` or certificate, key or client CA file rebuilds it, and a broken new set is logged and the
+previous context kept, so a half-written renewal never takes the port down. While the file does not parse,
+handshakes go on with the last context (every request is then refused, ``web/server.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import argparse
 import logging
 import os
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -68,7 +71,7 @@ from se_exporter.common.files import read_text, stamp
 from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError, show
-from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, tls_config
+from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, stamps, tls_config
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +264,7 @@ CHECK_EVERY_SECONDS = 1.0
 
 
 class LiveWebConfig:
-    """The config loaded at start, then whatever the file says since; thread-safe."""
+    """The config loaded at start, then whatever the file says since, and the TLS context; thread-safe."""
 
     def __init__(
         self,
@@ -271,11 +274,14 @@ class LiveWebConfig:
         clock: Callable[[], float] = time.monotonic,
         check_every: float = CHECK_EVERY_SECONDS,
     ) -> None:
-        """``path``: the file (None: ``loaded`` for ever, as without ``--web.config.file``)."""
+        """``path``: the file (None: ``loaded`` for ever, as without ``--web.config.file``; its certificate
+        files are still followed)."""
         self._path, self._clock, self._check_every = path, clock, check_every
         self._current: WebConfig | None = loaded
-        self._tls = loaded.tls is not None  # the listening socket's mode, fixed at start
+        self._tls = loaded.tls  # the settings of the context; TLS on or off is the listening socket's, fixed
         self._stamp = stamp(path) if path is not None else None
+        self._tls_stamps = stamps(loaded.tls.files) if loaded.tls else ()
+        self._context = loaded.tls.ssl_context() if loaded.tls else None
         self._checked = clock()
         self._lock = threading.Lock()
         self.problem: str | None = None  # why nothing is in force
@@ -289,23 +295,42 @@ class LiveWebConfig:
         config = self.current()
         return config.tls if config is not None else None
 
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS context for a new connection (None: plain HTTP)."""
+        self.current()
+        return self._context
+
     def current(self) -> WebConfig | None:
         """The config in force, or None while the file does not parse (requests then fail closed)."""
-        if self._path is None:
-            return self._current
         with self._lock:
             now = self._clock()
             if now - self._checked >= self._check_every:
                 self._checked = now
-                if (now_stamp := stamp(self._path)) != self._stamp:
+                if self._path is not None and (now_stamp := stamp(self._path)) != self._stamp:
                     self._stamp = now_stamp
                     self._reload(self._path)
+                self._follow_tls()
             return self._current
+
+    def _follow_tls(self) -> None:
+        settings = self._current.tls if self._current is not None else None
+        if settings is None or self._context is None:
+            return  # plain HTTP, or a file that does not parse: the last context stays
+        files = stamps(settings.files)
+        if settings == self._tls and files == self._tls_stamps:
+            return
+        self._tls, self._tls_stamps = settings, files
+        try:
+            self._context = settings.ssl_context()
+        except ConfigError as exc:
+            log.error("TLS files changed but cannot be used; keeping the previous certificate", extra={"err": str(exc)})
+        else:
+            log.info("TLS context reloaded", extra={"cert_file": str(settings.cert_file or "inline")})
 
     def _reload(self, path: Path) -> None:
         try:
             config = load_web_config(path, check_files=False)  # a broken certificate keeps the previous one
-            if (config.tls is not None) != self._tls:
+            if (config.tls is not None) != (self._context is not None):
                 switch = "on" if config.tls else "off"
                 raise ConfigError(f"web config {path}: tls_server_config: switching TLS {switch} needs a restart")
         except ConfigError as error:

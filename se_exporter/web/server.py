@@ -59,7 +59,7 @@ from se_exporter.web.access import AccessRules, Authentication
 from se_exporter.web.config import LiveWebConfig, WebConfig
 from se_exporter.web.endpoints import Answer, Headers, call_app, plain
 from se_exporter.web.renders import ClientGone, Renders
-from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, TLSAcceptor, answer_plain_http, handshake, is_tls_hello
+from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, answer_plain_http, handshake, is_tls_hello, refusal
 
 
 async def readable(loop: asyncio.AbstractEventLoop, sock: socket.socket, timeout: float) -> bool:
@@ -429,7 +429,7 @@ class WebServer:
     ) -> None:
         live = web_config if isinstance(web_config, LiveWebConfig) else LiveWebConfig(None, web_config or WebConfig())
         config = live.current() or WebConfig()
-        self._tls = TLSAcceptor(config.tls, handshake_timeout, live.tls_in_force) if config.tls else None
+        self._live, self._tls, self._handshake_timeout = live, config.tls is not None, handshake_timeout
         each = TLS_CONNECTION_BYTES if self._tls else PLAIN_CONNECTION_BYTES
         self.max_connections = min(MAX_CONNECTIONS, CONNECTION_BUDGET_BYTES // each)
         self._listener = bind(host, port)
@@ -538,7 +538,7 @@ class WebServer:
                     client,
                     idle,
                     deadline,
-                    refusal=self._tls.refusal(writer, client) if self._tls else None,
+                    refusal=refusal(self._live.tls_in_force(), writer, client) if self._tls else None,
                 )
             ended_well = True
         except (Timeout, ClientGone, OSError, asyncio.IncompleteReadError) as error:
@@ -562,11 +562,12 @@ class WebServer:
     ) -> asyncio.StreamWriter | None:
         """The connection's writer (``reader`` reads it), after the TLS handshake when TLS is on (None: not
         one to serve)."""
-        if self._tls is None:
+        context = self._live.tls_context()
+        if context is None:
             protocol = asyncio.StreamReaderProtocol(reader)
             transport, _ = await self._loop.connect_accepted_socket(lambda: protocol, sock)
             return asyncio.StreamWriter(transport, protocol, reader, self._loop)
-        left = min(deadline, time.monotonic() + self._tls.handshake_timeout) - time.monotonic()
+        left = min(deadline, time.monotonic() + self._handshake_timeout) - time.monotonic()
         if not await readable(self._loop, sock, left):
             raise Timeout("no TLS handshake")
         if not is_tls_hello(sock):
@@ -576,7 +577,7 @@ class WebServer:
             return await handshake(
                 sock,
                 reader,
-                self._tls.context(),
+                context,
                 timeout=max(0.1, left),
                 shutdown_timeout=TLS_SHUTDOWN_SECONDS,
             )

@@ -18,10 +18,8 @@ import os
 import socket
 import ssl
 import tempfile
-import threading
-import time
 from asyncio import sslproto
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -352,65 +350,15 @@ def _known(key: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:
 
 HANDSHAKE_TIMEOUT_SECONDS = 10.0  # a client that has not finished the TLS handshake by then is dropped
 
-CERT_RELOAD_CHECK_SECONDS = 1.0  # how often (at most, on new connections) certificate files are checked
 
-
-class TLSAcceptor:
-    """The TLS context for each new connection (the server's event loop runs the handshake).
-
-    Certificate rotation: on a new connection, at most every ``CERT_RELOAD_CHECK_SECONDS``, the
-    certificate, key and client CA files are stat()ed; if one changed the context is rebuilt. A broken
-    new set is logged and the previous context kept, so a half-written renewal never takes the port down.
-    The TLS settings themselves follow the web config in force (``in_force``, the ``tls_server_config`` of
-    ``web.config.LiveWebConfig``, None while the file does not parse): a changed ``tls_server_config``
-    rebuilds the context too; while the file does not parse, handshakes go on with the last one (every
-    request is then refused, ``web/server.py``).
-    """
-
-    def __init__(
-        self,
-        config: TLSServerConfig,
-        handshake_timeout: float,
-        in_force: Callable[[], TLSServerConfig | None] | None = None,
-    ) -> None:
-        self.config = config
-        self.handshake_timeout = handshake_timeout
-        self._in_force = in_force
-        self._stamp = _stamps(config.files)
-        self._context = config.ssl_context()
-        self._checked = time.monotonic()
-        self._lock = threading.Lock()
-
-    def refusal(self, writer: asyncio.StreamWriter, client: str) -> str | None:
-        """Why a TLS client's requests are refused (403) once it is in: a verified certificate without any of
-        ``client_allowed_sans`` (Python checks those only after the handshake, where Go refuses in it)."""
-        if self.config.allows_peer(writer.get_extra_info("peercert")):
-            return None
-        log.warning("client certificate has none of client_allowed_sans; refused", extra={"client": client})
-        return "the client certificate has none of the names in client_allowed_sans"
-
-    def context(self) -> ssl.SSLContext:
-        now = time.monotonic()
-        settings = self._in_force() if self._in_force is not None else None
-        with self._lock:
-            settings_changed = False
-            if settings is not None and settings != self.config:
-                self.config, settings_changed = settings, True
-            if settings_changed or now - self._checked >= CERT_RELOAD_CHECK_SECONDS:
-                self._checked = now
-                files = _stamps(self.config.files)
-                if settings_changed or files != self._stamp:
-                    self._stamp = files
-                    try:
-                        self._context = self.config.ssl_context()
-                    except ConfigError as exc:
-                        log.error(
-                            "TLS files changed but cannot be used; keeping the previous certificate",
-                            extra={"err": str(exc)},
-                        )
-                    else:
-                        log.info("TLS context reloaded", extra={"cert_file": str(self.config.cert_file or "inline")})
-            return self._context
+def refusal(config: TLSServerConfig | None, writer: asyncio.StreamWriter, client: str) -> str | None:
+    """Why a TLS client's requests are refused (403) once it is in: a verified certificate without any of
+    ``client_allowed_sans`` of the ``config`` in force (Python checks those only after the handshake, where Go
+    refuses in it)."""
+    if config is None or config.allows_peer(writer.get_extra_info("peercert")):
+        return None
+    log.warning("client certificate has none of client_allowed_sans; refused", extra={"client": client})
+    return "the client certificate has none of the names in client_allowed_sans"
 
 
 class _AlertingSSLProtocol(sslproto.SSLProtocol):
@@ -490,5 +438,6 @@ def answer_plain_http(sock: socket.socket) -> None:
         sock.send(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)  # small: fits any socket buffer
 
 
-def _stamps(files: Iterable[Path]) -> tuple[FileStamp, ...]:
+def stamps(files: Iterable[Path]) -> tuple[FileStamp, ...]:
+    """What changes when one of ``files`` (a certificate, a key) is rewritten or replaced."""
     return tuple(stamp(path) for path in files)

@@ -16,8 +16,7 @@ import httpx
 import pytest
 from cryptography import x509
 
-from se_exporter.web import tls as web
-from se_exporter.web.config import WebConfig
+from se_exporter.web.config import LiveWebConfig, WebConfig
 from se_exporter.web.server import DEFER_SECONDS, WebServer
 from se_exporter.web.tls import private_pem_file
 from tests.web.conftest import client_context
@@ -176,10 +175,9 @@ def test_garbage_instead_of_a_handshake_is_dropped(serve: Serve, write_config: W
 
 
 def test_renewed_certificate_is_picked_up_and_a_broken_one_is_not(
-    serve: Serve, write_config: WriteConfig, pki: PKI, config_dir: Path, monkeypatch: pytest.MonkeyPatch
+    serve: Serve, write_config: WriteConfig, pki: PKI, config_dir: Path
 ) -> None:
-    monkeypatch.setattr(web, "CERT_RELOAD_CHECK_SECONDS", 0.0)
-    server = serve(write_config(TLS_CONFIG))
+    server = serve(LiveWebConfig(None, write_config(TLS_CONFIG), check_every=0.0))  # files looked at each time
     context = client_context(pki)
 
     def serial() -> int:
