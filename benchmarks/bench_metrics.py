@@ -1,7 +1,7 @@
 """/metrics latency p50/p99 with 0, 10, 100 and 1000 events listed.
 
 - ``render``: in-process, the ``Exporter``'s registry written by prometheus_client's ``generate_latest``
-  (the collectors and the text writer; no HTTP), the store filled by one poll through an in-memory transport;
+  (the collectors and the text writer; no HTTP), the store filled by one poll of the real IMDS client fed the body;
   side by side (alternating) with ``generate_latest`` on a **plain prometheus_client registry holding
   the same series** (Gauge and Counter objects with the same names, labels and values: what an
   exporter written the usual way would serve), and the ratio of the two medians.
@@ -23,11 +23,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from benchmarks.bench_poll import make_body
 from benchmarks.common import (
     ExporterProc,
+    FedClient,
     Mode,
     Proc,
     Report,
@@ -35,10 +36,13 @@ from benchmarks.common import (
     clean_env,
     count_samples,
     percentile,
+    refusing_port,
     simulator_process,
-    static_transport,
     wait_until,
 )
+
+if TYPE_CHECKING:
+    from se_exporter.imds.client import IMDSClient
 
 NAME = "metrics"
 SIZES = (0, 10, 100, 1000)
@@ -86,10 +90,14 @@ def _render_samples(size: int, repeats: int) -> tuple[list[float], list[float], 
     quiet.handlers[:] = [logging.NullHandler()]
     quiet.propagate = False
 
-    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url="http://imds.invalid", vm_name="vm-self")
-    exporter = Exporter(config, transport=static_transport(200, body))
+    imds = f"http://127.0.0.1:{refusing_port()}"  # nothing answers: the poller's client is fed the body
+    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url=imds, vm_name="vm-self")
+    exporter = Exporter(config)
     exporter.start()  # close() shuts the web server down, which waits for it to have started
     try:
+        fed = FedClient(exporter.poller.client)
+        fed.body = body
+        exporter.poller.client = cast("IMDSClient", fed)
         if exporter.poller.poll_once() is not None:
             raise RuntimeError("the in-process poll failed")
         text = generate_latest(exporter.registry)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from email.utils import formatdate
 from typing import Any, cast
 
-from benchmarks.common import Mode, Report, percentile, static_transport
+from benchmarks.common import FedClient, Mode, Report, percentile, refusing_port
 
 NAME = "poll"
 SIZES = (0, 1, 10, 100, 500, 1000)  # up to MAX_EVENTS, the most a document may list (docs/reliability.md)
@@ -110,26 +110,6 @@ def _core_cases(size: int) -> dict[str, tuple[Callable[[], Any], Callable[[], No
     }
 
 
-class _StubClient:
-    """The real IMDSClient with only its HTTP fetch replaced: ``get_document`` runs its own code (parse,
-    and the reuse of the previous Document when the body is identical), fed ``body`` as the response."""
-
-    def __init__(self, client: Any) -> None:
-        self.body = b""
-        self._client = client
-        client._request = lambda *_args, **_kwargs: self.body  # the fetch (and its client span) excluded
-
-    def get_document(self) -> Any:
-        return self._client.get_document()
-
-    @property
-    def api_version(self) -> str:
-        return str(self._client.api_version)
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"the benchmark stub client has no {name}")
-
-
 @contextlib.contextmanager
 def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Iterator[Any]:
     """The real ``Exporter`` wiring (every sink, logging to memory), its poller fed by a stub client;
@@ -141,12 +121,11 @@ def wired_exporter(environ: dict[str, str] | None = None, **options: Any) -> Ite
 
     logs.configure("info", "logfmt", stream=io.StringIO())  # every line formatted in full, written nowhere
 
-    config = ExporterConfig(
-        listen_host="127.0.0.1", listen_port=0, imds_url="http://127.0.0.1:9", vm_name="vm-self", **options
-    )
-    exporter = Exporter(config, transport=static_transport(503), environ=environ)
+    imds = f"http://127.0.0.1:{refusing_port()}"  # nothing answers: the poller's client is fed below
+    config = ExporterConfig(listen_host="127.0.0.1", listen_port=0, imds_url=imds, vm_name="vm-self", **options)
+    exporter = Exporter(config, environ=environ)
     exporter.start()
-    exporter.poller.client = cast(IMDSClient, _StubClient(exporter.poller.client))
+    exporter.poller.client = cast(IMDSClient, FedClient(exporter.poller.client))
     gc.freeze()  # as cli.run_exporter does once the exporter is built: start-up objects out of full collections
     try:
         yield exporter

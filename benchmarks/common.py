@@ -395,15 +395,25 @@ def wait_all_started(processes: Iterable[Proc]) -> None:
             proc.wait_first_document()
 
 
-def static_transport(status: int, body: bytes = b"") -> Any:
-    """An IMDS transport that answers every request from memory (the in-process benchmarks): httpx's own."""
-    import httpx
+class FedClient:
+    """The real IMDSClient with only its HTTP fetch replaced (the in-process benchmarks): ``get_document`` runs
+    its own code (parse, and the reuse of the previous Document when the body is identical), fed ``body`` as
+    the response."""
 
-    return httpx.MockTransport(  # stream=: unread, as a network answer is (content= would be read already)
-        lambda _request: httpx.Response(
-            status, headers={"content-type": "application/json"}, stream=httpx.ByteStream(body)
-        )
-    )
+    def __init__(self, client: Any) -> None:
+        self.body = b""
+        self._client = client
+        client._request = lambda *_args, **_kwargs: self.body  # the fetch (and its client span) excluded
+
+    def get_document(self) -> Any:
+        return self._client.get_document()
+
+    @property
+    def api_version(self) -> str:
+        return str(self._client.api_version)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the benchmark stub client has no {name}")
 
 
 # ----- simulator -------------------------------------------------------------------------------

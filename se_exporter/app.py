@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-import httpx
 import msgspec
 
 from se_exporter import __version__
@@ -123,7 +122,6 @@ class Exporter:
         self,
         config: ExporterConfig,
         *,
-        transport: httpx.BaseTransport | None = None,  # the benchmarks' canned IMDS answers
         environ: Mapping[str, str] | None = None,  # OTEL_* variables; None: no OpenTelemetry pipeline
         stop: threading.Event | None = None,  # once set, a GET to IMDS in flight ends (start-up's too)
     ) -> None:
@@ -151,7 +149,7 @@ class Exporter:
         self.telemetry: Telemetry = NoTelemetry()
         otel = parse_otel_environment(environ) if environ is not None else None
         if otel is not None:
-            identity = self._start_telemetry(otel, identity, settings, limiter, transport)
+            identity = self._start_telemetry(otel, identity, settings, limiter)
         tracer_provider = self.telemetry.tracer_provider
         tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
         sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
@@ -160,7 +158,6 @@ class Exporter:
         self.client = IMDSClient(
             settings,
             limiter,
-            transport=transport,
             on_response=self.counters.observe_response,
             tracer=tracer,
             stop=self._stop,
@@ -205,17 +202,16 @@ class Exporter:
         identity: VMIdentity | None,
         settings: ClientSettings,
         limiter: RateLimiter,
-        transport: httpx.BaseTransport | None,
     ) -> VMIdentity | None:
         """The OpenTelemetry pipeline, when a signal is on: the resource needs this VM's identity, learned first
-        (``settings``, ``limiter``, ``transport``: the IMDS client's). Returns the identity, as given or learned."""
+        (``settings``, ``limiter``: the IMDS client's). Returns the identity, as given or learned."""
         if not otel.enabled:
             log.info("OpenTelemetry is disabled (OTEL_SDK_DISABLED=true)" if otel.disabled else HOW_TO_ENABLE)
             return identity
         from se_exporter.otel.pipeline import build_telemetry  # the SDK: only when a signal is on
 
         on_response = self.counters.observe_response
-        probe = IMDSClient(settings, limiter, transport=transport, on_response=on_response, stop=self._stop)
+        probe = IMDSClient(settings, limiter, on_response=on_response, stop=self._stop)
         identity = _startup_identity(probe, identity)
         attributes = resource_attributes(identity, __version__)
         self.telemetry = build_telemetry(otel, attributes, self.persistence.database, __version__)

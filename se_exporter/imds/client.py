@@ -450,7 +450,6 @@ class IMDSClient:
         settings: ClientSettings,
         limiter: RateLimiter,
         *,
-        transport: httpx.BaseTransport | None = None,  # tests and benchmarks pass their own
         on_response: ResponseObserver | None = None,
         tracer: trace.Tracer | None = None,
         stop: threading.Event | None = None,  # the exporter's stop: a GET in flight ends, IMDSStopped
@@ -473,8 +472,8 @@ class IMDSClient:
         self._targets: dict[tuple[str, str, str], _Target] = {}
         self._plain_http = httpx.URL(settings.base_url).scheme == "http"
         keep_one = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=30.0)
-        self._gets = _client(settings, transport or DeadlineTransport(keep_one))
-        self._posts = _client(settings, transport or DeadlineTransport(httpx.Limits(max_keepalive_connections=0)))
+        self._gets = _client(settings, DeadlineTransport(keep_one))
+        self._posts = _client(settings, DeadlineTransport(httpx.Limits(max_keepalive_connections=0)))
 
     def close(self) -> None:
         self._gets.close()
