@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.approval.hook import hook_environment
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.platform import (
     CREATE_NEW_PROCESS_GROUP,
@@ -26,6 +25,7 @@ from se_exporter.platform import (
     current,
 )
 from se_exporter.platform.windows import JobObject
+from se_exporter.process.command import event_environment
 from tests.support.wait import wait_for
 
 PACKAGE = Path(__file__).resolve().parents[1] / "se_exporter"
@@ -163,13 +163,13 @@ def test_windows_hook_environment_keeps_what_windows_programs_need() -> None:
         "HOME": "/root",
     }
     event = ScheduledEvent("E1", "Reboot", "Scheduled", resources=("vm-a",))
-    env = hook_environment(event, "vm-a", "r", base=base, platform=WindowsPlatform())
+    env = event_environment(event, {"SE_VM_NAME": "vm-a"}, base=base, platform=WindowsPlatform())
     assert {k: env[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")} == {
         k: base[k] for k in ("SYSTEMROOT", "PATHEXT", "COMSPEC", "TEMP")
     }
     assert "OTEL_EXPORTER_OTLP_HEADERS" not in env and "HOME" not in env
     assert env["PATH"] == WindowsPlatform.default_path and env["SE_EVENT_ID"] == "E1"
-    posix = hook_environment(event, "vm-a", "r", base=base, platform=PosixPlatform())
+    posix = event_environment(event, {"SE_VM_NAME": "vm-a"}, base=base, platform=PosixPlatform())
     assert "SYSTEMROOT" not in posix and posix["HOME"] == "/root"
 
 

@@ -43,32 +43,6 @@ class HookSubmitter(Protocol):
     def close(self) -> None: ...
 
 
-def hook_environment(
-    event: ScheduledEvent,
-    vm_name: str,
-    rule: str,
-    inherit: tuple[str, ...] = (),
-    *,
-    base: Mapping[str, str] | None = None,
-    platform: Platform | None = None,
-    classification: Classification | None = None,
-    seconds_left: float | None = None,
-    event_file: str = "",
-) -> dict[str, str]:
-    """The hook's environment: the event's (``process.command.event_environment``), this VM's name and the rule
-    that matched."""
-    return event_environment(
-        event,
-        {"SE_VM_NAME": vm_name, "SE_APPROVAL_RULE": rule},
-        inherit,
-        base=base,
-        platform=platform,
-        classification=classification,
-        seconds_left=seconds_left,
-        event_file=event_file,
-    )
-
-
 class HookRunner:
     """Runs ``hook`` for one event at a time on a background thread; ``submit`` never blocks."""
 
@@ -134,10 +108,9 @@ class HookRunner:
             )
         limit = self._hook.timeout_seconds if left is None else min(self._hook.timeout_seconds, left)
         with event_file(event_json(event, classification)) as path:
-            env = hook_environment(
+            env = event_environment(  # the event's variables, this VM's name and the rule that matched
                 event,
-                vm_name,
-                rule,
+                {"SE_VM_NAME": vm_name, "SE_APPROVAL_RULE": rule},
                 self._hook.inherit_env,
                 base=self._environ,
                 platform=self._platform,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from se_exporter.approval.hook import HookRunner, hook_environment
+from se_exporter.approval.hook import HookRunner
 from se_exporter.approval.policy import Hook
+from se_exporter.process.command import event_environment
 from tests.approval.helpers import VM, event, wait_until
 
 pytestmark = pytest.mark.posix
@@ -82,7 +83,7 @@ def test_success_receives_the_event_in_its_environment(tmp_path: Path) -> None:
 
 
 def test_environment_without_not_before_or_path() -> None:
-    env = hook_environment(event(not_before=None, resources=()), VM, "r", base={})
+    env = event_environment(event(not_before=None, resources=()), {"SE_VM_NAME": VM}, base={})
     assert env["SE_EVENT_NOT_BEFORE"] == "" and env["SE_EVENT_RESOURCES"] == "[]"
     assert env["SE_EVENT_SECONDS_LEFT"] == ""  # no NotBefore, no deadline
     assert env["PATH"].startswith("/usr/local/sbin")
