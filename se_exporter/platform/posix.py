@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from se_exporter.platform.base import (
+from se_exporter.platform import (
     M_ARENA_MAX,
     M_MMAP_THRESHOLD,
     MMAP_THRESHOLD_BYTES,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from se_exporter.platform.base import (
+from se_exporter.platform import (
     CREATE_NEW_PROCESS_GROUP,
     CTRL_BREAK_EVENT,
     SIGBREAK,
