@@ -3,34 +3,24 @@
 ``on_poll`` runs in the poll thread and only decides and bookkeeps; it returns the decisions in the
 order things happened: those that settle work finished before this document was read (a POST's
 outcome), then those made on this document, which the poller writes after the document's own
-transitions. Hooks run on the hook runner's thread; POSTs on one background thread (the poster),
-because retries take seconds and the poll loop must keep observing meanwhile. What they come to is
-settled below (``settle_hook``, ``settle_post``, ``recheck``); every decision comes from ``PolicyVerdicts``
-(``approval/policy.py``).
-
-Its semantics (``approved`` is final; one POST per poll for every candidate; a change means a new decision;
-nothing approved after NotBefore; retries of ``failed``; at most once across crashes: a POST is saved as
-being sent before it leaves, and one saved so and never settled is ``unknown`` after a restart, never sent
-again) are in full in docs/approval.md.
-
-What the approver's background work comes to (``settle_hook``, ``settle_post``, ``recheck``): a hook that
-ended, a POST batch that ended, and the fresh decision before every POST attempt. Each turns into ledger
-entries and audited decisions.
+transitions. Every decision comes from ``PolicyVerdicts`` (``approval/policy.py``). Hooks run on the hook
+runner's thread; POSTs on one background thread (the poster), because retries take seconds and the poll
+loop must keep observing meanwhile. What they come to (a hook that ended, a POST batch that ended, the fresh
+decision before every POST attempt) is settled here (``settle_hook``, ``settle_post``, ``recheck``) into
+ledger entries and audited decisions. Its semantics (``approved`` is final; one POST per poll for every
+candidate; a change means a new decision; nothing approved after NotBefore; retries of ``failed``; at most
+once across crashes) are in full in docs/approval.md.
 
 An approval is for exactly the revision that was decided and that the hook ran on: after a hook, and
 before each POST attempt, the event as IMDS lists it now must still qualify *and* be that revision;
-a change means "decide again" (``changed``), which runs the hook again.
-
-``LastLook`` is what the poster relies on before every POST: the approver's latest look at the listed events (and how
-old it is), and the decision saved in the state file.
-
-The poster runs on its own thread. After the process was paused (a Freeze pauses the whole VM; so does a
-SIGSTOP), it wakes up with the poll loop and, without this, would POST on what it saw before the pause: an
-event may have started, or gone, meanwhile. So a POST waits (on its own thread, bounded) for a look younger
-than ``fresh_within``, by both clocks (a paused VM's monotonic clock may not have moved).
-
-A POST is sent only once the state file holds it as being sent (the approver waits up to
-``SAVED_WAIT_SECONDS`` for that commit, on the poster's thread, never the poll's).
+a change means "decide again" (``changed``), which runs the hook again. ``LastLook`` is what the poster
+relies on: the approver's latest look at the listed events (and how old it is), and the decision saved in
+the state file. After the process was paused (a Freeze pauses the whole VM; so does a SIGSTOP), the poster
+wakes up with the poll loop and would POST on what it saw before the pause, so a POST waits (on its own
+thread, bounded) for a look younger than ``fresh_within``, by both clocks (a paused VM's monotonic clock may
+not have moved). A POST is sent only once the state file holds it as being sent (the approver waits up to
+``SAVED_WAIT_SECONDS`` for that commit, on the poster's thread, never the poll's); one saved so and never
+settled is ``unknown`` after a restart, never sent again.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Ships spooled records, oldest first, until the collector takes them, as the OTLP specification says.
 
 A thread takes a batch from the spool, hands it to ``send`` (``otel/pipeline.py``: one ``export()`` of the
-chosen exporter, sorted into an ``Outcome``), acknowledges it when the collector took it and otherwise decides by the
-answer. Nothing leaves the spool unacknowledged but what the collector refuses for good, so an outage
-of any length (or a restart in the middle of one) costs latency, not records.
+chosen exporter, sorted into an ``Outcome``), acknowledges it when the collector took it and otherwise
+decides by the answer. Nothing leaves the spool unacknowledged but what the collector refuses for good, so
+an outage of any length (or a restart in the middle of one) costs latency, not records.
 
 - Taken, perhaps partly: acknowledged; what the collector rejected anyway (a partial success) is counted
   as dropped and said, with the collector's message (it is never sent again).
@@ -15,17 +15,13 @@ of any length (or a restart in the middle of one) costs latency, not records.
   even that (401, 403, 404: the configuration), the records wait and it is tried again every two
   minutes, each kind of refusal logged once as an error.
 
-A batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB
-for gRPC by default). A record refused alone, retryably, is tried next time after an empty request, so
-a collector that comes back between two attempts does not make it look undeliverable, no record
-overtakes an older one, and an attempt during an outage is still one request. While export fails, every
-attempt starts with an empty request: an outage never costs the conversion of a batch.
-
-The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken doubles the next up to
-``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE``: a collector that is away when the exporter starts with a backlog
-refuses a small request, not the conversion of a full batch (the SDK's records and protobuf's request,
-about 1.8 MiB of peak memory for 512 records, and their CPU), and a collector that takes them has the
-full batch after five requests.
+While export fails, every attempt starts with an empty request: an outage never costs the conversion of a
+batch, and a collector that comes back between two attempts does not make a record look undeliverable. A
+batch is bounded in bytes as well as in records (a collector refuses requests over its limit, 4 MiB for
+gRPC by default). The first batch after a start is small (``FIRST_BATCH_SIZE``), and each batch taken
+doubles the next up to ``OTEL_BLRP_MAX_EXPORT_BATCH_SIZE`` (512 records cost about 1.8 MiB of peak memory
+as the SDK's records and protobuf's request): a collector that takes them has the full batch after five
+requests.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ for approval POSTs, which never keeps a connection (a POST on a kept-alive conne
 have to be sent again, and approving again is the approver's decision after a fresh look at the event,
 never the transport's). Neither reads the environment (``trust_env=False``): IMDS is link-local and
 rejects proxied requests. Every request passes the shared rate limiter (``RateLimiter``; ``Backoff`` paces
-retries), has one total deadline (``DeadlineTransport``, below) and a bounded body (``read_body``), is timed
-into ``on_response`` (the metrics) and traced as an HTTP client span; a GET also ends soon after the ``stop``
-event is set. httpx's exceptions become ``errors.IMDSError``'s.
+retries), has one total deadline and a bounded body, is timed into ``on_response`` (the metrics) and
+traced as an HTTP client span; a GET also ends soon after the ``stop`` event is set. httpx's exceptions
+become ``errors.IMDSError``'s.
 
 The Scheduled Events api-version is the first of ``--imds.api-version`` (newest first) that this VM's IMDS
 accepts. A GET that IMDS answers as it answers a version it does not serve (404, or 400 naming the
@@ -16,27 +16,19 @@ preferred version is tried again every ``retry_preferred_seconds`` (on the injec
 VM enrolled later gets it. Approvals are POSTed with the version in use. Each choice is said once.
 
 **One total deadline** for an HTTP request (to IMDS, or the image's health check), which httpx lacks: httpx
-bounds each read by its ``read`` timeout, never their sum, so a peer dripping its status line, its
-headers, endless ``100 Continue`` answers, a chunk-size line or trailers one byte a second holds a request
-for ever, since every read succeeds.
+bounds each read, never their sum, so a peer dripping its status line, headers, ``100 Continue`` answers,
+chunk-size lines or trailers one byte a second holds a request for ever. httpcore's network backend (its
+documented extension point, ``httpcore.NetworkBackend``) is where every connect, TLS handshake, read and
+write happens, so each is given at most the time left until the deadline of the request on this thread
+(``within``). A request given a stop event ends within ``STOP_CHECK_SECONDS`` of it being set (the
+exporter's stop, so that a first IMDS answer taking two minutes never holds up a service stop). httpx
+offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`` is an
+``httpx.BaseTransport`` (httpx's documented way to bring a transport) owning an ``httpcore.ConnectionPool``
+on that backend.
 
-httpcore's network backend (its documented extension point, ``httpcore.NetworkBackend``) is where every
-connect, TLS handshake, read and write happens, so each is given at most the time left until the deadline
-of the request on this thread (``within``), and one that would start past it fails at once as a timeout.
-A request given a stop event ends within ``STOP_CHECK_SECONDS`` of it being set: its reads wait in slices
-that short, and none starts once it is set (the exporter's stop, set by another thread, so that a first
-IMDS answer taking two minutes never holds up a service stop).
-httpx offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`` is an
-``httpx.BaseTransport`` (httpx's documented way to bring a transport) that owns an ``httpcore.ConnectionPool``
-on that backend; httpx keeps the rest (its request and answer models, its exception tree).
-
-**The answer's body** is bounded in bytes after decoding, and in total time.
-
-Every read is bounded by the request's deadline , and the answer as a whole is
-checked against it here too. A compressed chunk decoded whole can be gigabytes: httpx's decoders inflate
-each chunk they get in one call, and one 64 KiB chunk of gzip inflates to 64 MiB. We never ask for
-compression, but a broken or hostile peer may send it anyway, so the raw bytes (``iter_raw``) are decoded
-here, never more than the cap at a time, and the cap applies to what the body decodes to.
+**The answer's body** (``read_body``) is bounded in bytes after decoding: httpx's decoders inflate each
+chunk whole, and one 64 KiB chunk of gzip inflates to 64 MiB. We never ask for compression, but a broken or
+hostile peer may send it anyway, so the raw bytes are decoded here, never more than the cap at a time.
 """
 
 from __future__ import annotations

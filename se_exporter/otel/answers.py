@@ -1,48 +1,33 @@
-"""What became of one OTLP request, as the OTLP specification sorts answers (both protocols).
+"""What a collector answered to one ``export()`` of an official OTLP exporter (both protocols), sorted as the
+OTLP specification sorts answers (``Outcome``):
 
-- Accepted: the collector took the request; ``rejected`` items of it it refused anyway (a partial
-  success): those are never sent again, only counted and reported with the collector's message.
-- Refused and ``retryable`` (HTTP 429, 502, 503, 504; gRPC UNAVAILABLE and its kin; a connection that
-  failed or timed out): the same data may be sent again later, not before ``retry_after`` (the
-  collector's ``Retry-After``, or gRPC ``RetryInfo``) when it gave one.
-- Refused and not retryable (any other 4xx or 5xx; gRPC INVALID_ARGUMENT and the like): the same
-  request must not be sent again.
+- accepted: the collector took the request; the items of it it ``rejected`` anyway (a partial success)
+  are never sent again, only counted and reported with the collector's message;
+- refused and ``retryable`` (HTTP 429, 502, 503, 504; gRPC UNAVAILABLE and its kin; a connection that
+  failed or timed out): sent again later, not before ``retry_after`` (``Retry-After``, gRPC ``RetryInfo``);
+- refused for good (any other 4xx or 5xx; gRPC INVALID_ARGUMENT and the like): never sent again.
 
-``problem`` says why, in words, for the warning an operator reads.
+``problem`` says why, for the warning an operator reads.
 
-What a collector answered to one ``export()`` of an official OTLP exporter, as the OTLP specification
-sorts answers (``Outcome``): taken (perhaps with a partial success), refused and retryable, or
-refused for good.
+The official exporters answer only SUCCESS or FAILURE: a partial success is ignored, a refusal for good looks
+like an outage, and OTLP/HTTP counts any status below 400 as success (a 3xx, with redirects off, delivered
+nothing). So the answers are watched where the exporters let us, and what was watched decides. OTLP/gRPC
+makes its own channel: ``grpc_exporter_class`` wraps each one it makes in a client interceptor
+(``grpc.intercept_channel``). OTLP/HTTP sends with our ``requests.Session`` (its public ``session``
+parameter, ``CollectorSession``), which reports every answer to ``on_answer`` and every request that got
+none to ``on_error``, and holds the answer inside our bounds, which requests and urllib3 do not keep:
 
-The official exporters answer SUCCESS or FAILURE and keep the rest to themselves: the records a collector
-rejected in a 200 (a partial success) are ignored, a refusal for good looks like an outage, and OTLP/HTTP
-counts any status below 400 as success (a 3xx, with redirects off, delivered nothing). So the answers are
-watched where the exporters let us, and what was watched decides: OTLP/HTTP sends with our
-``requests.Session`` (its public ``session`` parameter; ``CollectorSession``, below), which reports every
-answer and every request that got none; OTLP/gRPC makes its own channel, so ``grpc_exporter_class`` gives
-its exporter class the one change of wrapping that channel in a client interceptor
-(``grpc.intercept_channel``) each time it makes one. What an exporter we know nothing of (console, a
-vendor's) answers is only SUCCESS or FAILURE: a FAILURE is then an outage.
-
-The ``requests.Session`` the official OTLP/HTTP exporter sends with (its public ``session`` parameter),
-holding the collector's answer inside our bounds, which requests and urllib3 do not keep by themselves:
-
-- **A total deadline per request.** requests' ``timeout`` bounds each connect and each socket read, so a
-  collector that drips its answer (a byte every few seconds) holds one export for ever. The exporter
-  hands every request the time left of its export (``OTEL_EXPORTER_OTLP_TIMEOUT``); when that runs out
-  the request's socket is shut down, which ends the blocked read, and the attempt is a timeout.
-- **An answer read up to ``MAX_ANSWER_BYTES``, never inflated past it.** requests reads the whole body,
-  and urllib3 inflates gzip by itself (a 0.5 MB gzip bomb is 512 MiB). Here the body is read raw, a chunk
-  at a time, and inflated with zlib's ``max_length``; what goes past the bound is not read (the connection
-  is closed). An OTLP answer is a few bytes: a partial success or a ``google.rpc.Status``.
-- **Every answer reported**, to ``on_answer`` (what the collector said, ``CollectorAnswers``) or
-  ``on_error`` (why there was no answer), before the exporter sorts it: the exporter counts any status
-  below 400 as success, and a 3xx is no success (it sends with redirects off, so the records went nowhere).
+- **a total deadline per request**: requests' ``timeout`` bounds each read, so a collector dripping its
+  answer holds an export for ever; here the request gets the time left of its export
+  (``OTEL_EXPORTER_OTLP_TIMEOUT``), and when that runs out its socket is shut down, which ends the read;
+- **an answer read up to ``MAX_ANSWER_BYTES``, never inflated past it**: urllib3 inflates gzip whole (a
+  0.5 MB gzip bomb is 512 MiB); here the raw body is read a chunk at a time and inflated with zlib's
+  ``max_length``. An OTLP answer is a few bytes: a partial success or a ``google.rpc.Status``.
 
 The socket is reached through urllib3's public extension points (``PoolManager.pool_classes_by_scheme``,
-``HTTPConnectionPool.ConnectionCls``): a connection records itself as the calling thread's when it
-connects or sends, so the deadline's timer knows what to shut down. ``tests/otel/test_collector_answers.py``
-fails if either stops being used.
+``HTTPConnectionPool.ConnectionCls``): a connection records itself as the calling thread's, so the
+deadline's timer knows what to shut down. ``tests/otel/test_collector_answers.py`` fails if either stops
+being used. What an exporter we know nothing of (console, a vendor's) answers is only SUCCESS or FAILURE.
 """
 
 from __future__ import annotations

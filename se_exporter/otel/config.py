@@ -1,8 +1,11 @@
-"""What the OpenTelemetry SDK does not decide: whether export is on at all, which exporter each signal
-uses, and a clear error for a value the SDK or its exporters would misread silently (or fail on with a
-traceback). Everything else is read by the SDK and the official exporters themselves, from the process's
-environment: endpoints and their per-signal variants, headers, compression, certificates and client keys,
-``OTEL_BSP_*``, span limits, the sampler, ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``.
+"""What the OpenTelemetry SDK does not decide, and what the exporter holds of OpenTelemetry, without importing
+it: most VMs run without an OTLP endpoint, and then nothing of OpenTelemetry is imported at all (the SDK was
+about a third of a started exporter's memory and start-up time, the API is 0.4 MiB). ``NoTelemetry`` is what
+they get; ``otel.pipeline.build_telemetry`` builds the real one.
+
+Everything else is read by the SDK and the official exporters themselves, from the process's environment:
+endpoints and their per-signal variants, headers, compression, certificates and client keys, ``OTEL_BSP_*``,
+span limits, the sampler, ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``. Decided here:
 
 - Off unless asked for: a signal is exported when its exporter variable is set (``OTEL_TRACES_EXPORTER``,
   ``OTEL_LOGS_EXPORTER``) or an endpoint applies to it (``OTEL_EXPORTER_OTLP_ENDPOINT``, or the signal's own
@@ -14,20 +17,11 @@ environment: endpoints and their per-signal variants, headers, compression, cert
 - ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_TIMEOUT`` is milliseconds, as the specification says; the Python OTLP
   exporters read it as seconds (open-telemetry/opentelemetry-python#4044), so ``10000`` would wait almost
   three hours: it is read here and handed to them in seconds.
-
-Pure but for two looks outside: no OpenTelemetry import; the installed distributions' entry points, read
-only when an exporter is asked for, and the certificate and key files the variables name, read (at most
-1 MiB each) so that a missing one is a start-up error naming the variable.
-
-What se-exporter knows of itself and of this VM, as OpenTelemetry resource attributes (no OpenTelemetry
-import: the pipeline merges them under what the SDK reads from the environment).
-
-What the exporter holds of OpenTelemetry, without importing it.
-
-Most VMs run without an OTLP endpoint: then nothing of OpenTelemetry is imported at all (the SDK was
-about a third of a started exporter's memory and start-up time, the API is 0.4 MiB). ``NoTelemetry`` is
-what they get; ``otel.pipeline.build_telemetry`` (imported only when a signal is configured) builds the
-real one.
+- A value the SDK or its exporters would misread silently, or fail on with a traceback, is a clear error; the
+  certificate and key files the variables name are read (at most 1 MiB each), so that a missing one is a
+  start-up error naming the variable.
+- What se-exporter knows of itself and of this VM, as resource attributes (the pipeline merges them under
+  what the SDK reads from the environment).
 """
 
 from __future__ import annotations

@@ -1,36 +1,26 @@
-"""Each signal's exporters, found as the SDK finds them (its entry points) and built as it builds them, with
-what se-exporter adds to the official OTLP ones: the timeout in the specification's unit (``otel/config.py``)
-and a watch on the collector's answers (``otel/answers.py``). Imported only when a signal is exported;
-gRPC only when an exporter needs it.
+"""The OpenTelemetry pipeline: the only module that builds the SDK's providers (the rest uses the API), from an
+``OTelConfig`` (``otel/config.py``: what the SDK does not decide), handed back as API objects; no provider is
+ever registered globally. Imported only when a signal is exported; gRPC only when an exporter needs it. The
+Python logs API and SDK are still experimental: every use of them is in this module.
 
-The span exporter the SDK's ``BatchSpanProcessor`` hands its batches to: the chosen exporter, with an
-outage said once when it starts and once when it ends, and a pause while it lasts.
-
-Spans are not audit records: while a collector is away they follow the SDK. After a failed export the
-next one waits, for a pause doubling up to two minutes (never sooner than the collector asked), and
-meanwhile the processor's queue holds the spans that end (at most ``OTEL_BSP_MAX_QUEUE_SIZE``, 512 unless
-set: beyond it the SDK drops them, and it drops a batch whose export failed). Without the pause, a dead
-collector would get an attempt every ``OTEL_BSP_SCHEDULE_DELAY``. The exporter's own retry lines go to debug
-(``logs.py``) and are said here instead: one warning per outage with the reason, one line when it
-ends. A batch refused for good (HTTP 400, gRPC INVALID_ARGUMENT) is dropped, not retried, and said once
-per kind of refusal.
-
-The OpenTelemetry pipeline: the only module that builds the SDK's providers (the rest uses the API).
-
-BuiltExporter from an ``OTelConfig`` (``otel/config.py``: what the SDK does not decide) and handed back as API
-objects; no provider is ever registered globally.
-
+- Exporters are found as the SDK finds them (its entry points) and built as it builds them, with what
+  se-exporter adds to the official OTLP ones: the timeout in the specification's unit and a watch on the
+  collector's answers (``otel/answers.py``).
 - Spans: the SDK's ``TracerProvider`` (its sampler and span limits as ``OTEL_TRACES_SAMPLER`` and
-  ``OTEL_SPAN_*`` say) with a ``BatchSpanProcessor`` (``OTEL_BSP_*``) for each traces exporter, each
-  reported by ``ReportedSpans``.
+  ``OTEL_SPAN_*`` say) with a ``BatchSpanProcessor`` (``OTEL_BSP_*``) for each traces exporter, wrapped in
+  ``ReportedSpans``. Spans are not audit records: while a collector is away they follow the SDK (its queue
+  holds at most ``OTEL_BSP_MAX_QUEUE_SIZE``, and it drops a batch whose export failed). After a failed
+  export the next waits, for a pause doubling up to two minutes (never sooner than the collector asked),
+  where a dead collector would otherwise get an attempt every ``OTEL_BSP_SCHEDULE_DELAY``. The exporter's
+  own retry lines go to debug (``logs.py``) and are said here instead: one warning per outage with the
+  reason, one line when it ends. A batch refused for good (HTTP 400, gRPC INVALID_ARGUMENT) is dropped,
+  not retried, and said once per kind of refusal.
 - Logs: the records are the SDK's (``ReadableLogRecord``), made from the durable ``Spool``'s audit records
   and handed by the ``LogShipper`` to the chosen exporter's ``export()``: a batch leaves the spool only when
   the collector took it. No ``LoggerProvider`` or batch processor: they drop records when the queue is full
   or the exporter gives up, and the spool takes their place.
 - Resource: what se-exporter knows (``resource_attributes``: the service and this VM), under what the SDK
   reads from ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``, which win.
-
-The Python logs API and SDK are still experimental: every use of them is in this module.
 """
 
 from __future__ import annotations

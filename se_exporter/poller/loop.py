@@ -1,25 +1,18 @@
 """The poll loop: IMDS client → document → event store → approver, actions → sinks. It never dies on an IMDS fault.
 
 Every fact a poll produces travels one route: the store's transitions, the approver's decisions and the
-actions' outcomes go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans). What the
-loop itself achieved (up, last success, this VM's identity, failures by reason) is its ``status``,
+actions' outcomes go together, in one ``PollResult``, to every sink (metrics, audit trail, lifecycle spans).
+What the loop itself achieved (up, last success, this VM's identity, failures by reason) is its ``status``,
 which /metrics and /-/ready read.
 
-**Gaps in the view** (``ViewGaps``), and what they mean for the store (docs/design.md, What was not seen).
-
-A gap is a stretch without a successful poll longer than max(3 intervals, GAP_FLOOR_SECONDS): a paused
-VM, a stopped exporter, a restart (a store restored from the state file starts with one). The store judges
-what went missing during it by when the view went blind.
-
-After a gap of 24 h or more there is more: Azure disables Scheduled Events after 24 h without a request,
-and the request that enables them again is answered "within 2 minutes" with events following "within 5
-minutes". The first answers may then list nothing that is still coming (a Redeploy off degraded hardware
-is announced days ahead), so for LISTED_WITHIN_SECONDS after the first good poll a restored event that IMDS
-does not list is held, not removed, and the gap stays open until the hold ends.
-
-What the poll loop hands on and what it needs: its status (and the poll errors' reasons, and what to check
-when IMDS cannot be reached), one poll's result, and the protocols of the sinks, the approver and the
-actions runner.
+**Gaps in the view** (``ViewGaps``; docs/design.md, What was not seen): a stretch without a successful poll
+longer than max(3 intervals, GAP_FLOOR_SECONDS): a paused VM, a stopped exporter, a restart (a store
+restored from the state file starts with one). The store judges what went missing during it by when the
+view went blind. After a gap of 24 h or more, Azure has disabled Scheduled Events, and the request that
+enables them again is answered "within 2 minutes" with events following "within 5 minutes": the first
+answers may list nothing that is still coming (a Redeploy off degraded hardware is announced days ahead),
+so for LISTED_WITHIN_SECONDS after the first good poll a restored event that IMDS does not list is held,
+not removed, and the gap stays open until the hold ends.
 """
 
 from __future__ import annotations

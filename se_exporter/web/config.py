@@ -1,43 +1,15 @@
-"""The web configuration file (``--web.config.file``): TLS, basic auth and response headers.
+"""The web configuration file (``--web.config.file``): TLS, basic auth, response headers and the rate limit.
 
 The format is the Prometheus exporter-toolkit one
 (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md), so a file
-written for node_exporter works here. ``load_web_config`` validates it completely at start-up: every
-problem is a ``ConfigError`` of the form ``web config <file>: <key path>: <problem>``, and the
-certificates and keys are loaded once so that a broken one stops the exporter before it listens.
-
-Supported subset, and where se-exporter differs from exporter-toolkit (all differences fail closed):
-
-- ``tls_server_config``: ``cert_file``, ``key_file``, ``client_ca_file`` (relative paths resolve
-  against the directory of the configuration file), ``client_auth_type`` (``NoClientCert``,
-  ``VerifyClientCertIfGiven``, ``RequireAndVerifyClientCert``; without ``client_ca_file``, client
-  certificates are verified against the system's trust store, as exporter-toolkit does, with a warning),
-  ``client_allowed_sans``, ``min_version`` / ``max_version`` (``TLS12``, ``TLS13``), ``cipher_suites``
-  (Go names; applied to TLS 1.2, TLS 1.3 suites are accepted and have no effect, as in Go),
-  ``prefer_server_cipher_suites`` (false: the client's order wins).
-  ``curve_preferences`` is validated and ignored (Python's ssl module cannot set a group list),
-  with a logged note.
-  Inline ``cert``/``key``/``client_ca`` (PEM in the YAML) are taken as exporter-toolkit takes them (a
-  file set beside one wins); Python's ssl module loads a chain from files only, so an inline certificate
-  and key go through a memory file (Linux) or a 0600 temporary file removed at once, never a disk file
-  another user could read. Rejected with a clear error: ``RequestClientCert``/``RequireAnyClientCert``
-  (they accept a client certificate without verifying it, which Python's ssl cannot do and which
-  authenticates nobody), ``TLS10``/``TLS11``, and a non-empty ``tls_server_config`` without a
-  certificate and a key (exporter-toolkit falls back to plain HTTP there; a half-written TLS section
-  must not silently serve cleartext).
-- ``http_server_config``: ``headers`` (only the headers exporter-toolkit allows, with its value
-  checks; a blank value means unset; a number is its text, as Go reads it), ``http2`` (accepted and
-  ignored: se-exporter speaks HTTP/1.x).
-- ``basic_auth_users``: user name -> bcrypt hash (``$2a$``, ``$2b$`` or ``$2y$``, as made by
-  ``htpasswd -nBC 10 "" | tr -d ':\n'``). Every path requires valid credentials when users are set,
-  except those listed in ``auth_excluded_paths`` (exact paths, as in recent exporter-toolkit; e.g.
-  ``[/-/healthy, /-/ready]`` for kubelet probes and the Docker HEALTHCHECK).
-- ``rate_limit``: ``interval`` (a duration: ``1s``, ``250ms``; 0 is off) and ``burst`` (at least 1): one
-  token bucket for every request, 429 beyond it (``web/access.py``), but for ``/-/traffic``.
+written for node_exporter works here. The subset taken, and where se-exporter differs (every difference
+fails closed: a setting Python's ``ssl`` cannot honour is refused, never weakened), are in SECURITY.md,
+*TLS and authentication*. ``load_web_config`` validates the file completely at start-up: every problem is a
+``ConfigError`` of the form ``web config <file>: <key path>: <problem>``, and the certificates and keys are
+loaded once so that a broken one stops the exporter before it listens.
 
 ``LiveWebConfig`` is the web config in force: ``--web.config.file`` re-read whole when it changes, as
 exporter-toolkit reads it for every request (users, auth types, TLS settings, headers, rate limit).
-
 ``current()`` stats the file at most once per ``check_every`` seconds (on the requests and connections that
 ask); when it changed, it is parsed and checked again. A file that no longer parses is said once in the log
 and puts nothing in force: ``current()`` is None until the file is mended, and the server fails closed, as

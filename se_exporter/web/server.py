@@ -1,36 +1,25 @@
 """The HTTP server: asyncio on one thread, so a connection costs a coroutine and a file descriptor, never a
 thread, and no client can stop or starve it.
 
-Every connection is bounded in time (a request in full within 10 s of its first
-byte, a TLS handshake within ``handshake_timeout``, an answer taken within 10 s, 30 s idle between
-kept-alive requests) and in number, by the bytes each may hold (``CONNECTION_BUDGET_BYTES``): when one
-more comes the oldest of those waiting for a request is closed, so a flood of idle or dripping
-connections cannot keep a scrape out. Work only starts for a complete request (one render thread, one
-bcrypt thread). Whatever happens to one connection, or to an accept, the accept loop goes on, and what a
-connection's error holds is let go with it.
+Every connection is bounded in time and in number, by the bytes each may hold (``CONNECTION_BUDGET_BYTES``):
+when one more comes, the oldest of those waiting for a request is closed, so a flood of idle or dripping
+connections cannot keep a scrape out. A socket is bound with deferred accept on Linux. Whatever happens to
+one connection, or to an accept, the accept loop goes on, and what a connection's error holds is let go
+with it.
 
-A connection's HTTP/1.1 exchanges (h11), each bounded in time, size and work (``HTTPExchanges``).
+A connection's HTTP/1.1 exchanges (h11, ``HTTPExchanges``): a TLS handshake within ``handshake_timeout``; a
+request read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most ``MAX_HEAD_BYTES`` of
+head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a slow or dripping client holds
+a coroutine, never a worker; 30 s idle between kept-alive requests. Only then:
 
-A request is read in full, within ``HEAD_TIMEOUT_SECONDS`` of its first byte and at most
-``MAX_HEAD_BYTES`` of head (``MAX_BODY_BYTES`` of body, discarded), before anything runs for it, so a
-slow or dripping client holds a coroutine, never a worker. Only then:
-
-- basic auth (``web/access.py``): credentials checked valid before answer at once; others need bcrypt (tens of
-  milliseconds) on one thread, requests with the same credentials sharing one check, at most
+- basic auth (``web/access.py``): credentials checked valid before are answered at once; others need bcrypt
+  (tens of milliseconds) on one thread, requests with the same credentials sharing one check, at most
   ``MAX_AUTH_WAITING`` distinct ones waiting: a flood of wrong passwords is answered 429 and never delays a
   scrape whose credentials are known;
 - /metrics is rendered on one thread, shared by the requests that would get the same answer, bounded in
   number (``web/renders.py``); the probes and the landing page are answered at once, never behind it;
-- the answer is written within ``WRITE_TIMEOUT_SECONDS``; HEAD gets GET's headers without the body;
-  other methods 405.
-
-The wire side: a request read in full and an answer written, each within a deadline.
-
-A request must arrive within ``HEAD_TIMEOUT_SECONDS`` of its first byte, its head within
-``MAX_HEAD_BYTES`` (h11's bound) and its body within ``MAX_BODY_BYTES`` (read and discarded); an answer
-must be taken by the client within ``WRITE_TIMEOUT_SECONDS``. A client that is slower raises ``Timeout``.
-
-A socket besides HTTP: bound (deferred accept on Linux), waited on until readable, its peer named.
+- the answer must be taken within ``WRITE_TIMEOUT_SECONDS``; HEAD gets GET's headers without the body;
+  other methods 405. A client that is slower than any of these raises ``Timeout``.
 """
 
 from __future__ import annotations
