@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 
 from se_exporter import __version__
-from se_exporter.audit.trail import AuditTrail
+from se_exporter.audit.records import AuditTrail
 from se_exporter.config.options import ExporterConfig
 from se_exporter.durable.lock import LockHeld
 from se_exporter.durable.persistence import Persistence
@@ -36,7 +36,7 @@ from se_exporter.durable.schema import TooNew
 from se_exporter.errors import ConfigError, IMDSError, IMDSStopped, os_problem, socket_problem
 from se_exporter.imds import api_versions
 from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.machine import TABLES as STORE_TABLES
 from se_exporter.metrics.collector import SnapshotCollector, exporter_registry

@@ -11,8 +11,7 @@ import pytest
 
 from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
 from se_exporter.errors import IMDSError, IMDSHTTPError, IMDSTimeout, InvalidDocument
-from se_exporter.imds.document import Document, ScheduledEvent, parse_document
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity, parse_document
 from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import POLL_ERROR_REASONS, PollResult, PollStatus

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS, PAUSE_IMPACTS, Impact
-from se_exporter.metrics.names import PREFIX
+from se_exporter.metrics.counters import PREFIX
 
 # Matches the job of every se-exporter scrape config or PodMonitor/ServiceMonitor we ship and
 # the common "<namespace>/se-exporter" job names of the Prometheus Operator.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dashboards.mixin.config import GROUP_LABELS, Settings, m
-from se_exporter.metrics.names import PREFIX
+from se_exporter.metrics.counters import PREFIX
 
 # level:metric:operations, as the Prometheus naming conventions have it.
 EXPORTER_UP = f"instance:{PREFIX}exporter_up:max"

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
 from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_to_rows
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import VMIdentity
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.platform import Platform, current

@@ -1,14 +1,11 @@
-"""One run of one action for one transition: what is queued, what it became, and how it is saved.
+"""One run of one action for one transition: what is queued, what it became, and its row in the state file.
 
 A run is keyed by the transition's uid and the action's name, so a transition runs each action at most
-once. Its section of the state file (``version`` 1) holds the runs not yet reported::
-
-    {"version": 1, "runs": [{"action": "notify", "state": "queued", "transition": {...}, "vm_name": "vm-a",
-                             "outcome": null}]}
-
-``queued``: never started, runs after a restart. ``released``: handed to the workers, so it may have
-started: after a crash it is reported ``failed`` and never run again (at most once; a clean stop puts the
-runs that had not started back to ``queued``). ``finished``: its outcome is saved until reported.
+once; a run not yet reported is a row of ``action_runs``. ``queued``: never started, runs after a restart.
+``released``: handed to the workers, so it may have started: after a crash it is reported ``failed`` and
+never run again (at most once; a clean stop puts the runs that had not started back to ``queued``).
+``finished``: its outcome is saved until reported. The outcome types are the sinks' too, so this module is
+imported without the runner.
 """
 
 from __future__ import annotations

@@ -1,13 +1,24 @@
-"""Audit records as plain data: one per lifecycle transition, approval decision and action run.
+"""Audit records as plain data, one per lifecycle transition, approval decision and action run, and the audit
+trail that makes them from each poll, in the order things happened.
 
 An ``AuditRecord`` is what docs/design.md's OpenTelemetry section calls a log record, before any SDK sees it:
 the spool stores it as JSON, the stderr line and the OTLP export are both rendered from it. Its
 ``uid`` (the ``log.record.uid`` attribute) is stable: a transition re-emitted after a crash gets
 the same uid, so the spool and downstream receivers can drop the duplicate.
+
+``AuditTrail`` writes a poll's records: a POST's outcome first (it ended before the document was read: its
+approval caused the ``started`` the document shows), then the document's transitions, then the decisions
+made on it. Each record is written twice: as one structured line on stderr (logger ``se_exporter.events``,
+logfmt or JSON per ``--log.format``, so journald / Fluent Bit users need no collector) and into the OTLP log
+spool when log export is on. The poll loop calls ``on_poll`` before it saves the event store: the records
+are inserted by the transaction that saves the store's rows, so a crash keeps both or neither, and the
+collector gets each transition exactly once.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import uuid
 from collections.abc import Mapping
 
@@ -16,17 +27,23 @@ import msgspec
 from se_exporter.actions.runs import ActionOutcome, ActionResult
 from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
 from se_exporter.common.times import rfc3339, unix_nanos
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.durable.spool import Spool
+from se_exporter.imds.document import VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.lifecycle.transitions import OPENING, Transition, TransitionKind
+from se_exporter.logs import FIELDS
+from se_exporter.poller import PollResult
 
 TRANSITION_EVENT = "scheduled_event.transition"
 APPROVAL_EVENT = "scheduled_event.approval"
 ACTION_EVENT = "scheduled_event.action"
+
+
 INFO, WARN, ERROR = "INFO", "WARN", "ERROR"
+
+
 _APPROVAL_UID_NAMESPACE = uuid.UUID("0b7f1d2e-3c4a-4e5f-8a6b-7c8d9e0f1a2b")
 _ACTION_UID_NAMESPACE = uuid.UUID("5e1f0c3a-9b2d-4c7e-8f6a-1d2c3b4a5e6f")
-
 AttributeValue = str | bool | int | float | tuple[str, ...]
 
 
@@ -172,3 +189,59 @@ def action_record(outcome: ActionOutcome) -> AuditRecord:
     severity = INFO if outcome.result is ActionResult.SUCCEEDED else WARN
     body = f"{event.event_type} {transition.kind}: action {outcome.action} {outcome.result}: {outcome.summary}"
     return AuditRecord(ACTION_EVENT, severity, body, attributes, unix_nanos(outcome.at), uid)
+
+
+log = logging.getLogger("se_exporter.events")
+_LEVELS = {WARN: logging.WARNING, ERROR: logging.ERROR}
+CHUNK = 200
+
+
+# What a line shows on a terminal at info level: what happened, and to which event (so that one grep finds
+# an event's every line); the body says the rest, debug and JSON show every field.
+_SUMMARY = (
+    "scheduled_event.transition",
+    "scheduled_event.approval.result",
+    "scheduled_event.action.name",
+    "scheduled_event.action.result",
+    "scheduled_event.id",
+)
+
+
+class AuditTrail:
+    """A poll sink: writes each result's decisions, action outcomes and transitions as log lines and into the
+    spool."""
+
+    def __init__(self, spool: Spool[AuditRecord] | None = None) -> None:
+        self._spool = spool
+
+    def on_poll(self, result: PollResult) -> None:
+        if not result.decisions and not result.transitions and not result.settled and not result.actions:
+            return
+        # In the order things happened: a POST's outcome and the actions that ended (before the document was
+        # read: an approval caused the "started" it shows), the document's transitions, then the decisions.
+        records = itertools.chain(
+            (approval_record(decision) for decision in result.settled),
+            (action_record(outcome) for outcome in result.actions),
+            (transition_record(transition, result.identity) for transition in result.transitions),
+            (approval_record(decision) for decision in result.decisions),
+        )
+        # A few hundred at a time: a document that lists a thousand new events at once (and removes as many)
+        # must not hold every record, line and journal entry in memory together.
+        while batch := list(itertools.islice(records, CHUNK)):
+            self._write(batch)
+
+    def _write(self, records: list[AuditRecord]) -> None:
+        for record in records:
+            level = _LEVELS.get(record.severity, logging.INFO)
+            if log.isEnabledFor(level):
+                # Made and handled directly: the caller's file and line (findCaller) mean nothing here.
+                fields = (
+                    {
+                        "event": record.event_name,
+                        **{key: record.attributes[key] for key in _SUMMARY if key in record.attributes},
+                    },
+                    record.attributes,
+                )
+                log.handle(log.makeRecord(log.name, level, "", 0, record.body, (), None, extra={FIELDS: fields}))
+        if self._spool is not None:
+            self._spool.append(records)

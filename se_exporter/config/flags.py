@@ -1,4 +1,5 @@
-"""Command-line flags with SE_EXPORTER_* environment twins, and their value types.
+"""Command-line flags with SE_EXPORTER_* environment twins, and the value types every command shares (durations,
+listen addresses; the exporter's own are in ``config/values.py``).
 
 Flags follow node_exporter's style (``--web.listen-address``). Every flag also reads
 ``SE_EXPORTER_<FLAG>`` (upper case, ``.`` and ``-`` become ``_``); a flag on the command line wins.

@@ -62,8 +62,7 @@ from se_exporter.errors import (
     InvalidDocument,
 )
 from se_exporter.imds import IMDS_MIN_REQUEST_SPACING, api_versions
-from se_exporter.imds.document import Document, parse_document
-from se_exporter.imds.identity import VMIdentity, parse_compute
+from se_exporter.imds.document import Document, VMIdentity, parse_compute, parse_document
 
 if TYPE_CHECKING:
     from opentelemetry import trace

@@ -1,4 +1,5 @@
-"""The Scheduled Events document: immutable types and a strict decoder.
+"""The IMDS documents: the Scheduled Events document and the compute metadata (this VM's identity, or
+``--vm.name``), as immutable types from strict decoders.
 
 The JSON is decoded by msgspec into wire types that say exactly what IMDS may send (and nothing
 more is accepted), then turned into ``ScheduledEvent``s with neutral defaults for the fields older
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Annotated, Literal, get_args
@@ -25,25 +27,15 @@ from se_exporter.errors import InvalidDocument
 # eviction-risk notice (preview, with a newer api-version) is listed like an event, but acknowledging one does
 # nothing, so no approval rule names it. Any other value is kept as it comes (Azure adds types).
 ApprovableEventTypeName = Literal["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]
-
 APPROVABLE_EVENT_TYPES: tuple[str, ...] = get_args(ApprovableEventTypeName)
-
 SPOT_REBALANCE_RECOMMENDATION = "SpotRebalanceRecommendation"
-
 EventTypeName = Literal[ApprovableEventTypeName, "SpotRebalanceRecommendation"]
-
 EVENT_TYPES: tuple[str, ...] = (*APPROVABLE_EVENT_TYPES, SPOT_REBALANCE_RECOMMENDATION)
-
 EventSourceName = Literal["Platform", "User"]
-
 EVENT_SOURCES: tuple[str, ...] = get_args(EventSourceName)
-
 SCHEDULED = "Scheduled"
-
 STARTED = "Started"
-
 ADVISORY = "Advisory"  # a Spot eviction-risk notice's status: nothing will start
-
 EVENT_STATUSES = (SCHEDULED, STARTED)
 
 
@@ -59,14 +51,12 @@ UNKNOWN_DURATION = -1
 
 # Bounds that keep every number renderable (a float) and storable: IMDS sends small integers.
 _Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
 _Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 # EventIds are GUIDs (36 characters). One far longer is not an id but a broken or hostile peer, and
 # every remembered id (state file, de-duplication) would carry it: refused as an invalid document.
 MAX_EVENT_ID_CHARS = 512
-
 _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHARS)]
 
 
@@ -75,7 +65,6 @@ _EventId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_EVENT_ID_CHA
 # events for a scale set's placement group or an availability set (at most a few hundred VMs); beyond
 # these bounds the document is refused as invalid, loudly, rather than half-read.
 MAX_EVENTS = 1000
-
 MAX_RESOURCES = 20_000  # Resources entries over all events
 
 
@@ -124,7 +113,6 @@ _HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2
 
 
 _RFC1123_YEAR = re.compile(r"^(?:[A-Za-z]{3},\s*)?\d{1,2}\s+[A-Za-z]{3}\s+(\d+)\b")
-
 _LONE_SURROGATE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 
 
@@ -247,3 +235,58 @@ def _short(value: object, limit: int = 60) -> str:
     else:
         text = str(value) if value not in (None, "") else "(none)"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class VMIdentity(msgspec.Struct, frozen=True):
+    name: str | None = None  # as it appears in an event's Resources
+    vm_id: str = ""
+    location: str = ""
+    subscription_id: str = ""
+    resource_id: str = ""
+    vm_size: str = ""
+    vm_scale_set_name: str = ""
+
+    def affects(self, resources: Sequence[str]) -> bool | None:
+        """Whether an event listing ``resources`` affects this VM; None while this VM's name is unknown.
+
+        Azure resource names are case-insensitive, so the comparison is too.
+        """
+        if not self.name:
+            return None
+        name = self.name.casefold()
+        return any(resource.casefold() == name for resource in resources)
+
+
+class _Compute(msgspec.Struct, rename="camel"):
+    """The fields of ``/metadata/instance/compute`` we use; others are ignored, odd types are blanked."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1)]
+    vm_id: object = ""
+    location: object = ""
+    subscription_id: object = ""
+    resource_id: object = ""
+    vm_size: object = ""
+    vm_scale_set_name: object = ""
+
+
+def parse_compute(body: bytes) -> VMIdentity:
+    """Parse ``/metadata/instance/compute``; unknown or missing fields are left empty."""
+    try:
+        data = msgspec.json.decode(body, type=_Compute)
+    except msgspec.ValidationError:
+        raise InvalidDocument("compute metadata has no VM name") from None
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidDocument(f"compute metadata is not JSON: {exc}") from None
+    return VMIdentity(
+        name=data.name,
+        vm_id=_text(data.vm_id),
+        location=_text(data.location),
+        subscription_id=_text(data.subscription_id),
+        resource_id=_text(data.resource_id),
+        vm_size=_text(data.vm_size),
+        vm_scale_set_name=_text(data.vm_scale_set_name),
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

@@ -24,12 +24,10 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from se_exporter.imds.document import KNOWN_LISTINGS
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import KNOWN_LISTINGS, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import EventState
-from se_exporter.metrics.counters import Counters
-from se_exporter.metrics.names import PREFIX, affects_label, label
+from se_exporter.metrics.counters import PREFIX, Counters, affects_label, label
 from se_exporter.poller import PollStatus
 
 

@@ -1,4 +1,5 @@
-"""What happened, counted: transitions, approval and action outcomes, IMDS requests, time in Started, notice.
+"""What happened, counted: transitions, approval and action outcomes, IMDS requests, time in Started, notice;
+and how a value becomes a label (the one prefix; bounded, whatever IMDS sends).
 
 ``Counters`` is a poll sink (transitions and decisions arrive in each ``PollResult``) and the IMDS
 client's response observer. The counters and histograms are prometheus_client's own, registered
@@ -10,6 +11,7 @@ label set that every VM of a fleet would pay for and no dashboard or rule reads)
 from __future__ import annotations
 
 import collections
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import product
 
@@ -20,14 +22,61 @@ from se_exporter.actions.runs import ACTION_RESULTS
 from se_exporter.approval.ledger import COUNTED_RESULTS
 from se_exporter.imds.document import APPROVABLE_EVENT_TYPES, EVENT_TYPES
 from se_exporter.lifecycle.transitions import TransitionKind
-from se_exporter.metrics.names import PREFIX, BoundedValues, label
 from se_exporter.poller import PollResult
+
+PREFIX = "azure_scheduled_events_"
+MAX_LABEL_LENGTH = 128  # an absurd EventId or Resource must not blow up every scrape and the TSDB
+
+
+def label(value: str) -> str:
+    """A value over MAX_LABEL_LENGTH is cut, and keeps a digest of the whole (``<127 chars>…~<8 hex>``), so
+    two long EventIds sharing a prefix stay two series (identical label sets make the exposition invalid)."""
+    if len(value) <= MAX_LABEL_LENGTH:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{value[: MAX_LABEL_LENGTH - 1]}…~{digest}"
+
+
+def affects_label(affects: bool | None) -> str:
+    """``affects_this_vm``: "true", "false", or "unknown" while this VM's name is unknown."""
+    return "unknown" if affects is None else "true" if affects else "false"
+
+
+OTHER = "other"
+
+
+class BoundedValues:
+    """Label values of series that live as long as the process (counters, histograms): the known ones,
+    plus at most ``limit`` others in the order first seen; any further value is folded into ``other``.
+
+    An IMDS listing thousands of invented EventTypes once left thousands of permanent series per type
+    behind; the events are still counted, under ``other``.
+    """
+
+    def __init__(self, known: tuple[str, ...], limit: int) -> None:
+        self._kept = dict.fromkeys(known)
+        self._limit = len(self._kept) + limit
+        self.folded = 0  # values seen beyond the limit
+
+    def __call__(self, value: str) -> str:
+        if value in self._kept:
+            return value
+        if len(self._kept) < self._limit:
+            self._kept[value] = None
+            return value
+        self.folded += 1
+        return OTHER
+
 
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120)
 STARTED_BUCKETS = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
 NOTICE_BUCKETS = (30, 60, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 259200, 604800, 1209600)
+
+
 # A write with its fsync: a millisecond on a quiet disk, seconds on an Azure disk at its IOPS cap.
 WRITE_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
 # EventTypes beyond the five known kept as their own label value; Azure adds one rarely, never dozens.
 MAX_UNKNOWN_EVENT_TYPES = 5
 

@@ -36,7 +36,7 @@ from se_exporter.audit.records import AuditRecord
 from se_exporter.common.files import read_text
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import VMIdentity
 
 if TYPE_CHECKING:
     from opentelemetry import trace

@@ -23,8 +23,7 @@ from opentelemetry.context import Context
 
 from se_exporter.common.times import rfc3339, unix_nanos
 from se_exporter.durable.persistence import Tables, decode_row
-from se_exporter.imds.document import MAX_EVENTS
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import MAX_EVENTS, VMIdentity
 from se_exporter.lifecycle.machine import Removal
 from se_exporter.lifecycle.transitions import CLOSING, Transition, TransitionKind, transition_uid
 from se_exporter.poller import PollResult

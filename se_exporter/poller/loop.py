@@ -32,8 +32,7 @@ from se_exporter.common.tracing import mark_error
 from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback
 from se_exporter.imds.client import Backoff, IMDSClient
-from se_exporter.imds.document import Document
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import EventState, Transition
 

@@ -25,8 +25,7 @@ from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from se_exporter.config.values import HEALTHY_PATH, READY_PATH, TRAFFIC_PATH
-from se_exporter.imds.document import SCHEDULED, STARTED
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import SCHEDULED, STARTED, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import EventState
 

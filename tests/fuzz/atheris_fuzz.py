@@ -28,8 +28,7 @@ with atheris.instrument_imports():
     from se_exporter.config.strict_yaml import load_yaml
     from se_exporter.durable.persistence import Persistence
     from se_exporter.errors import ConfigError, InvalidDocument
-    from se_exporter.imds.document import parse_document
-    from se_exporter.imds.identity import VMIdentity
+    from se_exporter.imds.document import VMIdentity, parse_document
     from se_exporter.lifecycle import EventStore
     from se_exporter.lifecycle.machine import TABLES
     from se_exporter.poller import PollStatus

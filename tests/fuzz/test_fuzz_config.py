@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 from se_exporter.approval.policy import Policy, load_policy, parse_policy
 from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import ConfigError
-from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.machine import TABLES
 from se_exporter.poller import PollStatus

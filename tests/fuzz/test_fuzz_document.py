@@ -16,12 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from se_exporter.audit.records import encode_record, transition_record
 from se_exporter.durable.opening import open_memory_database
 from se_exporter.errors import InvalidDocument
-from se_exporter.imds.document import Document, parse_document, parse_not_before
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, VMIdentity, parse_document, parse_not_before
 from se_exporter.lifecycle import EventStore
 from se_exporter.logs import JSONFormatter, LogfmtFormatter
-from se_exporter.metrics.counters import Counters
-from se_exporter.metrics.names import MAX_LABEL_LENGTH, label
+from se_exporter.metrics.counters import MAX_LABEL_LENGTH, Counters, label
 from se_exporter.poller import PollResult, PollStatus
 from tests.fuzz.strategies import documents, encoded, json_values, nested, not_before
 from tests.support.exposition import render

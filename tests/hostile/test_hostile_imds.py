@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.imds.client import MAX_BODY_BYTES
 from se_exporter.imds.document import MAX_EVENTS
-from se_exporter.metrics.names import label as _label
+from se_exporter.metrics.counters import label as _label
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value

@@ -15,7 +15,7 @@ import pytest
 
 from se_exporter.durable.persistence import Persistence
 from se_exporter.imds.client import ClientSettings, IMDSClient, RateLimiter
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.poller import Poller

@@ -8,8 +8,7 @@ import msgspec
 import pytest
 from opentelemetry import trace
 
-from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.otel.lifecycle_spans import MAX_STEPS, LifecycleSpans
 from se_exporter.poller import PollResult

@@ -11,11 +11,9 @@ import pytest
 
 from se_exporter import logs
 from se_exporter.approval.ledger import ApprovalDecision, ApprovalResult
-from se_exporter.audit.records import approval_record, transition_record
-from se_exporter.audit.trail import AuditTrail
+from se_exporter.audit.records import AuditTrail, approval_record, transition_record
 from se_exporter.errors import ConfigError
-from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.lifecycle.transitions import Transition
 from se_exporter.otel.config import parse_otel_environment, resource_attributes

@@ -12,8 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from se_exporter.durable.opening import open_memory_database
-from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity
 from se_exporter.lifecycle import EventStore
 from se_exporter.metrics.counters import Counters
 from se_exporter.poller import PollResult, PollStatus

@@ -12,8 +12,7 @@ import bcrypt
 import httpx
 import pytest
 
-from se_exporter.imds.document import Document, ScheduledEvent
-from se_exporter.imds.identity import VMIdentity
+from se_exporter.imds.document import Document, ScheduledEvent, VMIdentity
 from se_exporter.imds.impact import DISRUPTIVE_IMPACTS
 from se_exporter.lifecycle import EventStore
 from se_exporter.web.endpoints import TrafficGate
