@@ -7,31 +7,30 @@ what was expected, phrased from the schema itself::
 
     approval config policy.yaml: rules[1].max_duration_seconds: must be an integer >= 0, got "eight"
 
-msgspec stops at its first problem and says it in English only, while an operator wants every problem. So a
-file msgspec refuses is validated again by jsonschema against the JSON Schema msgspec derives from the same
-types: ``iter_errors`` yields every problem with its path, keyword and value as objects, and no problem
-is read out of a message. jsonschema (with attrs, referencing, rpds-py) is about 10 MiB once imported, and
-it is imported only to explain a file that is refused: a valid file never loads it. pydantic's ``errors()``
-would serve as well at twice the memory, and would replace msgspec; msgspec's own error is only a message.
+msgspec stops at its first problem and says it only in English, while an operator wants every problem. So
+a file msgspec refuses is walked along the schema's own types: each unknown and missing key of a struct,
+and each value converted alone by msgspec as the type the schema declares for it, so that where a problem
+is comes from the walk and what it is from msgspec's verdict on that one value; no message is read. That
+costs nothing a valid file pays, and no dependency: jsonschema's ``iter_errors`` over msgspec's JSON Schema
+would do the same with five more packages (10 MiB imported), whose Rust part (rpds-py) does not load under
+the Wine the Windows tests run on; pydantic's ``errors()`` would replace msgspec at twice that memory.
 
 Checks that types cannot express live in the structs' ``__post_init__``: raising
-``field_problem("key", "...")`` there blames that key of the struct. Each struct whose part the schema found
-no fault with is converted alone, so such a problem comes with its place as an object too. Values under a
-secret key (``basic_auth_users``) are never shown.
+``field_problem("key", "...")`` there blames that key of the struct. Each struct is then converted without
+what was found wrong in it, so such a problem comes with its place as an object too. Values under a secret
+key (``basic_auth_users``) are never shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import msgspec
 import msgspec.inspect as types
 
 from se_exporter.errors import ConfigError, show
-
-if TYPE_CHECKING:
-    from jsonschema.exceptions import ValidationError as SchemaError
 
 T = TypeVar("T")
 Path = tuple[str | int, ...]  # a key path: ("rules", 1, "max_duration_seconds")
@@ -99,51 +98,59 @@ def decode(
 
 
 def _schema_problems(data: object, schema: type[Any], secret_keys: Sequence[str]) -> list[Problem]:
-    """Every problem jsonschema finds, then those of the ``__post_init__`` checks, each struct checked without
-    what was found wrong in it."""
-    import jsonschema  # only for a file that is refused (see the module's docstring)
-
-    integers = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer",
-        lambda _, value: isinstance(value, int) and not isinstance(value, bool),  # msgspec: 1.0 is not 1
-    )
-    validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]  # the stubs leave it unannotated
-        jsonschema.Draft202012Validator, type_checker=integers
-    )
+    """Every problem of the values' types and bounds, then those of the ``__post_init__`` checks, each struct
+    checked without what was found wrong in it."""
     info = types.type_info(schema)
-    problems: list[Problem] = []
-    for found in _innermost(validator(msgspec.json.schema(schema)).iter_errors(data)):
-        problems += _explain(found, tuple(found.absolute_path), data, info, secret_keys)
+    problems = _type_problems(data, schema, (), info, secret_keys)
     return problems + _post_init_problems(data, info, (), {path for path, _ in problems})
 
 
-def _innermost(problems: Iterator[SchemaError]) -> Iterator[SchemaError]:
-    """The problems, an optional value's (``X | None``, an ``anyOf`` with ``null``) as the problems of X."""
-    for problem in problems:
-        branches = problem.validator_value if problem.validator == "anyOf" else None
-        branches = branches if isinstance(branches, list) else []
-        kept = [index for index, branch in enumerate(branches) if branch != {"type": "null"}]
-        if len(branches) == 2 and len(kept) == 1:
-            yield from _innermost(iter([e for e in problem.context or () if e.schema_path[0] == kept[0]]))
-        else:
-            yield problem
+def _type_problems(data: object, kind: Any, path: Path, info: types.Type, secret_keys: Sequence[str]) -> list[Problem]:
+    """The problems of ``data`` as ``kind`` (a type as the schema declares it): each unknown and each missing key
+    of a struct, each entry of a list and value of a mapping checked as its own type, and a value whose parts
+    are sound converted whole by msgspec, whose refusal is then this value's (its ``__post_init__`` is the next
+    step's)."""
+    bare, args = _declared(kind), get_args(_declared(kind))
+    if data is None and kind is not bare:
+        return []  # X | None
+    problems: list[Problem] = []
+    if isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict):
+        fields = {field.encode_name: field for field in msgspec.structs.fields(bare)}
+        expected = f"unknown key; expected one of: {', '.join(fields)}"
+        problems += [((*path, str(k)), f"{_join(path, str(k))}: {expected}") for k in data if k not in fields]
+        missing = [key for key, field in fields.items() if field.required and key not in data]
+        problems += [((*path, key), f"{_join(path, key)}: is required") for key in missing]
+        for key, value in data.items():
+            if key in fields:
+                problems += _type_problems(value, fields[key].type, (*path, key), info, secret_keys)
+    elif get_origin(bare) in (list, tuple, set, frozenset) and isinstance(data, list) and args[-1] is ...:
+        for index, item in enumerate(data):
+            problems += _type_problems(item, args[0], (*path, index), info, secret_keys)
+    elif get_origin(bare) is dict and isinstance(data, dict) and all(isinstance(key, str) for key in data):
+        for key, value in data.items():
+            problems += _type_problems(value, args[1], (*path, key), info, secret_keys)
+    if problems:
+        return problems
+    try:
+        msgspec.convert(data, kind, strict=True)
+    except msgspec.ValidationError as refused:
+        if refused.__cause__ is None:  # not a __post_init__ check
+            text = f"{_join(path) or '(top level)'}: must be {_describe(_type_at(info, path))}"
+            shown = "" if any(key in secret_keys for key in path) else f", got {show(data)}"
+            return [(path, text + shown)]
+    except UnicodeEncodeError:
+        return [(path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
+    return []
 
 
-def _explain(
-    problem: SchemaError, path: Path, data: object, info: types.Type, secret_keys: Sequence[str]
-) -> list[Problem]:
-    """One line per key the problem is about: each unknown key, each missing one, or the value at ``path``."""
-    instance, keys = problem.instance, problem.validator_value
-    if problem.validator == "additionalProperties" and isinstance(instance, dict):
-        fields = _struct_fields(_type_at(info, path))
-        expected = f"; expected one of: {', '.join(fields)}" if fields else ""
-        return [((*path, k), f"{_join(path, str(k))}: unknown key{expected}") for k in instance if k not in fields]
-    if problem.validator == "required" and isinstance(instance, dict) and isinstance(keys, list):
-        return [((*path, key), f"{_join(path, key)}: is required") for key in keys if key not in instance]
-    text = f"{_join(path) or '(top level)'}: must be {_describe(_type_at(info, path))}"
-    if any(key in secret_keys for key in path):
-        return [(path, text)]
-    return [(path, f"{text}, got {show(_value_at(data, path))}")]
+def _declared(kind: Any) -> Any:
+    """``kind`` without ``Annotated`` and without ``| None``: what decides how its parts are checked."""
+    if get_origin(kind) is Annotated:
+        return _declared(get_args(kind)[0])
+    if get_origin(kind) in (Union, UnionType) and type(None) in get_args(kind):
+        others = [arg for arg in get_args(kind) if arg is not type(None)]
+        return _declared(others[0]) if len(others) == 1 else kind
+    return kind
 
 
 def _post_init_problems(data: object, info: types.Type, path: Path, bad: set[Path]) -> list[Problem]:
@@ -301,13 +308,6 @@ def _optional(info: types.Type) -> types.Type:
         if len(others) == 1:
             return others[0]
     return info
-
-
-def _struct_fields(info: types.Type) -> list[str]:
-    info = _bare(info)
-    if not isinstance(info, types.StructType):
-        return []
-    return [f.encode_name for f in info.fields]
 
 
 def _describe(info: types.Type, plural: bool = False) -> str:  # noqa: PLR0911 - one line per kind of type
