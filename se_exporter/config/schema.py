@@ -23,7 +23,7 @@ key (``basic_auth_users``) are never shown.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
@@ -84,7 +84,7 @@ def decode(
         result = msgspec.convert(data, schema, strict=True)
     except msgspec.ValidationError:
         try:
-            problems += _schema_problems(data, schema, secret_keys)
+            problems += _problems(data, schema, (), secret_keys)
         except RecursionError:  # not from YAML, which refuses such nesting first (strict_yaml.py)
             problems.append(((), "(top level): holds values nested too deeply to check"))
     except UnicodeEncodeError:  # YAML's "\ud800" escapes: text no file or label can hold
@@ -97,24 +97,16 @@ def decode(
     raise error("\n".join(f"{prefix}: {line}" for line in lines)) from None
 
 
-def _schema_problems(data: object, schema: type[Any], secret_keys: Sequence[str]) -> list[Problem]:
-    """Every problem of the values' types and bounds, then those of the ``__post_init__`` checks, each struct
-    checked without what was found wrong in it."""
-    info = types.type_info(schema)
-    problems = _type_problems(data, schema, (), info, secret_keys)
-    return problems + _post_init_problems(data, info, (), {path for path, _ in problems})
-
-
-def _type_problems(data: object, kind: Any, path: Path, info: types.Type, secret_keys: Sequence[str]) -> list[Problem]:
-    """The problems of ``data`` as ``kind`` (a type as the schema declares it): each unknown and each missing key
-    of a struct, each entry of a list and value of a mapping checked as its own type, and a value whose parts
-    are sound converted whole by msgspec, whose refusal is then this value's (its ``__post_init__`` is the next
-    step's)."""
-    bare, args = _declared(kind), get_args(_declared(kind))
-    if data is None and kind is not bare:
-        return []  # X | None
-    problems: list[Problem] = []
-    if isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict):
+def _problems(data: object, kind: Any, path: Path, secret_keys: Sequence[str]) -> list[Problem]:
+    """Every problem of ``data`` as ``kind`` (a type as the schema declares it), deepest first: each unknown and
+    each missing key of a struct, each entry of a list and value of a mapping checked as its own type; a value
+    whose parts are sound converted whole by msgspec, its refusal this value's; and a struct's own checks."""
+    bare, nullable = _declared(kind)
+    if data is None and nullable:
+        return []
+    args, problems = get_args(bare), list[Problem]()
+    struct = isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict)
+    if struct and isinstance(data, dict):
         fields = {field.encode_name: field for field in msgspec.structs.fields(bare)}
         expected = f"unknown key; expected one of: {', '.join(fields)}"
         problems += [((*path, str(k)), f"{_join(path, str(k))}: {expected}") for k in data if k not in fields]
@@ -122,54 +114,47 @@ def _type_problems(data: object, kind: Any, path: Path, info: types.Type, secret
         problems += [((*path, key), f"{_join(path, key)}: is required") for key in missing]
         for key, value in data.items():
             if key in fields:
-                problems += _type_problems(value, fields[key].type, (*path, key), info, secret_keys)
-    elif get_origin(bare) in (list, tuple, set, frozenset) and isinstance(data, list) and args[-1] is ...:
+                problems += _problems(value, fields[key].type, (*path, key), secret_keys)
+        return problems + _struct_problems(data, bare, path, [where for where, _ in problems])
+    if get_origin(bare) in (list, tuple, set, frozenset) and isinstance(data, list) and args[-1] is ...:
         for index, item in enumerate(data):
-            problems += _type_problems(item, args[0], (*path, index), info, secret_keys)
+            problems += _problems(item, args[0], (*path, index), secret_keys)
     elif get_origin(bare) is dict and isinstance(data, dict) and all(isinstance(key, str) for key in data):
         for key, value in data.items():
-            problems += _type_problems(value, args[1], (*path, key), info, secret_keys)
+            problems += _problems(value, args[1], (*path, key), secret_keys)
     if problems:
         return problems
     try:
         msgspec.convert(data, kind, strict=True)
-    except msgspec.ValidationError as refused:
-        if refused.__cause__ is None:  # not a __post_init__ check
-            text = f"{_join(path) or '(top level)'}: must be {_describe(_type_at(info, path))}"
-            shown = "" if any(key in secret_keys for key in path) else f", got {show(data)}"
-            return [(path, text + shown)]
+    except msgspec.ValidationError:
+        text = f"{_join(path) or '(top level)'}: must be {_describe(types.type_info(kind))}"
+        return [(path, text if any(key in secret_keys for key in path) else f"{text}, got {show(data)}")]
     except UnicodeEncodeError:
         return [(path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
     return []
 
 
-def _declared(kind: Any) -> Any:
-    """``kind`` without ``Annotated`` and without ``| None``: what decides how its parts are checked."""
+def _declared(kind: Any) -> tuple[Any, bool]:
+    """``kind`` without ``Annotated`` and without ``| None`` (what decides how its parts are checked), and
+    whether it takes None."""
     if get_origin(kind) is Annotated:
         return _declared(get_args(kind)[0])
     if get_origin(kind) in (Union, UnionType) and type(None) in get_args(kind):
         others = [arg for arg in get_args(kind) if arg is not type(None)]
-        return _declared(others[0]) if len(others) == 1 else kind
-    return kind
+        return (_declared(others[0])[0] if len(others) == 1 else kind), True
+    return kind, kind is Any
 
 
-def _post_init_problems(data: object, info: types.Type, path: Path, bad: set[Path]) -> list[Problem]:
-    """The ``__post_init__`` problems of each struct in ``data``, deepest first, each struct converted without
-    what was found ``bad`` in it (a list keeps its sound entries) and then without each key its checks blame,
-    until they pass. A problem of a struct as a whole is said only when nothing was left out of it: it could
-    be a consequence (a rule left without its one matching key matches everything)."""
-    info = _bare(info)
-    problems = [
-        found for part, kind, where in _parts(data, info, path) for found in _post_init_problems(part, kind, where, bad)
-    ]
-    if not isinstance(info, types.StructType) or not isinstance(data, dict) or path in bad:
-        return problems
-    wrong = [found for found, _ in problems] + [found for found in bad if found[: len(path)] == path]
+def _struct_problems(data: dict[str, Any], cls: type[Any], path: Path, wrong: list[Path]) -> list[Problem]:
+    """The problems of a struct's own checks (``__post_init__``), the struct converted without what is
+    ``wrong`` in it (a list keeps its sound entries) and then without each key its checks blame, until they
+    pass. A problem of the struct as a whole is said only when nothing was left out of it: it could be a
+    consequence (a rule left without its one matching key matches everything)."""
     current, kept = _sound_part(data, path, wrong)
-    complete = current == data
+    complete, problems = current == data, list[Problem]()
     while True:
         try:
-            msgspec.convert(current, info.cls, strict=True)
+            msgspec.convert(current, cls, strict=True)
             return problems
         except UnicodeEncodeError:
             return [*problems, (path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
@@ -185,18 +170,6 @@ def _post_init_problems(data: object, info: types.Type, path: Path, bad: set[Pat
         if key not in current:
             return problems
         current, complete = _left_out(current, key, cause.index, kept), False
-
-
-def _parts(data: object, info: types.Type, path: Path) -> Iterator[tuple[object, types.Type, Path]]:
-    """The values inside ``data`` (a struct's fields, a list's entries, a mapping's values) with their types
-    and paths."""
-    if isinstance(info, types.StructType) and isinstance(data, dict):
-        fields = {field.encode_name: field.type for field in info.fields}
-        yield from ((value, fields[key], (*path, key)) for key, value in data.items() if key in fields)
-    elif isinstance(info, types.ListType | types.VarTupleType) and isinstance(data, list):
-        yield from ((item, info.item_type, (*path, index)) for index, item in enumerate(data))
-    elif isinstance(info, types.DictType) and isinstance(data, dict):
-        yield from ((value, info.value_type, (*path, str(key))) for key, value in data.items())
 
 
 def _sound_part(data: dict[str, Any], path: Path, wrong: list[Path]) -> tuple[dict[str, Any], dict[str, list[int]]]:
@@ -273,27 +246,6 @@ def _join(path: Path, *more: str) -> str:
     for part in (*path, *more):
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
     return text
-
-
-def _value_at(data: object, path: Path) -> object:
-    for part in path:
-        if isinstance(data, list) and isinstance(part, int):
-            data = data[part]
-        elif isinstance(data, dict):
-            data = data.get(part)
-    return data
-
-
-def _type_at(info: types.Type, path: Path) -> types.Type:
-    for token in path:
-        info = _bare(info)
-        if isinstance(info, types.StructType):
-            info = next((f.type for f in info.fields if f.encode_name == token), types.AnyType())
-        elif isinstance(info, types.ListType | types.VarTupleType | types.SetType):
-            info = info.item_type
-        elif isinstance(info, types.DictType):
-            info = info.value_type
-    return info
 
 
 def _bare(info: types.Type) -> types.Type:
