@@ -565,13 +565,14 @@ class IMDSClient:
             self._limiter.acquire()
         target = self._target(method, path, api_version)
         if self._tracer is None:
-            return self._exchange(method, target, content, timeout, None)
+            return self._timed(method, target, content, timeout, None)
         with self._tracer.start_as_current_span(method, kind=client_kind(), attributes=target.attributes) as span:
-            return self._exchange(method, target, content, timeout, span)
+            return self._timed(method, target, content, timeout, span)
 
-    def _exchange(
+    def _timed(
         self, method: str, target: _Target, content: bytes | None, timeout: float | None, span: trace.Span | None
     ) -> bytes:
+        """``_send``, timed into ``on_response`` (the metrics) and its outcome on ``span``."""
         started = time.perf_counter()
         try:
             body, code = self._send(method, target, content, timeout)

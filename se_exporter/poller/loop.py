@@ -7,7 +7,7 @@ which /metrics and /-/ready read.
 
 **Gaps in the view** (``ViewGaps``; docs/design.md, What was not seen): a stretch without a successful poll
 longer than max(3 intervals, GAP_FLOOR_SECONDS): a paused VM, a stopped exporter, a restart (a store
-restored from the state file starts with one). The store judges what went missing during it by when the
+restored from the state file starts with one). The store decides what went missing during it by when the
 view went blind. After a gap of 24 h or more, Azure has disabled Scheduled Events, and the request that
 enables them again is answered "within 2 minutes" with events following "within 5 minutes": the first
 answers may list nothing that is still coming (a Redeploy off degraded hardware is announced days ahead),

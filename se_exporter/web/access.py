@@ -26,7 +26,7 @@ from typing import Any
 
 from se_exporter.config.values import TRAFFIC_PATH
 from se_exporter.web.config import WebConfig
-from se_exporter.web.endpoints import Answer
+from se_exporter.web.endpoints import HTTPAnswer
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,10 @@ class AccessRules:
             before.limit if before is not None and limit_kept else _bucket(config),
         )
 
-    def with_extra(self, answer: Answer) -> Answer:
+    def with_extra(self, answer: HTTPAnswer) -> HTTPAnswer:
         present = {name.lower() for name, _ in answer.headers}  # the application's own headers win, as in Go
         extra = [header for header in self.extra if header[0].lower() not in present]
-        return Answer(answer.status, answer.reason, answer.headers + extra, answer.body) if extra else answer
+        return HTTPAnswer(answer.status, answer.reason, answer.headers + extra, answer.body) if extra else answer
 
 
 def _authenticator(config: WebConfig) -> BasicAuthenticator | None:
@@ -212,7 +212,7 @@ class Authentication:
     def close(self) -> None:
         self._bcrypt.shutdown(wait=False, cancel_futures=True)
 
-    async def refusal(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> Answer | None:
+    async def refusal(self, auth: BasicAuthenticator, environ: dict[str, Any]) -> HTTPAnswer | None:
         """None when the request may go on (``REMOTE_USER`` set), else the refusal (401, or 429 while
         ``MAX_AUTH_WAITING`` distinct credentials wait for bcrypt)."""
         header = environ.get("HTTP_AUTHORIZATION")
@@ -222,7 +222,7 @@ class Authentication:
             if checking is None:
                 if len(self._checking) >= MAX_AUTH_WAITING:
                     log.debug("too many authentication attempts at once", extra={"client": environ["REMOTE_ADDR"]})
-                    return Answer(
+                    return HTTPAnswer(
                         429, "Too Many Requests", [("Retry-After", "1")], b"Too many authentication attempts\n"
                     )
                 loop = asyncio.get_running_loop()
@@ -231,6 +231,6 @@ class Authentication:
             user = await asyncio.shield(checking)
         if user is None:
             log.debug("unauthorized request", extra={"client": environ["REMOTE_ADDR"]})
-            return Answer(401, "Unauthorized", [auth.challenge], b"Unauthorized\n")
+            return HTTPAnswer(401, "Unauthorized", [auth.challenge], b"Unauthorized\n")
         environ["REMOTE_USER"] = user
         return None

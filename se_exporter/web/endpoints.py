@@ -1,5 +1,5 @@
 """The HTTP endpoints: /metrics, the landing page, /-/healthy, /-/ready and /-/traffic, as one WSGI application,
-and ``Answer``, what the server writes back (``call_app`` runs the application into one).
+and ``HTTPAnswer``, what the server writes back (``call_app`` runs the application into one).
 
 ``/-/traffic``: whether a load balancer should send this VM traffic, read from the store at request time.
 503 from ``lead`` seconds before the NotBefore of an event that affects this VM and whose impact is one of
@@ -163,16 +163,16 @@ Headers = list[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class HTTPAnswer:
     status: int
     reason: str
     headers: Headers
     body: bytes
 
 
-def plain(status: int, text: str) -> Answer:
+def plain(status: int, text: str) -> HTTPAnswer:
     reasons = {400: "Bad Request", 413: "Content Too Large", 431: "Request Header Fields Too Large"}
-    return Answer(
+    return HTTPAnswer(
         status,
         reasons.get(status, "Bad Request"),
         [("Content-Type", "text/plain; charset=utf-8")],
@@ -180,7 +180,7 @@ def plain(status: int, text: str) -> Answer:
     )
 
 
-def call_app(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
+def call_app(app: WSGIApplication, environ: dict[str, Any]) -> HTTPAnswer:
     """The WSGI application's answer to one request, its body joined."""
     started: list[tuple[str, Headers]] = []
 
@@ -196,4 +196,4 @@ def call_app(app: WSGIApplication, environ: dict[str, Any]) -> Answer:
             result.close()
     status, headers = started[0]
     code, _, reason = status.partition(" ")
-    return Answer(int(code), reason, headers, body)
+    return HTTPAnswer(int(code), reason, headers, body)

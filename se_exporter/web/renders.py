@@ -24,7 +24,7 @@ from wsgiref.types import WSGIApplication
 
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from se_exporter.web.endpoints import Answer, call_app
+from se_exporter.web.endpoints import HTTPAnswer, call_app
 
 log = logging.getLogger(__name__)
 MAX_RENDERS = 4  # distinct renders queued or running; a scrape beyond is told to come back
@@ -34,7 +34,7 @@ MAX_RENDERS = 4  # distinct renders queued or running; a scrape beyond is told t
 # this much older than the scrape, and the gauges follow IMDS within a poll.
 SHARE_SECONDS = 1.0
 GONE_CHECK_SECONDS = 0.1  # how often a waiting request looks whether its client is still there
-BUSY = Answer(
+BUSY = HTTPAnswer(
     503,
     "Service Unavailable",
     [("Content-Type", "text/plain; charset=utf-8"), ("Retry-After", "1")],
@@ -56,14 +56,14 @@ def metrics_key(environ: dict[str, Any]) -> Hashable:
 
 
 class _Render:
-    def __init__(self, future: asyncio.Future[Answer]) -> None:
+    def __init__(self, future: asyncio.Future[HTTPAnswer]) -> None:
         self.future = future
         self.waiting = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Done:
-    answer: Answer
+    answer: HTTPAnswer
     expires: float  # the loop's time
     snapshot: object  # held, so that its id in the key is not reused by another while this is kept
 
@@ -86,7 +86,7 @@ class Renders:
     def close(self) -> None:
         self._thread.shutdown(wait=False, cancel_futures=True)
 
-    async def answer(self, app: WSGIApplication, environ: dict[str, Any], gone: Callable[[], bool]) -> Answer:
+    async def answer(self, app: WSGIApplication, environ: dict[str, Any], gone: Callable[[], bool]) -> HTTPAnswer:
         """The answer to a render path's request, shared; ``ClientGone`` if ``gone()`` turns true first."""
         snapshot = self._snapshot() if self._snapshot is not None else None
         key = (self._key(environ), id(snapshot))  # an id is unique while its object lives: _done holds it
@@ -117,7 +117,7 @@ class Renders:
         future = asyncio.get_running_loop().run_in_executor(self._thread, call_app, app, environ)
         render = self._pending[key] = _Render(future)
 
-        def forget(finished: asyncio.Future[Answer]) -> None:
+        def forget(finished: asyncio.Future[HTTPAnswer]) -> None:
             if self._pending.get(key) is render:
                 del self._pending[key]
             if self._snapshot is not None and not finished.cancelled() and finished.exception() is None:

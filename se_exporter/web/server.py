@@ -46,7 +46,7 @@ from se_exporter.config.values import HEALTHY_PATH, TRAFFIC_PATH
 from se_exporter.errors import forget_traceback
 from se_exporter.web.access import AccessRules, Authentication
 from se_exporter.web.config import LiveWebConfig, WebConfig
-from se_exporter.web.endpoints import Answer, Headers, call_app, plain
+from se_exporter.web.endpoints import Headers, HTTPAnswer, call_app, plain
 from se_exporter.web.renders import ClientGone, Renders
 from se_exporter.web.tls import HANDSHAKE_TIMEOUT_SECONDS, answer_plain_http, handshake, is_tls_hello, refusal
 
@@ -163,7 +163,7 @@ async def _receive(reader: asyncio.StreamReader, deadline: float) -> bytes:
 
 
 async def write_answer(
-    http: h11.Connection, writer: asyncio.StreamWriter, answer: Answer, *, head: bool, close: bool
+    http: h11.Connection, writer: asyncio.StreamWriter, answer: HTTPAnswer, *, head: bool, close: bool
 ) -> None:
     """The answer, taken by the client within ``WRITE_TIMEOUT_SECONDS``. The body goes out a chunk at a time,
     each written once the transport's buffer has drained: a connection holds at most a chunk and the
@@ -248,7 +248,7 @@ class HTTPExchanges:
             rules = self._rules_now()
             with_extra = rules.with_extra if rules is not None else _as_is
             if refusal is not None:
-                forbidden = Answer(403, "Forbidden", [PLAIN_TEXT], f"{refusal}\n".encode())
+                forbidden = HTTPAnswer(403, "Forbidden", [PLAIN_TEXT], f"{refusal}\n".encode())
                 await write_answer(http, writer, with_extra(forbidden), head=request.method == b"HEAD", close=True)
                 return
             answer = await self._answer(
@@ -271,9 +271,9 @@ class HTTPExchanges:
 
     async def _answer(
         self, request: h11.Request, client: str, rules: AccessRules | None, gone: Callable[[], bool]
-    ) -> Answer:
+    ) -> HTTPAnswer:
         if request.method not in (b"GET", b"HEAD"):
-            return Answer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
+            return HTTPAnswer(405, "Method Not Allowed", [("Allow", "GET, HEAD")], b"Method not allowed: use GET\n")
         environ = self._environ(request, client)
         refused = await self._refused(rules, environ)
         if refused is not None:
@@ -282,16 +282,16 @@ class HTTPExchanges:
             return await self._renders.answer(self._app, environ, gone)
         return call_app(self._app, environ)  # the probes and the landing page: at once, never behind a render
 
-    async def _refused(self, rules: AccessRules | None, environ: dict[str, Any]) -> Answer | None:
+    async def _refused(self, rules: AccessRules | None, environ: dict[str, Any]) -> HTTPAnswer | None:
         """Why the web config in force refuses this request (None: it may go on)."""
         path = environ["PATH_INFO"]
         if rules is None:  # the web config does not parse: fail closed, as exporter-toolkit does
             if path in (HEALTHY_PATH, TRAFFIC_PATH):  # but the process is alive, and a probe must not drop it
                 return None
             log.debug("request refused: the web config does not parse", extra={"client": environ["REMOTE_ADDR"]})
-            return Answer(500, "Internal Server Error", [PLAIN_TEXT], b"Internal Server Error\n")
+            return HTTPAnswer(500, "Internal Server Error", [PLAIN_TEXT], b"Internal Server Error\n")
         if rules.limit is not None and path != TRAFFIC_PATH and not rules.limit.allow():
-            return Answer(429, "Too Many Requests", [PLAIN_TEXT], b"Too Many Requests\n")
+            return HTTPAnswer(429, "Too Many Requests", [PLAIN_TEXT], b"Too Many Requests\n")
         if rules.auth is not None and path not in rules.excluded:
             return await self._authentication.refusal(rules.auth, environ)
         return None
@@ -316,7 +316,7 @@ class HTTPExchanges:
         return environ
 
 
-def _as_is(answer: Answer) -> Answer:
+def _as_is(answer: HTTPAnswer) -> HTTPAnswer:
     return answer
 
 
@@ -424,7 +424,7 @@ class WebServer:
         self._listener = bind(host, port)
         self.port: int = self._listener.getsockname()[1]
         self.scheme: str = config.scheme
-        self._exchange = HTTPExchanges(app, live, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
+        self._exchanges = HTTPExchanges(app, live, self.port, self.scheme, Renders(render_paths, snapshot=snapshot))
         self._loop = asyncio.SelectorEventLoop()  # sockets as they are (Windows' default loop has no add_reader)
         self._thread = threading.Thread(
             target=lambda: self._loop.run_until_complete(self._serve()), name="web", daemon=True
@@ -440,7 +440,7 @@ class WebServer:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._request_stop)
             self._thread.join(timeout=5.0)
-        self._exchange.close()
+        self._exchanges.close()
         self._listener.close()
         if not self._thread.is_alive():
             self._loop.close()
@@ -521,7 +521,7 @@ class WebServer:
         try:
             writer = await self._open_stream(sock, reader, client, deadline)
             if writer is not None:
-                await self._exchange.serve(
+                await self._exchanges.serve(
                     reader,
                     writer,
                     client,
