@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from se_exporter.approval.policy import load_policy
-from se_exporter.config.schema import decode, field_problem
+from se_exporter.approval.policy import load_policy, parse_policy
+from se_exporter.config.schema import MAX_CHECKS, decode, field_problem
 from se_exporter.config.strict_yaml import load_yaml
 from se_exporter.errors import ConfigError
 from se_exporter.simulator.scenario import ScenarioError
@@ -141,3 +141,19 @@ def test_decode_phrases_problems_from_the_schema(data: object, expected: str) ->
 def test_the_strict_loader_is_the_one_every_kind_uses() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         load_yaml("x", "a: 1\na: 2\n")
+
+
+def test_every_wrong_entry_is_said_and_a_structs_own_checks_at_most_max_checks_times() -> None:
+    """A refused file with thousands of wrong rules says each (the schema's types are looked at once per
+    struct), and a check of the file as a whole that blames one rule after another stops at ``MAX_CHECKS``
+    (each time is a conversion of every rule left)."""
+    wrong = {"rules": [{"name": f"r{i}", "event_types": ["Bogus"]} for i in range(5000)]}
+    with pytest.raises(ConfigError) as refused:
+        parse_policy(wrong, "p.yaml")
+    lines = str(refused.value).splitlines()
+    assert len(lines) == 5000 and lines[4999].startswith("approval config p.yaml: rules[4999].event_types[0]: must be")
+    grouped = {"rules": [{"name": f"r{i}", "event_sources": ["Platform"], "scope": "group"} for i in range(500)]}
+    with pytest.raises(ConfigError) as refused:
+        parse_policy(grouped, "p.yaml")
+    lines = str(refused.value).splitlines()
+    assert len(lines) == MAX_CHECKS and all(f"rules[{i}].scope: group needs" in line for i, line in enumerate(lines))

@@ -23,6 +23,7 @@ key (``basic_auth_users``) are never shown.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -35,6 +36,7 @@ from se_exporter.errors import ConfigError, show
 T = TypeVar("T")
 Path = tuple[str | int, ...]  # a key path: ("rules", 1, "max_duration_seconds")
 Problem = tuple[Path, str]  # where, for the file's order, and the line that says it
+MAX_CHECKS = 64  # a struct's own checks run at most this many times, each without the key found wrong before
 _UNICODE = "holds text that is not valid Unicode (a lone surrogate)"
 
 CommandWord = Annotated[str, msgspec.Meta(min_length=1, pattern=r"\S")]  # a word of a hook's or an action's command
@@ -107,7 +109,7 @@ def _problems(data: object, kind: Any, path: Path, secret_keys: Sequence[str]) -
     args, problems = get_args(bare), list[Problem]()
     struct = isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict)
     if struct and isinstance(data, dict):
-        fields = {field.encode_name: field for field in msgspec.structs.fields(bare)}
+        fields = _fields(bare)
         expected = f"unknown key; expected one of: {', '.join(fields)}"
         problems += [((*path, str(k)), f"{_join(path, str(k))}: {expected}") for k in data if k not in fields]
         missing = [key for key, field in fields.items() if field.required and key not in data]
@@ -127,11 +129,22 @@ def _problems(data: object, kind: Any, path: Path, secret_keys: Sequence[str]) -
     try:
         msgspec.convert(data, kind, strict=True)
     except msgspec.ValidationError:
-        text = f"{_join(path) or '(top level)'}: must be {_describe(types.type_info(kind))}"
+        text = f"{_join(path) or '(top level)'}: must be {_describe(_type_info(kind))}"
         return [(path, text if any(key in secret_keys for key in path) else f"{text}, got {show(data)}")]
     except UnicodeEncodeError:
         return [(path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
     return []
+
+
+@functools.cache
+def _fields(cls: type[msgspec.Struct]) -> dict[str, msgspec.structs.FieldInfo]:
+    """The struct's fields by their name in the file (msgspec evaluates the annotations anew at every call)."""
+    return {field.encode_name: field for field in msgspec.structs.fields(cls)}
+
+
+@functools.cache
+def _type_info(kind: Any) -> types.Type:
+    return types.type_info(kind)
 
 
 def _declared(kind: Any) -> tuple[Any, bool]:
@@ -152,7 +165,7 @@ def _struct_problems(data: dict[str, Any], cls: type[Any], path: Path, wrong: li
     consequence (a rule left without its one matching key matches everything)."""
     current, kept = _sound_part(data, path, wrong)
     complete, problems = current == data, list[Problem]()
-    while True:
+    for _ in range(MAX_CHECKS):
         try:
             msgspec.convert(current, cls, strict=True)
             return problems
@@ -170,6 +183,7 @@ def _struct_problems(data: dict[str, Any], cls: type[Any], path: Path, wrong: li
         if key not in current:
             return problems
         current, complete = _left_out(current, key, cause.index, kept), False
+    return problems
 
 
 def _sound_part(data: dict[str, Any], path: Path, wrong: list[Path]) -> tuple[dict[str, Any], dict[str, list[int]]]:
