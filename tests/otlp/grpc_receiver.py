@@ -82,6 +82,8 @@ class OTLPGrpcReceiver(OTLPReceiver):
         server, executor = self._server, self._executor
         self._server = self._executor = None
         if server is not None:
-            server.stop(grace=None).wait(timeout=5)
+            # The event is set once every listening socket is closed; a loaded machine (Wine) may take a while.
+            if not server.stop(grace=None).wait(timeout=60):
+                raise RuntimeError("the gRPC receiver did not stop within 60 s")
         if executor is not None:
             executor.shutdown(wait=False)
