@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
 from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_to_rows
+from se_exporter.durable.persistence import done
 from se_exporter.imds.document import VMIdentity
 from se_exporter.imds.impact import Classification
 from se_exporter.lifecycle.transitions import Transition
@@ -50,7 +51,11 @@ class ActionRunner:
     ) -> None:
         self.actions = actions
         self.state_version = 0  # moves whenever to_state() would save something new (durable.persistence)
-        self._save, self._clock, self._environ = save or _saved, clock, environ
+        self._save, self._clock, self._environ = (
+            save or done,
+            clock,
+            environ,
+        )  # done: without a state file, nothing to wait for
         self._closed = False
         self._platform = platform or current()
         self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)
@@ -210,10 +215,3 @@ class ActionRunner:
         return ActionOutcome(
             run.action, run.transition, run.vm_name, result, summary, duration, self._clock(), last_output
         )
-
-
-def _saved() -> Future[None]:
-    """Without a state file: nothing to wait for."""
-    future: Future[None] = Future()
-    future.set_result(None)
-    return future

@@ -151,7 +151,7 @@ class Persistence:
                 self._versions[name] = component.state_version  # read first: a change made meanwhile is saved next
                 self._diff(component.rows(), tables, rows)
             if not rows and not requests and not self.database.busy:
-                return _done()  # nothing new, nothing waiting: everything handed over is on disk
+                return done()  # nothing new, nothing waiting: everything handed over is on disk
         committed = self.database.submit(rows)
         for request in requests:
             committed.add_done_callback(functools.partial(_follow, request=request))
@@ -254,7 +254,8 @@ def _digest(body: bytes) -> bytes:
     return hashlib.blake2b(body, digest_size=16).digest()
 
 
-def _done() -> Future[None]:
+def done() -> Future[None]:
+    """A future already completed: nothing to wait for."""
     future: Future[None] = Future()
     future.set_result(None)
     return future

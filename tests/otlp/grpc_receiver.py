@@ -81,9 +81,8 @@ class OTLPGrpcReceiver(OTLPReceiver):
     def _shutdown(self) -> None:
         server, executor = self._server, self._executor
         self._server = self._executor = None
-        if server is not None:
-            # The event is set once every listening socket is closed; a loaded machine (Wine) may take a while.
-            if not server.stop(grace=None).wait(timeout=60):
-                raise RuntimeError("the gRPC receiver did not stop within 60 s")
+        # The event is set once every listening socket is closed; a loaded machine (Wine) may take a while.
+        if server is not None and not server.stop(grace=None).wait(timeout=60):
+            raise RuntimeError("the gRPC receiver did not stop within 60 s")
         if executor is not None:
             executor.shutdown(wait=False)
