@@ -51,11 +51,8 @@ class ActionRunner:
     ) -> None:
         self.actions = actions
         self.state_version = 0  # moves whenever to_state() would save something new (durable.persistence)
-        self._save, self._clock, self._environ = (
-            save or done,
-            clock,
-            environ,
-        )  # done: without a state file, nothing to wait for
+        # done: without a state file, there is nothing to wait for
+        self._save, self._clock, self._environ = save or done, clock, environ
         self._closed = False
         self._platform = platform or current()
         self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)

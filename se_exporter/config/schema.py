@@ -107,8 +107,7 @@ def _problems(data: object, kind: Any, path: Path, secret_keys: Sequence[str]) -
     if data is None and nullable:
         return []
     args, problems = get_args(bare), list[Problem]()
-    struct = isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict)
-    if struct and isinstance(data, dict):
+    if isinstance(bare, type) and issubclass(bare, msgspec.Struct) and isinstance(data, dict):
         fields = _fields(bare)
         expected = f"unknown key; expected one of: {', '.join(fields)}"
         problems += [((*path, str(k)), f"{_join(path, str(k))}: {expected}") for k in data if k not in fields]
@@ -129,10 +128,10 @@ def _problems(data: object, kind: Any, path: Path, secret_keys: Sequence[str]) -
     try:
         msgspec.convert(data, kind, strict=True)
     except msgspec.ValidationError:
-        text = f"{_join(path) or '(top level)'}: must be {_describe(_type_info(kind))}"
+        text = f"{_join(path)}: must be {_describe(_type_info(kind))}"
         return [(path, text if any(key in secret_keys for key in path) else f"{text}, got {show(data)}")]
     except UnicodeEncodeError:
-        return [(path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
+        return [(path, f"{_join(path)}: {_UNICODE}")]
     return []
 
 
@@ -170,12 +169,12 @@ def _struct_problems(data: dict[str, Any], cls: type[Any], path: Path, wrong: li
             msgspec.convert(current, cls, strict=True)
             return problems
         except UnicodeEncodeError:
-            return [*problems, (path, f"{_join(path) or '(top level)'}: {_UNICODE}")]
+            return [*problems, (path, f"{_join(path)}: {_UNICODE}")]
         except msgspec.ValidationError as problem:
             cause = problem.__cause__
             if not isinstance(cause, FieldProblem):
                 if complete and cause is not None:
-                    problems.append((path, f"{_join(path) or '(top level)'}: {cause}"))
+                    problems.append((path, f"{_join(path)}: {cause}"))
                 return problems
         key, entry, below = cause.place(kept)
         where = (*path, key) if entry is None else (*path, key, entry)
@@ -255,11 +254,11 @@ def _duplicate_names(data: object, each: Sequence[str]) -> list[Problem]:
 
 
 def _join(path: Path, *more: str) -> str:
-    """``("rules", 1, "name")`` as ``rules[1].name``."""
+    """``("rules", 1, "name")`` as ``rules[1].name``; ``(top level)`` for the file as a whole."""
     text = ""
     for part in (*path, *more):
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
+    return text or "(top level)"
 
 
 def _bare(info: types.Type) -> types.Type:

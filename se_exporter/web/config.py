@@ -32,18 +32,18 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from se_exporter.common.files import read_text, stamp
+from se_exporter.common.files import FileStamp, read_text, stamp
 from se_exporter.config.flags import duration
 from se_exporter.config.schema import decode, field_problem
 from se_exporter.errors import ConfigError, show
-from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, stamps, tls_config
+from se_exporter.web.tls import TLSServerConfig, TLSServerSpec, tls_config
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class LiveWebConfig:
         self._current: WebConfig | None = loaded
         self._tls = loaded.tls  # the settings of the context; TLS on or off is the listening socket's, fixed
         self._stamp = stamp(path) if path is not None else None
-        self._tls_stamps = stamps(loaded.tls.files) if loaded.tls else ()
+        self._tls_stamps = _stamps(loaded.tls.files) if loaded.tls else ()
         self._context = loaded.tls.ssl_context() if loaded.tls else None
         self._checked = clock()
         self._lock = threading.Lock()
@@ -288,7 +288,7 @@ class LiveWebConfig:
         settings = self._current.tls if self._current is not None else None
         if settings is None or self._context is None:
             return  # plain HTTP, or a file that does not parse: the last context stays
-        files = stamps(settings.files)
+        files = _stamps(settings.files)
         if settings == self._tls and files == self._tls_stamps:
             return
         self._tls, self._tls_stamps = settings, files
@@ -311,3 +311,8 @@ class LiveWebConfig:
             return
         self._current, self.problem = config, None
         log.info("web config reloaded", extra={"file": str(path)})
+
+
+def _stamps(files: Iterable[Path]) -> tuple[FileStamp, ...]:
+    """What changes when one of ``files`` (a certificate, a key) is rewritten or replaced."""
+    return tuple(stamp(path) for path in files)

@@ -1,11 +1,11 @@
 """TLS of the web server, all of it: ``tls_server_config`` of the web config, its schema (``TLSServerSpec``),
 the settings it resolves to (``TLSServerConfig``) and the SSL context they build (certificate, key, client
-CA, versions and ciphers, checked as they load); the context of each new connection (certificates reloaded
-when they change, the previous context kept when a renewal is broken); the handshake (a refused client is
-told why, by a TLS alert); what a plain-HTTP client on the TLS port is told; and the ``client_allowed_sans``
-check of a verified client certificate, after the handshake.
+CA, versions and ciphers, checked as they load); the handshake (a refused client is told why, by a TLS
+alert); what a plain-HTTP client on the TLS port is told; and the ``client_allowed_sans`` check of a verified
+client certificate, after the handshake. ``web/config.py``'s ``LiveWebConfig`` rebuilds the context when the
+settings or their files change.
 
-See ``se_exporter.web.config`` for the supported subset and where it differs from exporter-toolkit.
+SECURITY.md, *TLS and authentication*, has the subset of exporter-toolkit's format taken and where it differs.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import socket
 import ssl
 import tempfile
 from asyncio import sslproto
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import msgspec
 
-from se_exporter.common.files import MAX_FILE_BYTES, FileStamp, read_bounded, stamp
+from se_exporter.common.files import MAX_FILE_BYTES, read_bounded
 from se_exporter.config.schema import field_problem
 from se_exporter.errors import ConfigError, os_problem, show
 
@@ -436,8 +436,3 @@ def answer_plain_http(sock: socket.socket) -> None:
     head = b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
     with contextlib.suppress(OSError):
         sock.send(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)  # small: fits any socket buffer
-
-
-def stamps(files: Iterable[Path]) -> tuple[FileStamp, ...]:
-    """What changes when one of ``files`` (a certificate, a key) is rewritten or replaced."""
-    return tuple(stamp(path) for path in files)
