@@ -57,6 +57,7 @@ from se_exporter.web.server import WebServer
 
 if TYPE_CHECKING:
     from opentelemetry import trace
+    from prometheus_client import CollectorRegistry
 
     from se_exporter.actions.config import Actions
     from se_exporter.actions.runner import ActionRunner
@@ -129,46 +130,30 @@ class Exporter:
         self._stop = stop or threading.Event()
         # Operator files first: a mistake in one stops start-up before anything touches the network.
         files = load_operator_files(config)
-        web_config, policy, actions = files.web_config, files.policy, files.actions
         self.textfile = _textfile_writer(config.textfile_path)
-        self.counters = Counters(
-            approval_enabled=policy is not None,
-            actions={action.name: action.transitions for action in actions.actions} if actions else None,
-            written_files=("state", "spool") if config.state_file else (),
-        )
+        self.counters = _counters(config, files)
         self.persistence = _open_state_file(config.state_file, self.counters.observe_write)
         store = self.persistence.restore("store", STORE_TABLES, EventStore.from_rows, EventStore)
         self.persistence.track("store", store, STORE_TABLES)
-        settings = ClientSettings(
-            base_url=config.imds_url, api_versions=config.api_versions, timeout=config.imds_timeout
-        )
-        if lacking := api_versions.lacks(config.api_versions[0]):  # older than the default: shown as unknown
-            log.warning("api-version %s has no %s: shown as unknown", config.api_versions[0], ", ".join(lacking))
-        limiter = RateLimiter()
+        settings, limiter = _client_settings(config), RateLimiter()
         identity = VMIdentity(name=config.vm_name) if config.vm_name else None
         self.telemetry: Telemetry = NoTelemetry()
-        otel = parse_otel_environment(environ) if environ is not None else None
-        if otel is not None:
-            identity = self._start_telemetry(otel, identity, settings, limiter)
-        tracer_provider = self.telemetry.tracer_provider
-        tracer = tracer_provider.get_tracer("se_exporter", __version__) if tracer_provider is not None else None
-        sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
-        if tracer is not None:  # else no lifecycle span is ever sent
-            sinks.append(self._lifecycle_spans(tracer, store))
-        self.client = IMDSClient(
-            settings,
-            limiter,
-            on_response=self.counters.observe_response,
-            tracer=tracer,
-            stop=self._stop,
+        if environ is not None:
+            identity = self._start_telemetry(parse_otel_environment(environ), identity, settings, limiter)
+        provider = self.telemetry.tracer_provider
+        tracer = provider.get_tracer("se_exporter", __version__) if provider is not None else None
+        on_response = self.counters.observe_response
+        self.client = IMDSClient(settings, limiter, on_response=on_response, tracer=tracer, stop=self._stop)
+        policy, actions = files.policy, files.actions
+        approver = (
+            _approver(policy, self.client, self.persistence, config.poll_interval) if policy is not None else None
         )
-        approver = _approver(policy, self.client, self.persistence, config.poll_interval) if policy else None
-        runner = _action_runner(actions, self.persistence, time.time) if actions is not None else None
+        runner = None if actions is None else _action_runner(actions, self.persistence, time.time)
         self.persistence.flush(force=True)  # the restored state, as it will be saved from now on
         self.poller = Poller(
             client=self.client,
             store=store,
-            sinks=sinks,
+            sinks=self._sinks(store, tracer),
             persistence=self.persistence,
             interval=config.poll_interval,
             identity=identity,
@@ -178,22 +163,8 @@ class Exporter:
             after_poll=self.textfile.poll_done if self.textfile else None,
         )
         # The web config in force: the whole file re-read when it changes (web/config.py).
-        live_web = LiveWebConfig(config.web_config_file, web_config) if web_config is not None else None
-        snapshot = SnapshotCollector(
-            store=store,
-            poller=self.poller,
-            counters=self.counters,
-            clock=time.time,
-            version=__version__,
-            spool=self.telemetry.spool,
-            state=self.persistence if config.state_file else None,
-            approvals=approver,
-            textfile=self.textfile,
-            web_config=live_web,
-        )
-        self.registry = exporter_registry(snapshot)
-        if self.textfile is not None:
-            self.textfile.registry.register(snapshot)
+        live_web = LiveWebConfig(config.web_config_file, files.web_config) if files.web_config is not None else None
+        self.registry = self._registry(store, approver, live_web)
         self.web = self._web_server(config, live_web, store, time.time) if config.listen_port is not None else None
 
     def _start_telemetry(
@@ -229,6 +200,33 @@ class Exporter:
         )
         self.persistence.track("lifecycle", lifecycle, lifecycle_spans.TABLES)
         return lifecycle
+
+    def _sinks(self, store: EventStore, tracer: trace.Tracer | None) -> list[PollSink]:
+        """What every poll's result goes to: the counters, the audit trail and, when spans go, lifecycle spans."""
+        sinks: list[PollSink] = [self.counters, AuditTrail(self.telemetry.spool)]
+        if tracer is not None:  # else no lifecycle span is ever sent
+            sinks.append(self._lifecycle_spans(tracer, store))
+        return sinks
+
+    def _registry(
+        self, store: EventStore, approver: Approver | None, web_config: LiveWebConfig | None
+    ) -> CollectorRegistry:
+        """The registry /metrics renders: the snapshot collector (also the textfile's) and client_python's own."""
+        snapshot = SnapshotCollector(
+            store=store,
+            poller=self.poller,
+            counters=self.counters,
+            clock=time.time,
+            version=__version__,
+            spool=self.telemetry.spool,
+            state=self.persistence if self.config.state_file else None,
+            approvals=approver,
+            textfile=self.textfile,
+            web_config=web_config,
+        )
+        if self.textfile is not None:
+            self.textfile.registry.register(snapshot)
+        return exporter_registry(snapshot)
 
     def _web_server(
         self, config: ExporterConfig, web_config: LiveWebConfig | None, store: EventStore, clock: Clock
@@ -301,6 +299,23 @@ class Exporter:
 def _address(config: ExporterConfig) -> str:
     host = f"[{config.listen_host}]" if ":" in config.listen_host else config.listen_host
     return f"{host}:{config.listen_port}"
+
+
+def _counters(config: ExporterConfig, files: OperatorFiles) -> Counters:
+    """The counters, with the zero series of what is configured: approval, each action, the durable files."""
+    actions = files.actions
+    return Counters(
+        approval_enabled=files.policy is not None,
+        actions={action.name: action.transitions for action in actions.actions} if actions is not None else None,
+        written_files=("state", "spool") if config.state_file else (),
+    )
+
+
+def _client_settings(config: ExporterConfig) -> ClientSettings:
+    """The IMDS client's settings; a preferred api-version older than the default is said to lack fields."""
+    if lacking := api_versions.lacks(config.api_versions[0]):  # older than the default: shown as unknown
+        log.warning("api-version %s has no %s: shown as unknown", config.api_versions[0], ", ".join(lacking))
+    return ClientSettings(base_url=config.imds_url, api_versions=config.api_versions, timeout=config.imds_timeout)
 
 
 def _open_state_file(path: Path | None, observe_write: Callable[[str, float], None]) -> Persistence:
