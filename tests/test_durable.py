@@ -5,6 +5,7 @@ rows, a failed write is never reported durable, and the schema version decides w
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
@@ -15,6 +16,7 @@ import pytest
 from se_exporter.durable.persistence import Persistence, Tables
 from se_exporter.durable.schema import LATEST, TooNew
 from tests.support.state_file import opened, row_ids, saved_rows, writes_refused
+from tests.support.tmpfs import fill, small_tmpfs
 from tests.support.wait import wait_for
 
 
@@ -112,6 +114,43 @@ def test_a_failed_write_is_never_reported_durable_and_is_carried_by_the_next_com
         approval.result(30)
         events_only.result(30)
     assert saved_rows(path) == {"events": {"E1": [3]}, "approvals": {"E1": [2]}}
+
+
+@pytest.mark.posix
+@pytest.mark.parametrize("space_back", [False, True])
+def test_a_stop_tries_a_failing_disk_once_more_and_says_what_it_did_not_take(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, space_back: bool
+) -> None:
+    """A full disk at stop: one last commit, not a retry for the whole wait (a service manager would kill
+    the process meanwhile), and one error line when it failed too; when space came back, that commit
+    carries everything, and nothing is said."""
+    caplog.set_level(logging.INFO, logger="se_exporter")
+    with small_tmpfs(tmp_path / "fs") as fs:
+        path = fs / "state.db"
+        saving = Persistence(path)
+        component = Component({"events": {"E1": 1}})
+        saving.track("store", component, ("events",))
+        assert saving.save()
+        filler = fill(fs)
+        component.change("events", "E1", 2)
+        component.change("events", "E2", "x" * 20_000)  # more than the pages sqlite may still have free
+        pending = saving.flush()
+        wait_for(lambda: not saving.ok, 30, "the commit failing on the full disk")
+        if space_back:
+            filler.unlink()
+        saving.close()
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        if space_back:
+            assert pending.done() and not pending.cancelled()
+            assert saved_rows(path) == {"events": {"E1": 2, "E2": "x" * 20_000}}
+            assert not [e for e in errors if e.startswith("stopping")], errors
+        else:
+            assert pending.cancelled(), "never reported durable"
+            assert saved_rows(path) == {"events": {"E1": 1}}
+            assert [e for e in errors if e.startswith("stopping")] == [
+                f"stopping with changes not saved to state file {path} (database or disk is full): the "
+                "next start resumes from what it holds and finds the transitions since again"
+            ], errors
 
 
 def test_rows_no_component_can_read_are_counted_and_deleted_once_that_component_is_on(tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ the spool changed, the poll loop never waits for the disk (a disk at its IOPS ca
 Rows handed over while the writer is busy are merged, the newest body of a row winning. A commit that
 fails (a full disk, another process holding the write lock) is rolled back and loses nothing: its rows
 go back under those handed over since, its futures wait with them, and the writer tries again after
-``RETRY_SECONDS``. Each transaction also takes every change of the spool made before it began, so the
-rows that say a transition was emitted are never on disk without that transition's record.
+``RETRY_SECONDS`` (``close`` tries once more, and says whether everything was written). Each transaction
+also takes every change of the spool made before it began, so the rows that say a transition was emitted
+are never on disk without that transition's record.
 
 WAL, ``synchronous=FULL``: when a commit returns, the WAL is fsynced, so a committed transaction survives a
 crash of the process and a power loss alike. Bounded by bytes (``durable/schema.py``): ``max_page_count``,
@@ -196,21 +197,15 @@ class Database:
             self._cond.notify_all()
             return self._cond.wait_for(lambda: self._done >= ticket or self._closed, timeout) and self._done >= ticket
 
-    def drain(self, timeout: float) -> bool:
-        """Wait until nothing waits or is being written; False if that took longer than ``timeout``."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not (self._rows or self._futures) and not self._writing, timeout)
-
-    def close(self, timeout: float) -> None:
-        """Finish what was handed over (bounded by ``timeout``), stop the writer and close the file; futures
-        of what could not be written are cancelled."""
-        with self._cond:
-            self._retry_at = 0.0
-            self._cond.notify_all()
-        self.drain(timeout)
+    def close(self, timeout: float) -> bool:
+        """One last commit of what was handed over, after the write in flight (both within ``timeout``; a failing
+        disk is tried once more, not for all of it), then stop the writer and close the file. Returns whether
+        everything handed over was written; the futures of what was not are cancelled."""
+        self.sync(timeout)
         with self._cond:
             self._closed = True
             futures, self._futures = self._futures, []
+            written = not (self._rows or futures or self._writing)
             self._cond.notify_all()
         for future in futures:
             future.cancel()
@@ -218,6 +213,7 @@ class Database:
         if not self._thread.is_alive() and self._connection is not None:
             with self._connection_lock, contextlib.suppress(sqlite3.Error):
                 self._connection.close()
+        return written
 
     def _due(self) -> bool:
         if self._requested > self._done:

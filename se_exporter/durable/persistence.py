@@ -85,6 +85,7 @@ class Persistence:
         self.path = path
         self.errors = 0  # failed saves, and unusable files at start-up: persistence_errors_total{file="state"}
         self.ok = True  # the last save succeeded (approvals wait while it did not)
+        self._failure = ""  # why the last save failed
         self.database: Database
         self._components: dict[str, tuple[Stateful, tuple[str, ...]]] = {}
         self._versions: dict[str, int] = {}  # of each component, when its rows were last handed over
@@ -165,8 +166,16 @@ class Persistence:
         return committed.done() and not committed.cancelled()
 
     def close(self) -> None:
-        """Stop the writer (what it was writing is finished first, bounded), close the file, release the lock."""
-        self.database.close(SAVE_WAIT_SECONDS)
+        """Stop the writer after one last commit (what it was writing is finished first, bounded), close the file,
+        release the lock; changes the file did not take are said."""
+        if not self.database.close(SAVE_WAIT_SECONDS) and self.path is not None:
+            why = self._failure if not self.ok else f"a write took longer than {SAVE_WAIT_SECONDS:g} s"
+            log.error(
+                "stopping with changes not saved to state file %s (%s): the next start resumes from what it holds "
+                "and finds the transitions since again",
+                self.path,
+                why,
+            )
         if self._file_lock is not None:
             self._file_lock.release()
             self._file_lock = None
@@ -208,6 +217,7 @@ class Persistence:
 
     def _failed(self, error: Exception) -> None:
         self.errors += 1
+        self._failure = str(error)
         if self.ok:  # one line per outage
             log.error("could not save state file %s: %s; retried until it works", self.path, error)
         self.ok = False

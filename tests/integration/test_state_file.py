@@ -104,3 +104,5 @@ def test_a_file_system_out_of_inodes_at_start_is_tolerated_like_a_full_disk(
         exporter.wait_ready()
         assert (value(exporter.metrics(), ERRORS, file="state") or 0) >= 1
         assert exporter.stop() == 0
+    stopping = [line for line in exporter.logs().splitlines() if "stopping with changes" in line]
+    assert len(stopping) == 1 and f"not saved to state file {fs / 'state.db'} ([Errno 28]" in stopping[0], stopping
