@@ -30,6 +30,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="every tier: engines, the image, the chart's pod, Wine (the README's test command); without it and "
         "without paths or -m, plain `pytest` runs the quick tier",
     )
+    tiers.addoption(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run every Nth selected test from the Ith (0-based): N interpreters share a suite without xdist "
+        "(tests/shipped/test_windows_suite.py runs the Windows suite so under Wine)",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -106,6 +113,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=left_out)
             kept = set(items) - set(left_out)
             items[:] = [item for item in items if item in kept]
+    if shard := config.getoption("--shard"):
+        index, count = (int(part) for part in shard.split("/"))
+        others = [item for position, item in enumerate(items) if position % count != index]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = items[index::count]
     # Minutes-long tests first: xdist deals the items out in this order, so each starts on its own worker while
     # the short ones fill the others, and the run does not end waiting on one started last.
     items.sort(key=lambda item: item.get_closest_marker("long") is None)

@@ -65,3 +65,24 @@ def test_the_windows_selection_leaves_out_the_rule_tests_that_failed_under_wine(
         "tests/deploy/test_deploy_docs.py::test_the_helm_docs_push_the_image_the_install_then_pulls",
     ):
         assert left_out not in selected
+
+
+def test_the_shards_of_a_suite_together_select_each_test_once() -> None:
+    """The Windows suite runs as shards (``--shard=I/N``, tests/shipped/test_windows_suite.py): together they
+    run what one interpreter would, none twice."""
+
+    def selected(*shard: str) -> list[str]:
+        collected = subprocess.run(
+            [*PYTEST, "--collect-only", "-q", *shard, "tests/test_impact.py", "tests/test_uids.py"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert collected.returncode == 0, collected.stdout + collected.stderr
+        return [line for line in collected.stdout.split() if "::" in line]
+
+    whole = selected()
+    shards = [selected(f"--shard={index}/3") for index in range(3)]
+    assert all(shards) and sorted(test for shard in shards for test in shard) == sorted(whole) and len(whole) > 3
