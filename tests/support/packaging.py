@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,14 +20,29 @@ class Distributions:
 
 
 def build_distributions(out: Path) -> Distributions:
-    """``python -m build``: the sdist, then the wheel built from it, each in an isolated environment."""
-    result = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    """``python -m build``: the sdist, then the wheel built from it, each in an isolated environment. Built
+    from a copy of the checkout's files, as a release's clean checkout holds them: setuptools writes its
+    egg-info and the sdist's tree into the source folder, and in this checkout other tests (the Windows
+    suite's collection, ruff, mypy) would see them come and go."""
+    with tempfile.TemporaryDirectory(prefix="se-exporter-source-") as copy:
+        source = Path(copy)
+        listed = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            if (REPO / name).is_file():  # not one deleted in the working tree
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, source / name)
+        result = subprocess.run(
+            [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
