@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import se_exporter
-from tests.support.packaging import REPO, Distributions, install_into_clean_venv
+from tests.support.packaging import REPO, Distributions, checkout_files, install_into_clean_venv
 
 # One worker builds the distributions once: two builds of the same tree at once share setuptools' release
 # directory in it, and one removed it under the other (setuptools: "No such file or directory" for a file of tests/).
@@ -62,15 +62,8 @@ def test_license_is_the_apache_2_text_pyproject_declares() -> None:
 
 
 def tracked_text_files() -> list[Path]:
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout
-    paths = [REPO / name for name in names.decode().split("\0") if name]
     # go.sum: the test programs' modules, third parties' versions (tests/collector/, tests/exporter_toolkit/)
-    return [p for p in paths if p.is_file() and p.suffix not in {".png", ".whl", ".gz"} and p.name != "go.sum"]
+    return [p for p in checkout_files() if p.suffix not in {".png", ".whl", ".gz"} and p.name != "go.sum"]
 
 
 def test_the_version_is_written_once() -> None:

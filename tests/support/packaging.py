@@ -19,23 +19,28 @@ class Distributions:
     sdist: Path
 
 
+def checkout_files() -> list[Path]:
+    """The checkout's files as a release's clean checkout holds them: tracked or not ignored, and present."""
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [path for path in (REPO / name for name in names.decode().split("\0") if name) if path.is_file()]
+
+
 def build_distributions(out: Path) -> Distributions:
     """``python -m build``: the sdist, then the wheel built from it, each in an isolated environment. Built
-    from a copy of the checkout's files, as a release's clean checkout holds them: setuptools writes its
-    egg-info and the sdist's tree into the source folder, and in this checkout other tests (the Windows
-    suite's collection, ruff, mypy) would see them come and go."""
+    from a copy of the checkout's files: setuptools writes its egg-info and the sdist's tree into the source
+    folder, and in this checkout other tests (the Windows suite's collection, ruff, mypy) would see them come
+    and go."""
     with tempfile.TemporaryDirectory(prefix="se-exporter-source-") as copy:
         source = Path(copy)
-        listed = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            timeout=60,
-            check=True,
-        )
-        for name in filter(None, listed.stdout.decode().split("\0")):
-            if (REPO / name).is_file():  # not one deleted in the working tree
-                (source / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO / name, source / name)
+        for path in checkout_files():
+            (source / path.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, source / path.relative_to(REPO))
         result = subprocess.run(
             [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
             capture_output=True,
