@@ -145,9 +145,7 @@ class Exporter:
         on_response = self.counters.observe_response
         self.client = IMDSClient(settings, limiter, on_response=on_response, tracer=tracer, stop=self._stop)
         policy, actions = files.policy, files.actions
-        approver = (
-            _approver(policy, self.client, self.persistence, config.poll_interval) if policy is not None else None
-        )
+        approver = None if policy is None else _approver(policy, self.client, self.persistence, config.poll_interval)
         runner = None if actions is None else _action_runner(actions, self.persistence, time.time)
         self.persistence.flush(force=True)  # the restored state, as it will be saved from now on
         self.poller = Poller(
