@@ -14,6 +14,7 @@ a bounded number of inputs in the normal suite.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tempfile
@@ -37,7 +38,12 @@ with atheris.instrument_imports():
     from tests.support.exposition import render
 
 IDENTITY = VMIdentity(name="vm-a")
-STATE_FILE = Path(tempfile.mkdtemp(prefix="atheris-state-")) / "state.db"
+
+
+@functools.cache
+def _state_file() -> Path:
+    """The state target's file, in a directory of its own under ``TMPDIR`` (test_atheris.py gives its tmp_path)."""
+    return Path(tempfile.mkdtemp(prefix="atheris-state-")) / "state.db"
 
 
 def _render(store: EventStore) -> None:
@@ -80,10 +86,10 @@ def state(data: bytes) -> None:
     except (ValueError, RecursionError):
         return
     try:
-        STATE_FILE.write_text(json.dumps({"version": 1, "sections": {"store": section}}))
+        _state_file().write_text(json.dumps({"version": 1, "sections": {"store": section}}))
     except (ValueError, RecursionError):  # nested deeper than json.dumps goes: not a file we could have written
         return
-    persistence = Persistence(STATE_FILE)
+    persistence = Persistence(_state_file())
     store = persistence.restore("store", TABLES, EventStore.from_rows, EventStore)
     persistence.close()
     _render(store)

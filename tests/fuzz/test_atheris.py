@@ -9,6 +9,7 @@ tmp_path.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -63,7 +64,8 @@ def test_atheris_target(target: str, tmp_path: Path) -> None:
         "-rss_limit_mb=1024",
         str(corpus),
     ]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the state target's file, and anything else it makes
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     report = done.stderr[-4000:]
     assert done.returncode == 0, f"atheris found a crash in {target}:\n{report}"
     # libFuzzer checks -runs only between batches of mutations, so it may stop a few runs past RUNS.

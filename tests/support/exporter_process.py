@@ -54,6 +54,9 @@ class ExporterProcess:
         self.log_path = log_path
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("SE_EXPORTER_", "OTEL_"))}
         full_env["PYTHONFAULTHANDLER"] = "1"  # a SIGABRT writes every thread's stack to the log (see ``stop``)
+        temp = log_path.parent / "tmp"  # what a killed exporter leaves (a hook's event file) stays the test's
+        temp.mkdir(exist_ok=True)
+        full_env["TMPDIR"] = str(temp)
         full_env.update(env or {})
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
