@@ -41,7 +41,6 @@ from se_exporter.approval.ledger import (
     POST_DUE,
     POSTING,
     QUEUED,
-    RETENTION_SECONDS,
     ApprovalDecision,
     LedgerEntry,
     approved_times,
@@ -71,6 +70,8 @@ from se_exporter.process.command import CommandResult
 FRESH_WAIT_SECONDS = 30.0  # then the recheck goes on with what there is (IMDS down: the POST fails anyway)
 
 SAVED_WAIT_SECONDS = 60.0  # a POST not saved as being sent by then is not sent (skip reason state_unsaved)
+
+POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)  # after a failed batch, the approver decides again and POSTs then
 
 
 class LastLook:
@@ -253,7 +254,6 @@ def settle_post(
     ledger: Ledger,
     latest: Mapping[str, EventState],
     now: float,
-    retry_delays: Sequence[float],
 ) -> list[ApprovalDecision]:
     """The decisions a finished POST batch comes to: the items a recheck dropped, then approved or failed."""
     decisions = [_dropped(gone, ledger, latest, outcome.attempts, now) for gone in outcome.dropped]
@@ -272,10 +272,10 @@ def settle_post(
             continue
         entry.status = Result.FAILED
         entry.attempts += 1
-        if isinstance(error, IMDSError) and error.retryable and entry.attempts <= len(retry_delays):
-            delay = retry_delays[entry.attempts - 1]
+        if isinstance(error, IMDSError) and error.retryable and entry.attempts <= len(POST_RETRY_DELAYS_SECONDS):
+            delay = POST_RETRY_DELAYS_SECONDS[entry.attempts - 1]
             entry.retry_at = now + delay
-            then = f"POST retry {entry.attempts}/{len(retry_delays)} in {delay:g} s if still approvable"
+            then = f"POST retry {entry.attempts}/{len(POST_RETRY_DELAYS_SECONDS)} in {delay:g} s if still approvable"
         else:
             entry.retry_at = None
             then = "not retried until the event changes"
@@ -316,8 +316,6 @@ def _hook_result(future: Future[CommandResult]) -> CommandResult:
 
 log = logging.getLogger("se_exporter.approval")
 
-POST_RETRY_DELAYS_SECONDS = (15.0, 60.0)
-
 
 class PollDecisions(NamedTuple):
     """One poll's decisions, in the order things happened around the document."""
@@ -335,8 +333,6 @@ class Approver:
         hook_runner: HookSubmitter | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
-        retry_delays: Sequence[float] = POST_RETRY_DELAYS_SECONDS,
-        retention_seconds: float = RETENTION_SECONDS,
         post_retry: PostRetry | None = None,
         can_remember: Callable[[], bool] = lambda: True,
         fresh_within: float = 5.0,  # a POST waits for a look this young (LastLook)
@@ -351,8 +347,6 @@ class Approver:
             hook_runner = HookRunner(policy.hook)
         self._hook_runner = hook_runner
         self._clock = clock
-        self._retry_delays = tuple(retry_delays)
-        self._retention = retention_seconds
         self._ledger: dict[str, LedgerEntry] = dict(ledger or {})
         self._hooks: dict[str, RunningHook] = {}
         self._poster: BackgroundPoster[PostItem] = BackgroundPoster(
@@ -394,7 +388,7 @@ class Approver:
                 self._consider(state, vm_name, now, batch, decisions.made)
             if batch:
                 self._poster.submit(batch)
-            pruned = prune_ledger(self._ledger, listed.keys(), now, self._retention)
+            pruned = prune_ledger(self._ledger, listed.keys(), now)
             if decisions.settled or decisions.made or batch or pruned or len(self._hooks) != hooks:
                 self.state_version += 1
                 self.approved = approved_times(self._ledger)
@@ -536,7 +530,7 @@ class Approver:
         return [
             decision
             for outcome in self._poster.done()
-            for decision in settle_post(outcome, self._ledger, self._view.events, now, self._retry_delays)
+            for decision in settle_post(outcome, self._ledger, self._view.events, now)
         ]
 
     def _recheck(self, items: tuple[PostItem, ...]) -> tuple[list[tuple[str, PostItem]], list[Any]]:

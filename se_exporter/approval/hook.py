@@ -50,7 +50,6 @@ class HookRunner:
         self,
         hook: Hook,
         *,
-        max_workers: int = 1,
         kill_grace_seconds: float = 5.0,
         max_logged_lines: int = 200,
         environ: Mapping[str, str] | None = None,
@@ -66,7 +65,7 @@ class HookRunner:
             max_logged_lines=max_logged_lines,
             platform=self._platform,
         )
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="se-approval-hook")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="se-approval-hook")
 
     def submit(
         self,

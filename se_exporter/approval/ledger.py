@@ -244,13 +244,11 @@ _SAVED = frozenset(
 )
 
 
-def prune_ledger(
-    ledger: MutableMapping[str, LedgerEntry], listed: Set[str], now: float, retention: float = RETENTION_SECONDS
-) -> bool:
-    """Forget decisions on events gone: skips at once, approvals after ``retention``, the rest after
+def prune_ledger(ledger: MutableMapping[str, LedgerEntry], listed: Set[str], now: float) -> bool:
+    """Forget decisions on events gone: skips at once, approvals after ``RETENTION_SECONDS``, the rest after
     ``OTHER_RETENTION_SECONDS``, and past ``MAX_LEDGER_ENTRIES`` the oldest, approvals last; True if any."""
     gone = [event_id for event_id, entry in ledger.items() if event_id not in listed and entry.status not in IN_FLIGHT]
-    forget = {event_id for event_id in gone if _expired(ledger[event_id], now, retention)}
+    forget = {event_id for event_id in gone if _expired(ledger[event_id], now)}
     if (excess := len(ledger) - len(forget) - MAX_LEDGER_ENTRIES) > 0:
         kept = sorted(
             (event_id for event_id in gone if event_id not in forget),
@@ -262,8 +260,8 @@ def prune_ledger(
     return bool(forget)
 
 
-def _expired(entry: LedgerEntry, now: float, retention: float) -> bool:
+def _expired(entry: LedgerEntry, now: float) -> bool:
     if entry.status == ApprovalResult.SKIPPED:
         return True
-    limit = retention if entry.status in FINAL else min(retention, OTHER_RETENTION_SECONDS)
+    limit = RETENTION_SECONDS if entry.status in FINAL else OTHER_RETENTION_SECONDS
     return now - entry.last_seen > limit

@@ -58,14 +58,13 @@ class LogShipper:
         send: Send,
         *,
         abort: Callable[[], None] = lambda: None,  # makes an in-flight send give up (shutdown)
-        backoff: Backoff | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         batch_size: int = BATCH_SIZE,  # OTEL_BLRP_MAX_EXPORT_BATCH_SIZE
     ) -> None:
         self._spool = spool
         self._send = send
         self._abort = abort
-        self._backoff = backoff or Backoff(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS)
+        self._backoff = Backoff(base=RETRY_BASE_SECONDS, cap=RETRY_CAP_SECONDS)
         self._monotonic = monotonic
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="se-exporter-log-shipper", daemon=True)

@@ -209,7 +209,6 @@ class Poller:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         tracer: trace.Tracer | None = None,
-        backoff: Backoff | None = None,
         after_poll: Callable[[], None] | None = None,  # told after every poll, good or not (the textfile)
     ) -> None:
         self.client = client
@@ -226,7 +225,7 @@ class Poller:
         self._clock = clock
         self._monotonic = monotonic
         self._tracer = tracer  # None: no spans (OpenTelemetry is not even imported)
-        self._backoff = backoff or Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
+        self._backoff = Backoff(base=max(interval, 1.0), cap=max(interval, 15.0))
         self._failing_reason: str | None = None
         self._after_poll = after_poll
         self._told = False  # the log said once what to check when IMDS cannot be reached
