@@ -26,9 +26,7 @@ offers no parameter for the backend (encode/httpx#3749), so ``DeadlineTransport`
 ``httpx.BaseTransport`` (httpx's documented way to bring a transport) owning an ``httpcore.ConnectionPool``
 on that backend.
 
-**The answer's body** (``read_body``) is bounded in bytes after decoding: httpx's decoders inflate each
-chunk whole, and one 64 KiB chunk of gzip inflates to 64 MiB. We never ask for compression, but a broken or
-hostile peer may send it anyway, so the raw bytes are decoded here, never more than the cap at a time.
+**The answer's body** (``read_body``) is bounded in bytes after decoding (``common/inflate.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ import httpcore
 import httpx
 
 from se_exporter import __version__
+from se_exporter.common.inflate import BodyTooLarge, BoundedDecoder
 from se_exporter.common.tracing import client_kind, mark_error
 from se_exporter.errors import (
     TOO_SLOW,
@@ -321,14 +320,6 @@ class Backoff:
 # events with every field are ~1.4 MB. 4 MiB holds ~15,000 and still caps what a broken peer makes us hold.
 MAX_BODY_BYTES = 4 << 20
 
-_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-class BodyTooLarge(Exception):
-    def __init__(self, fitting: list[bytes]) -> None:
-        super().__init__()
-        self.fitting = fitting  # the decoded bytes that still fit: the start of an error page explains it
-
 
 def read_body(
     answer: httpx.Response,
@@ -343,54 +334,27 @@ def read_body(
     ``IMDSTimeout``.
     """
     success = 200 <= answer.status_code < 300
-    encoding = answer.headers.get("content-encoding", "identity").strip().lower()
-    decoder = _Decoder(encoding)
+    encoding = answer.headers.get("content-encoding", "")
     chunks: list[bytes] = []
-    size = 0
     try:
+        decoder = BoundedDecoder(encoding, MAX_BODY_BYTES)
         for raw in answer.iter_raw():
             if monotonic() > deadline:
                 raise IMDSTimeout(f"{what} did not finish its answer in time (a slow or dripping answer)")
-            for chunk in decoder.feed(raw, MAX_BODY_BYTES - size):
-                size += len(chunk)
-                chunks.append(chunk)
+            chunks.append(decoder.feed(raw))
     except BodyTooLarge as full:
-        chunks += full.fitting
+        chunks.append(full.fitting)
         if success:
             raise InvalidDocument(f"IMDS body exceeds {MAX_BODY_BYTES} bytes (decoded); not read further") from None
     except zlib.error as exc:
         if success:
-            raise InvalidDocument(f"IMDS body cannot be decoded (Content-Encoding: {encoding}): {exc}") from None
+            raise InvalidDocument(
+                f"IMDS body cannot be decoded (Content-Encoding: {encoding.strip()}): {exc}"
+            ) from None
     except ValueError as exc:  # an encoding we do not decode
         if success:
-            raise InvalidDocument(str(exc)) from None
+            raise InvalidDocument(f"IMDS body cannot be decoded ({exc})") from None
     return b"".join(chunks)  # an undecodable or oversized error page: its status code says enough
-
-
-class _Decoder:
-    """Identity, gzip or deflate, never producing more than it is allowed to at once."""
-
-    def __init__(self, encoding: str) -> None:
-        self._zlib = zlib.decompressobj(_WBITS[encoding]) if encoding in _WBITS else None
-        self._unsupported = None if encoding in _WBITS or encoding in ("", "identity") else encoding
-
-    def feed(self, data: bytes, room: int) -> list[bytes]:
-        if self._unsupported is not None:
-            raise ValueError(f"IMDS body cannot be decoded (Content-Encoding: {self._unsupported} is not supported)")
-        if self._zlib is None:
-            if len(data) > room:
-                raise BodyTooLarge([data[:room]])
-            return [data]
-        out: list[bytes] = []
-        while data:
-            # At most room + 1 bytes: one more than fits proves the body too large, without inflating it.
-            chunk = self._zlib.decompress(data, room + 1)
-            if len(chunk) > room:
-                raise BodyTooLarge([*out, chunk[:room]])
-            room -= len(chunk)
-            out.append(chunk)
-            data = self._zlib.unconsumed_tail
-        return out
 
 
 log = logging.getLogger(__name__)

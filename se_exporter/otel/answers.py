@@ -20,9 +20,8 @@ none to ``on_error``, and holds the answer inside our bounds, which requests and
 - **a total deadline per request**: requests' ``timeout`` bounds each read, so a collector dripping its
   answer holds an export for ever; here the request gets the time left of its export
   (``OTEL_EXPORTER_OTLP_TIMEOUT``), and when that runs out its socket is shut down, which ends the read;
-- **an answer read up to ``MAX_ANSWER_BYTES``, never inflated past it**: urllib3 inflates gzip whole (a
-  0.5 MB gzip bomb is 512 MiB); here the raw body is read a chunk at a time and inflated with zlib's
-  ``max_length``. An OTLP answer is a few bytes: a partial success or a ``google.rpc.Status``.
+- **an answer read up to ``MAX_ANSWER_BYTES``, never inflated past it** (``common/inflate.py``): an OTLP
+  answer is a few bytes, a partial success or a ``google.rpc.Status``.
 
 The socket is reached through urllib3's public extension points (``PoolManager.pool_classes_by_scheme``,
 ``HTTPConnectionPool.ConnectionCls``): a connection records itself as the calling thread's, so the
@@ -49,6 +48,8 @@ from google.rpc.status_pb2 import Status
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from se_exporter.common.inflate import BodyTooLarge, BoundedDecoder
 
 # Per the OTLP specification; every other 4xx and 5xx must not be retried.
 RETRYABLE_HTTP_STATUSES = frozenset({429, 502, 503, 504})
@@ -258,8 +259,6 @@ def _retry_info(error: Any) -> float | None:
 
 _CHUNK = 16 << 10
 
-_INFLATED = {"gzip", "x-gzip", "deflate"}  # what urllib3 would inflate itself (zlib: gzip or zlib headers)
-
 
 class AnswerTooSlow(requests.exceptions.ReadTimeout):
     """The collector did not finish answering within the request's total deadline."""
@@ -391,30 +390,21 @@ def _bounded_body(response: requests.Response) -> bytes:
     """At most ``MAX_ANSWER_BYTES`` of the answer's body, inflated; the connection is kept only when the
     whole body was read."""
     raw = response.raw
-    encoding = response.headers.get("Content-Encoding", "").strip().lower()
-    inflate = zlib.decompressobj(wbits=47) if encoding in _INFLATED else None  # 47: gzip or zlib header
     body = bytearray()
     complete = False
     try:
-        while len(body) <= MAX_ANSWER_BYTES:
-            chunk = raw.read(_CHUNK, decode_content=False)
-            if not chunk:
-                complete = True
-                break
-            if inflate is None:
-                body += chunk
-            else:
-                body += inflate.decompress(chunk, MAX_ANSWER_BYTES + 1 - len(body))
-                if inflate.unconsumed_tail:
-                    break  # it inflates past the bound
-    except zlib.error:
-        body.clear()  # not what it says it is: nothing to read in it
-    if encoding and encoding != "identity" and inflate is None:
-        body.clear()  # an encoding we did not ask for and cannot inflate within the bound (br, zstd)
-    if not complete or len(body) > MAX_ANSWER_BYTES:
+        decoder = BoundedDecoder(response.headers.get("Content-Encoding", ""), MAX_ANSWER_BYTES)
+        while chunk := raw.read(_CHUNK, decode_content=False):
+            body += decoder.feed(chunk)
+        complete = True
+    except BodyTooLarge as full:
+        body += full.fitting
+    except (ValueError, zlib.error):  # an encoding we cannot inflate within the bound (br, zstd), or broken data
+        body.clear()
+    if not complete:
         raw.close()  # the rest is not read: the connection cannot be used again
     raw.release_conn()
-    return bytes(body[:MAX_ANSWER_BYTES])
+    return bytes(body)
 
 
 def _failure(error: Exception, expired: bool, took: float) -> requests.RequestException:
