@@ -46,7 +46,6 @@ class ActionRunner:
         clock: Callable[[], float] = time.time,
         environ: Mapping[str, str] | None = None,
         platform: Platform | None = None,
-        kill_grace_seconds: float = 5.0,
         runs: Sequence[Run] = (),
     ) -> None:
         self.actions = actions
@@ -55,7 +54,7 @@ class ActionRunner:
         self._save, self._clock, self._environ = save or done, clock, environ
         self._closed = False
         self._platform = platform or current()
-        self._commands = CommandRunner(log, "action", kill_grace_seconds=kill_grace_seconds, platform=self._platform)
+        self._commands = CommandRunner(log, "action", platform=self._platform)
         self._executor = ThreadPoolExecutor(max_workers=actions.concurrency, thread_name_prefix="se-action")
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str], Run] = {}

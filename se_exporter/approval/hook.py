@@ -51,7 +51,6 @@ class HookRunner:
         hook: Hook,
         *,
         kill_grace_seconds: float = 5.0,
-        max_logged_lines: int = 200,
         environ: Mapping[str, str] | None = None,
         platform: Platform | None = None,
     ) -> None:
@@ -62,7 +61,6 @@ class HookRunner:
             log,
             "approval hook",
             kill_grace_seconds=kill_grace_seconds,
-            max_logged_lines=max_logged_lines,
             platform=self._platform,
         )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="se-approval-hook")

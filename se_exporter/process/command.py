@@ -4,7 +4,7 @@ The command is an argument list (never a shell) and runs as a tree of its own (`
 group, a Job Object on Windows), so a timeout, a stop of the exporter, or a background process it left
 holding its output stops its children too: asked first, killed after ``kill_grace_seconds``. No wait is
 without a bound: a tree that cannot be killed is reported as such, and the caller goes on. Its output is
-logged line by line (at most ``max_logged_lines``, each at most ``MAX_LINE_BYTES``); its last line is kept
+logged line by line (at most ``MAX_LOGGED_LINES``, each at most ``MAX_LINE_BYTES``); its last line is kept
 for the audit record.
 
 **An event as a command sees it** (``event_environment``, ``event_file``): ``SE_EVENT_*`` variables and the
@@ -39,6 +39,7 @@ from se_exporter.imds.impact import Classification, classify
 from se_exporter.platform import Platform, ProcessTree, current
 
 MAX_LINE_BYTES = 4096
+MAX_LOGGED_LINES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +68,12 @@ class CommandRunner:
         what: str,
         *,
         kill_grace_seconds: float = 5.0,
-        max_logged_lines: int = 200,
         platform: Platform | None = None,
     ) -> None:
         self._log = log
         self._what = what  # "approval hook", "action notify-team": how its lines are introduced
         self._platform = platform or current()
         self._grace = kill_grace_seconds
-        self._max_lines = max_logged_lines
         self._running: dict[subprocess.Popen[bytes], ProcessTree] = {}
         self._closed = False  # set by close: a command started after it is stopped at once
         self._lock = threading.Lock()
@@ -163,9 +162,9 @@ class CommandRunner:
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 tail.append(line[:200])
                 lines += 1
-                if lines <= self._max_lines:
+                if lines <= MAX_LOGGED_LINES:
                     self._log.info("%s output: %s %s", self._what, about, line)
-                elif lines == self._max_lines + 1:
+                elif lines == MAX_LOGGED_LINES + 1:
                     self._log.warning("%s output: %s further output not logged", self._what, about)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from se_exporter.approval.hook import HookRunner
 from se_exporter.approval.policy import Hook
-from se_exporter.process.command import event_environment
+from se_exporter.process.command import MAX_LOGGED_LINES, event_environment
 from tests.approval.helpers import VM, event, wait_until
 
 pytestmark = pytest.mark.posix
@@ -111,13 +111,13 @@ def test_failure_is_not_ok_and_its_output_is_logged(caplog: pytest.LogCaptureFix
 
 def test_output_logging_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="se_exporter.approval")
-    runner = HookRunner(python_hook("print('x' * 10000); [print(i) for i in range(50)]"), max_logged_lines=5)
+    runner = HookRunner(python_hook(f"print('x' * 10000); [print(i) for i in range({MAX_LOGGED_LINES + 50})]"))
     try:
         assert runner.submit(event(), VM, "r").result(timeout=10).ok
     finally:
         runner.close()
     output = [r.getMessage() for r in caplog.records if "hook output" in r.getMessage()]
-    assert len(output) == 6 and output[-1].endswith("further output not logged")
+    assert len(output) == MAX_LOGGED_LINES + 1 and output[-1].endswith("further output not logged")
     assert max(len(m) for m in output) < 4200  # a long line is cut at 4096 bytes
 
 
