@@ -58,10 +58,7 @@ class HookRunner:
         self._platform = platform or current()
         self._environ = environ
         self._commands = CommandRunner(
-            log,
-            "approval hook",
-            kill_grace_seconds=kill_grace_seconds,
-            platform=self._platform,
+            log, "approval hook", kill_grace_seconds=kill_grace_seconds, platform=self._platform
         )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="se-approval-hook")
 
