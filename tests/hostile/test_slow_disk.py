@@ -107,9 +107,17 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
     # Either the kill came before the poll's transaction reached the file (the second exporter emits the
     # transition again, same uid) or during its fsync (the kernel keeps what was written: the second finds
     # it committed, its record in the spool). Either way the collector gets it exactly once.
-    logs = otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)
+    otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)
     assert len(re.findall(r"transition=scheduled", second.logs())) <= 1
-    time.sleep(2)  # what a duplicate would need to arrive: nothing more may come
+    # A later event's record is sent after anything emitted before it (the spool is in order): once B's
+    # arrived, a second record of A would have too.
+    fake_imds.respond = lambda seen: document(3, reboot, due_in("B", 3600, EventType="Reboot"))
+    otlp_http_receiver.wait_for_logs(
+        event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30
+    )
     logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
-    assert [str(log["scheduled_event.transition"]) for log in logs] == ["scheduled"], "exactly once"
+    assert [(str(log["scheduled_event.id"]), str(log["scheduled_event.transition"])) for log in logs] == [
+        ("A", "scheduled"),
+        ("B", "scheduled"),
+    ], "exactly once"
     assert second.stop() == 0
