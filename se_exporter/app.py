@@ -29,6 +29,7 @@ import msgspec
 
 from se_exporter import __version__
 from se_exporter.audit.records import AuditTrail
+from se_exporter.common.times import time_left
 from se_exporter.config.options import ExporterConfig
 from se_exporter.durable.lock import LockHeld
 from se_exporter.durable.persistence import Persistence
@@ -44,6 +45,7 @@ from se_exporter.metrics.counters import Counters
 from se_exporter.metrics.textfile import TextfileWriter
 from se_exporter.otel.config import (
     HOW_TO_ENABLE,
+    SHUTDOWN_SECONDS,
     NoTelemetry,
     OTelConfig,
     Telemetry,
@@ -66,6 +68,9 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+
+# A whole stop: within WinSW's 20 s stop timeout (systemd's TimeoutStopSec and Kubernetes' default grace are 30 s).
+STOP_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,16 +287,18 @@ class Exporter:
         self.poller.run(stop)
 
     def close(self) -> None:
-        """Save state, flush telemetry (bounded), write the textfile last and release the port, the IMDS
-        connection and the state lock."""
-        self.poller.close()  # the approver's last decisions reach the audit trail before the spool closes
-        self.telemetry.close()
+        """Within ``STOP_SECONDS`` in all: save state, flush telemetry, write the textfile last and release the
+        port, the IMDS connection and the state lock. What a slow disk or a dead collector has not taken by
+        then is said, and left to the next start."""
+        deadline = time.monotonic() + STOP_SECONDS
+        self.poller.close(deadline)  # the approver's last decisions reach the audit trail before the spool closes
+        self.telemetry.close(min(SHUTDOWN_SECONDS, time_left(deadline)))
         if self.textfile is not None:
             self.textfile.close()
         if self.web is not None:
             self.web.stop()
         self.client.close()
-        self.persistence.close()
+        self.persistence.close(time_left(deadline))
 
 
 def _address(config: ExporterConfig) -> str:

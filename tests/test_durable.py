@@ -66,7 +66,7 @@ def test_a_save_writes_the_rows_that_changed_and_no_other(
 ) -> None:
     store = Component({"events": events(1000)})
     persistence.track("store", store, ("events",))
-    assert persistence.save()
+    assert persistence.save(10)
     before = row_ids(tmp_path / "state.db", "events")
 
     store.change(*change)
@@ -84,14 +84,14 @@ def test_the_rows_of_a_component_off_in_this_run_stay_untouched(tmp_path: Path) 
     first = Persistence(path)
     first.track("store", Component({"events": events(2)}), ("events",))
     first.track("approvals", Component({"approvals": {"E0000": {"status": "approved"}}}), ("approvals",))
-    assert first.save()
+    assert first.save(10)
     first.close()
 
     second = Persistence(path)  # the approver is off in this run
     store = second.restore("store", ("events",), Component.restored, lambda: Component({}))
     second.track("store", store, ("events",))
     store.change("events", "E0000", None)
-    assert second.save()
+    assert second.save(10)
     second.close()
 
     assert saved_rows(path) == {"events": {"E0001": events(2)["E0001"]}, "approvals": {"E0000": {"status": "approved"}}}
@@ -130,7 +130,7 @@ def test_a_stop_tries_a_failing_disk_once_more_and_says_what_it_did_not_take(
         saving = Persistence(path)
         component = Component({"events": {"E1": 1}})
         saving.track("store", component, ("events",))
-        assert saving.save()
+        assert saving.save(10)
         filler = fill(fs)
         component.change("events", "E1", 2)
         component.change("events", "E2", "x" * 20_000)  # more than the pages sqlite may still have free
@@ -165,7 +165,7 @@ def test_rows_no_component_can_read_are_counted_and_deleted_once_that_component_
     spans = saving.restore("lifecycle", ("open_spans",), refuse, lambda: Component({}))
     saving.track("lifecycle", spans, ("open_spans",))
     assert saving.errors == 1
-    assert saving.save()
+    assert saving.save(10)
     saving.close()
     assert saved_rows(path) == {"approvals": {"E1": [1]}}, "the approvals, off, untouched"
 

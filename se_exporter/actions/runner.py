@@ -15,14 +15,16 @@ back in the queue, and they run after the restart. Commands run as the hook's do
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 from se_exporter.actions.config import Action, Actions
 from se_exporter.actions.runs import ActionOutcome, ActionResult, Run, RunState, runs_to_rows
+from se_exporter.common.times import time_left
 from se_exporter.durable.persistence import done
 from se_exporter.imds.document import VMIdentity
 from se_exporter.imds.impact import Classification
@@ -119,15 +121,17 @@ class ActionRunner:
                 if run.state is RunState.RELEASED and run.key not in self._futures:
                     self._futures[run.key] = self._executor.submit(self._run, run)
 
-    def close(self) -> list[ActionOutcome]:
-        """Stop (the exporter stops): running commands are stopped, runs not started wait for the restart."""
+    def close(self, timeout: float) -> list[ActionOutcome]:
+        """Stop (the exporter stops): running commands are stopped, runs not started wait for the restart; a run
+        whose command has not ended within ``timeout`` is reported after the restart, as interrupted."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True  # a save reaching the disk from now on starts nothing
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._commands.close()
         for future in list(self._futures.values()):
-            if not future.cancelled():
-                future.exception(timeout=10)  # ends within the grace: its command was just stopped
+            with contextlib.suppress(TimeoutError, CancelledError):  # ends within the grace: its command was stopped
+                future.exception(timeout=time_left(deadline))
         with self._lock:
             for key, run in self._runs.items():  # released, never started: they run after the restart
                 started = self._futures.get(key)

@@ -394,7 +394,7 @@ class Approver:
                 self.approved = approved_times(self._ledger)
         return decisions
 
-    def close(self, timeout: float = 10.0) -> list[ApprovalDecision]:
+    def close(self, timeout: float) -> list[ApprovalDecision]:
         """Stop: kill running hooks, wait up to ``timeout`` for an in-flight POST and return its outcome
         (the owner saves ``rows`` after). A POST decided and not sent is saved as ``post_due``, one being sent
         as ``posting`` (``unknown`` after the restart)."""

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from se_exporter.common.times import time_left
 from se_exporter.durable.earlier_release import journal_path
 from se_exporter.durable.schema import COMPONENT_TABLES, Rows, put_rows
 from se_exporter.durable.spool import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, Record, Spool, SpoolBatch
@@ -198,9 +199,10 @@ class Database:
             return self._cond.wait_for(lambda: self._done >= ticket or self._closed, timeout) and self._done >= ticket
 
     def close(self, timeout: float) -> bool:
-        """One last commit of what was handed over, after the write in flight (both within ``timeout``; a failing
-        disk is tried once more, not for all of it), then stop the writer and close the file. Returns whether
+        """One last commit of what was handed over, after the write in flight (a failing disk is tried once more,
+        not for all of it), then stop the writer and close the file, all within ``timeout``. Returns whether
         everything handed over was written; the futures of what was not are cancelled."""
+        deadline = time.monotonic() + timeout
         self.sync(timeout)
         with self._cond:
             self._closed = True
@@ -209,7 +211,7 @@ class Database:
             self._cond.notify_all()
         for future in futures:
             future.cancel()
-        self._thread.join(timeout)
+        self._thread.join(time_left(deadline))
         if not self._thread.is_alive() and self._connection is not None:
             with self._connection_lock, contextlib.suppress(sqlite3.Error):
                 self._connection.close()

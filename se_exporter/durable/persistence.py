@@ -46,7 +46,7 @@ MAX_STATE_BYTES = 16 << 20
 MAX_DATABASE_BYTES = 64 << 20
 # A disk with no space (or no inodes) left at start is tolerated as it is later: counted, retried.
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-SAVE_WAIT_SECONDS = 30.0  # a stop waits this long for a write in flight (a throttled disk) before its own
+SAVE_WAIT_SECONDS = 30.0  # a close outside a stop (a start-up that failed) waits this long for a slow disk
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -158,18 +158,18 @@ class Persistence:
             committed.add_done_callback(functools.partial(_follow, request=request))
         return committed
 
-    def save(self) -> bool:
-        """Commit every change now (after whatever the writer was writing); a failure is logged (monitoring
-        goes on) and returns False."""
+    def save(self, timeout: float) -> bool:
+        """Commit every change now (after whatever the writer was writing) and wait up to ``timeout`` for it; a
+        failure is logged (monitoring goes on) and returns False."""
         committed = self.flush(force=True)
-        self.database.sync(SAVE_WAIT_SECONDS)
+        self.database.sync(timeout)
         return committed.done() and not committed.cancelled()
 
-    def close(self) -> None:
-        """Stop the writer after one last commit (what it was writing is finished first, bounded), close the file,
-        release the lock; changes the file did not take are said."""
-        if not self.database.close(SAVE_WAIT_SECONDS) and self.path is not None:
-            why = self._failure if not self.ok else f"a write took longer than {SAVE_WAIT_SECONDS:g} s"
+    def close(self, timeout: float = SAVE_WAIT_SECONDS) -> None:
+        """Stop the writer after one last commit (what it was writing is finished first), both within ``timeout``,
+        close the file, release the lock; changes the file did not take are said."""
+        if not self.database.close(timeout) and self.path is not None:
+            why = self._failure if not self.ok else "a write was still in progress: a slow disk"
             log.error(
                 "stopping with changes not saved to state file %s (%s): the next start resumes from what it holds "
                 "and finds the transitions since again",

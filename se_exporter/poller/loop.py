@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from se_exporter.actions.runs import ActionOutcome
 from se_exporter.approval.ledger import ApprovalDecision
+from se_exporter.common.times import time_left
 from se_exporter.common.tracing import mark_error
 from se_exporter.durable.persistence import Persistence
 from se_exporter.errors import IMDSError, IMDSStopped, forget_traceback
@@ -112,7 +113,7 @@ class Decider(Protocol):
         self, events: Sequence[EventState], vm_name: str | None
     ) -> tuple[Sequence[ApprovalDecision], Sequence[ApprovalDecision]]: ...
 
-    def close(self) -> Sequence[ApprovalDecision]: ...
+    def close(self, timeout: float) -> Sequence[ApprovalDecision]: ...
 
 
 class Reactor(Protocol):
@@ -126,7 +127,7 @@ class Reactor(Protocol):
 
     def startable(self) -> bool: ...
 
-    def close(self) -> Sequence[ActionOutcome]: ...
+    def close(self, timeout: float) -> Sequence[ActionOutcome]: ...
 
 
 # The view had a gap when no poll succeeded for longer than max(3 intervals, this): an IMDS hiccup of a few
@@ -275,13 +276,15 @@ class Poller:
             self._persistence.flush()
         self._actions.release()
 
-    def close(self) -> None:
-        """Stop the approver and the actions, hand their last outcomes to the sinks and save the state."""
-        decisions = self._approver.close() if self._approver is not None else ()  # a POST that ended at shutdown
-        outcomes = self._actions.close() if self._actions is not None else ()  # commands stopped with us
+    def close(self, deadline: float) -> None:
+        """Stop the approver and the actions, hand their last outcomes to the sinks and save the state, each
+        within the time left to ``deadline`` (``time.monotonic``)."""
+        approver, actions = self._approver, self._actions
+        decisions = approver.close(time_left(deadline)) if approver is not None else ()  # a POST ended at shutdown
+        outcomes = actions.close(time_left(deadline)) if actions is not None else ()  # commands stopped with us
         if decisions or outcomes:
             self._publish(self._between_documents(settled=decisions, actions=outcomes))
-        self._persistence.save()
+        self._persistence.save(time_left(deadline))
 
     def refresh_identity(self) -> None:
         """Learn this VM's name from compute metadata; retried now and then until it works."""

@@ -315,7 +315,7 @@ def test_a_post_error_that_is_not_an_imds_error_is_a_bug_logged_with_its_traceba
                 break
             wait_until(lambda: len(imds.requests) == 1, what="the POST")
     finally:
-        decisions += approver.close()
+        decisions += approver.close(timeout=10)
     failure = "POST StartRequests failed: RuntimeError: bug after the POST; not retried until the event changes"
     assert [(d.result, d.reason) for d in decisions] == [("failed", failure)]
     (bug,) = [r for r in caplog.records if "failed unexpectedly (a bug)" in r.getMessage()]

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from se_exporter.actions.config import parse_actions
+from se_exporter.app import STOP_SECONDS
 from se_exporter.cli import build_parser, subparser
 from se_exporter.config.flags import apply_environment
 from se_exporter.config.options import ExporterConfig, config_from_args
@@ -51,6 +52,12 @@ def test_one_pod_on_every_linux_node_spot_and_draining_included(helm: Helm) -> N
     assert selects(daemonset["spec"]["selector"]["matchLabels"], daemonset["spec"]["template"]["metadata"]["labels"])
     assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     assert not pod.get("hostNetwork")
+
+
+def test_the_pod_is_given_the_whole_stop(helm: Helm) -> None:
+    pod = helm.template().one("DaemonSet")["spec"]["template"]["spec"]
+    grace = pod.get("terminationGracePeriodSeconds", 30)  # Kubernetes' default
+    assert grace >= STOP_SECONDS + 5, "the whole stop, and the interpreter's exit"
 
 
 def test_no_api_token_no_root_no_capabilities_read_only(helm: Helm) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from se_exporter.app import STOP_SECONDS
 from tests.deploy.support import SYSTEMD_DIR
 from tests.support.packaging import Distributions, install_into_clean_venv
 from tests.support.readme import DOCS, marked
@@ -198,3 +199,8 @@ def test_the_textfile_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
     ]
     link = "ln -s /run/se-exporter/se-exporter.prom /var/lib/prometheus/node-exporter/se-exporter.prom"
     assert link in (DOCS / "deploy.md").read_text(encoding="utf-8") and link in drop_in
+
+
+def test_systemd_waits_for_the_whole_stop() -> None:
+    (timeout,) = _directives(UNIT)["Service"]["TimeoutStopSec"]
+    assert timeout.endswith("s") and int(timeout[:-1]) >= STOP_SECONDS + 5, "the whole stop, and the interpreter's exit"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from se_exporter.app import STOP_SECONDS
 from tests.otlp import OTLPHttpReceiver
 from tests.support.exporter_process import ExporterProcess
 from tests.support.exposition import value
@@ -58,11 +59,12 @@ def test_with_8_s_fsyncs_a_new_event_is_shown_and_takes_the_vm_out_within_two_po
     )
     exporter.wait_ready()
     slow.write_text(f"{FSYNC_SECONDS}")  # from now on: the state file's and the spool's writes crawl
-    fake_imds.respond = lambda seen: document(2, first, due_in("B", 3600))
+    second = due_in("B", 3600)
+    fake_imds.respond = lambda seen: document(2, first, second)
     wait_for(lambda: on_metrics(exporter, "B"), 10, "B on /metrics")  # its writes are now in flight
     preempt = due_in("C", 30, EventType="Preempt")
     listed = time.monotonic()
-    fake_imds.respond = lambda seen: document(3, first, due_in("B", 3600), preempt)
+    fake_imds.respond = lambda seen: document(3, first, second, preempt)
     wait_for(
         lambda: on_metrics(exporter, "C") and exporter.get("/-/traffic").status_code == 503,
         10,
@@ -111,7 +113,8 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
     assert len(re.findall(r"transition=scheduled", second.logs())) <= 1
     # A later event's record is sent after anything emitted before it (the spool is in order): once B's
     # arrived, a second record of A would have too.
-    fake_imds.respond = lambda seen: document(3, reboot, due_in("B", 3600, EventType="Reboot"))
+    later = due_in("B", 3600, EventType="Reboot")
+    fake_imds.respond = lambda seen: document(3, reboot, later)
     otlp_http_receiver.wait_for_logs(
         event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30
     )
@@ -120,4 +123,40 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
         ("A", "scheduled"),
         ("B", "scheduled"),
     ], "exactly once"
+    assert second.stop() == 0
+
+
+def test_a_stop_on_a_disk_that_takes_minutes_ends_within_its_bound_says_so_and_loses_nothing(
+    shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
+) -> None:
+    """A stop waited for the disk, twice 30 s, past WinSW's 20 s stop timeout; now the whole stop ends within
+    STOP_SECONDS (app.py) with one error line, and the next start emits what the cut commit did not carry."""
+    slow = tmp_path / "fsync-seconds"
+    reboot = due_in("A", 3600, EventType="Reboot")
+    fake_imds.respond = lambda seen: document(1, reboot)
+    state = f"--state.file={tmp_path / 'state.db'}"
+    args = (f"--imds.url={fake_imds.url}", "--poll.interval=250ms", "--vm.name=vm-a", state)
+    env = {**otlp_http_receiver.env, "LD_PRELOAD": str(shim), "SLOW_FSYNC_FILE": str(slow)}
+    first = start_exporter(*args, env=env)
+    first.wait_ready()
+    otlp_http_receiver.wait_for_logs(event_name="scheduled_event.transition", timeout=30)  # A's, on disk
+    slow.write_text("600")  # from now on a commit takes ten minutes
+    later = due_in("B", 3600, EventType="Reboot")
+    fake_imds.respond = lambda seen: document(2, reboot, later)
+    wait_for(lambda: on_metrics(first, "B"), 10, "B on /metrics: its commit hangs in fsync")
+    # Far under the ten minutes the commit would take; the margin is for a loaded machine.
+    assert first.stop(timeout=STOP_SECONDS + 30) == 0
+    assert "stopping with changes not saved to state file" in first.logs()
+    assert "a write was still in progress: a slow disk" in first.logs()
+    slow.unlink()
+    second = start_exporter(*args, env=env)
+    second.wait_ready()
+    otlp_http_receiver.wait_for_logs(
+        event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30
+    )
+    logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
+    assert [(str(log["scheduled_event.id"]), str(log["scheduled_event.transition"])) for log in logs] == [
+        ("A", "scheduled"),
+        ("B", "scheduled"),
+    ], "each once: B's record was spooled in the commit the stop cut short, and made again by the next start"
     assert second.stop() == 0
