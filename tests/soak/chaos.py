@@ -319,7 +319,8 @@ def _run(  # noqa: PLR0917 - run_soak's locals, handed over whole
         # Not an error by itself: if records are missing, check_transitions names them.
         wanted = len(expected_transitions(world.truth.changes(), sorted([*pauses, *long_restarts])))
         _wait(lambda: _all_delivered(wanted, receiver), 45, "every transition delivered", [])
-        time.sleep(1.5)  # stragglers: a duplicate delivery would show up now
+        # A duplicate delivery would be a record still in the spool: once it is empty, every record is acknowledged.
+        _wait(lambda: _spool_empty(fleet.current.process), 60, "the log spool empty", errors)
         final_metrics = fleet.current.process.metrics()
         _sample(fleet, rss)
         fleet.stop(signal.SIGTERM, "final")
@@ -352,6 +353,10 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str, errors: list
         wait_for(condition, timeout, what, interval=0.25, retry_on=())
     except AssertionError as error:
         errors.append(str(error))
+
+
+def _spool_empty(process: ExporterProcess) -> bool:
+    return value(process.metrics(), "azure_scheduled_events_log_spool_depth") == 0
 
 
 def _all_delivered(wanted: int, receiver: OTLPHttpReceiver) -> bool:
