@@ -79,7 +79,6 @@ class Persistence:
         self,
         path: Path | None,
         *,
-        max_bytes: int = MAX_STATE_BYTES,
         observe_write: Callable[[str, float], None] = lambda _file, _seconds: None,  # each commit, fsync included
     ) -> None:
         self.path = path
@@ -93,7 +92,6 @@ class Persistence:
         self._lock = threading.Lock()  # the poll loop and Exporter.close both save
         self._requests: list[Future[None]] = []  # commit_requested: completed with the next flush's commit
         self._file_lock: StateLock | None = None
-        self._max_bytes = max_bytes
         self._earlier_rows: Rows | None = None
         self._observe_write = observe_write
         if path is None:  # an in-memory database, for the log spool alone (no component's rows are kept)
@@ -227,7 +225,7 @@ class Persistence:
             return {key: body for key, body in self._earlier_rows.get(table, {}).items() if body is not None}
         if self.path is None:
             return {}
-        rows, too_large = self.database.rows(table, self._max_bytes)
+        rows, too_large = self.database.rows(table, MAX_STATE_BYTES)
         for key in too_large:
             log.error(
                 "state file %s: its %s row %s is larger than this version writes: left out", self.path, table, key
@@ -249,7 +247,7 @@ class Persistence:
                 raise
             log.warning("cannot create the lock file of %s (%s): running without it", path, exc.strerror)
         try:
-            opened = open_database(path, MAX_DATABASE_BYTES, self._max_bytes)
+            opened = open_database(path, MAX_DATABASE_BYTES, MAX_STATE_BYTES)
         except BaseException:
             if self._file_lock is not None:
                 self._file_lock.release()
