@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# A whole stop: within WinSW's 20 s stop timeout (systemd's TimeoutStopSec and Kubernetes' default grace are 30 s).
+# What a stop's waits share: under WinSW's 20 s stop timeout (systemd's TimeoutStopSec and Kubernetes' grace: 30 s).
 STOP_SECONDS = 15.0
 
 
@@ -287,8 +287,8 @@ class Exporter:
         self.poller.run(stop)
 
     def close(self) -> None:
-        """Within ``STOP_SECONDS`` in all: save state, flush telemetry, write the textfile last and release the
-        port, the IMDS connection and the state lock. What a slow disk or a dead collector has not taken by
+        """Save state, flush telemetry, write the textfile last and release the port, the IMDS connection and
+        the state lock; the waits share ``STOP_SECONDS``. What a slow disk or a dead collector has not taken by
         then is said, and left to the next start."""
         deadline = time.monotonic() + STOP_SECONDS
         self.poller.close(deadline)  # the approver's last decisions reach the audit trail before the spool closes
