@@ -129,8 +129,8 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
 def test_a_stop_on_a_disk_that_takes_minutes_ends_within_its_bound_says_so_and_loses_nothing(
     shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
 ) -> None:
-    """A stop waited for the disk, twice 30 s, past WinSW's 20 s stop timeout; now the whole stop ends within
-    STOP_SECONDS (app.py) with one error line, and the next start emits what the cut commit did not carry."""
+    """A stop waited for the disk, twice 30 s, past WinSW's 20 s stop timeout; now its waits share STOP_SECONDS
+    (app.py), it ends with one error line, and the next start emits what the cut commit did not carry."""
     slow = tmp_path / "fsync-seconds"
     reboot = due_in("A", 3600, EventType="Reboot")
     fake_imds.respond = lambda seen: document(1, reboot)
