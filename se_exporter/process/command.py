@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from se_exporter.common.times import rfc3339
+from se_exporter.common.times import rfc3339, time_left
 from se_exporter.imds.document import ScheduledEvent
 from se_exporter.imds.impact import Classification, classify
 from se_exporter.platform import Platform, ProcessTree, current
@@ -139,7 +139,7 @@ class CommandRunner:
         deadline = time.monotonic() + self._grace
         for proc, tree in running:
             try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                proc.wait(timeout=time_left(deadline))
             except subprocess.TimeoutExpired:
                 tree.kill()
 
