@@ -44,6 +44,13 @@ def on_metrics(exporter: ExporterProcess, event_id: str) -> bool:
     return 'event_id="' + event_id + '"' in exporter.metrics()
 
 
+def transitions_once_b_arrived(receiver: OTLPHttpReceiver) -> list[tuple[str, str]]:
+    """(EventId, transition) of every transition record the collector got, once event B's has arrived."""
+    receiver.wait_for_logs(event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30)
+    logs = receiver.store.find_logs(event_name="scheduled_event.transition")
+    return [(str(log["scheduled_event.id"]), str(log["scheduled_event.transition"])) for log in logs]
+
+
 def test_with_8_s_fsyncs_a_new_event_is_shown_and_takes_the_vm_out_within_two_polls(
     shim: Path, tmp_path: Path, fake_imds: FakeIMDS, start_exporter: StartExporter, otlp_http_receiver: OTLPHttpReceiver
 ) -> None:
@@ -115,14 +122,7 @@ def test_a_kill_in_the_middle_of_a_slow_write_emits_each_transition_once(
     # arrived, a second record of A would have too.
     later = due_in("B", 3600, EventType="Reboot")
     fake_imds.respond = lambda seen: document(3, reboot, later)
-    otlp_http_receiver.wait_for_logs(
-        event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30
-    )
-    logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
-    assert [(str(log["scheduled_event.id"]), str(log["scheduled_event.transition"])) for log in logs] == [
-        ("A", "scheduled"),
-        ("B", "scheduled"),
-    ], "exactly once"
+    assert transitions_once_b_arrived(otlp_http_receiver) == [("A", "scheduled"), ("B", "scheduled")], "exactly once"
     assert second.stop() == 0
 
 
@@ -151,12 +151,7 @@ def test_a_stop_on_a_disk_that_takes_minutes_ends_within_its_bound_says_so_and_l
     slow.unlink()
     second = start_exporter(*args, env=env)
     second.wait_ready()
-    otlp_http_receiver.wait_for_logs(
-        event_name="scheduled_event.transition", attributes={"scheduled_event.id": "B"}, timeout=30
+    assert transitions_once_b_arrived(otlp_http_receiver) == [("A", "scheduled"), ("B", "scheduled")], (
+        "each once: B's record was spooled in the commit the stop cut short, and made again by the next start"
     )
-    logs = otlp_http_receiver.store.find_logs(event_name="scheduled_event.transition")
-    assert [(str(log["scheduled_event.id"]), str(log["scheduled_event.transition"])) for log in logs] == [
-        ("A", "scheduled"),
-        ("B", "scheduled"),
-    ], "each once: B's record was spooled in the commit the stop cut short, and made again by the next start"
     assert second.stop() == 0
