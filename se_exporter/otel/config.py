@@ -304,7 +304,7 @@ class Telemetry(Protocol):
     @property
     def spool(self) -> Spool[AuditRecord] | None: ...
 
-    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None: ...
+    def close(self, timeout: float) -> None: ...
 
 
 @dataclass
@@ -312,5 +312,5 @@ class NoTelemetry:
     tracer_provider: trace.TracerProvider | None = None
     spool: Spool[AuditRecord] | None = None
 
-    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+    def close(self, timeout: float) -> None:
         """Nothing to flush."""

@@ -52,7 +52,6 @@ from se_exporter.otel.answers import MAX_ANSWER_BYTES, CollectorAnswers, Outcome
 from se_exporter.otel.config import (
     ENTRY_POINT_GROUPS,
     GRPC_INSTALL,
-    SHUTDOWN_SECONDS,
     NoTelemetry,
     OTelConfig,
     SignalConfig,
@@ -209,7 +208,7 @@ class Pipeline:
         self.spool, self._shipper = spool, shipper
         shipper.start()
 
-    def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+    def close(self, timeout: float) -> None:
         """Flush within a bounded time: the spool keeps whatever the collector did not take."""
         started = time.monotonic()
         if self._shipper is not None:
