@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from se_exporter.errors import os_problem
 
 log = logging.getLogger("se_exporter.textfile")
-SUFFIX = ".prom"  # node_exporter's textfile collector reads nothing else
 JOIN_SECONDS = 5.0  # at stop, how long a write under way may take before the last one is given up
 
 

@@ -83,9 +83,6 @@ class Outcome:
         return cls(False, retryable=retryable, retry_after=after, problem=problem)
 
 
-ACCEPTED = Outcome(True)
-
-
 # gRPC codes the specification calls retryable; RESOURCE_EXHAUSTED only with a RetryInfo.
 RETRYABLE_GRPC_CODES = frozenset(
     {"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "UNAVAILABLE", "DATA_LOSS"}
