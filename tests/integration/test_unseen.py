@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from email.utils import format_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,13 @@ PAUSE_SECONDS = 12.0  # beyond the 10 s a view may miss before it is a gap (at a
 
 
 def reboot_due_in(seconds: float) -> dict[str, Any]:
+    """Built once per test: an event made at every poll would move its NotBefore, a reschedule each second."""
     not_before = datetime.now(UTC) + timedelta(seconds=seconds)
     return scheduled_event("E1", EventSource="Platform", NotBefore=format_datetime(not_before, usegmt=True))
+
+
+def not_before_passed(event: dict[str, Any]) -> bool:
+    return datetime.now(UTC) > parsedate_to_datetime(event["NotBefore"])
 
 
 def records(exporter: ExporterProcess) -> list[dict[str, Any]]:
@@ -87,11 +92,12 @@ def test_a_maintenance_that_ran_across_a_restart_is_completed_not_cancelled(
 ) -> None:
     """The process stopped (the node rebooted, often because of the event) and the state file remembers."""
     state = f"--state.file={tmp_path / 'state.db'}"
-    fake_imds.respond = lambda seen: document(1, reboot_due_in(3))
+    event = reboot_due_in(3)
+    fake_imds.respond = lambda seen: document(1, event)
     first = start(start_exporter, fake_imds, state)
     wait_for(lambda: kinds(first) == ["scheduled"], 20, "scheduled logged")
     assert first.stop() == 0
-    time.sleep(4)  # the NotBefore passes while no exporter runs
+    wait_for(lambda: not_before_passed(event), 10, "the NotBefore to pass while no exporter runs")
     fake_imds.respond = lambda seen: document(3)
     second = start(start_exporter, fake_imds, state)
     wait_for(lambda: kinds(second) == ["completed"], 20, "completed logged after the restart")
@@ -102,11 +108,12 @@ def test_a_maintenance_that_ran_across_a_restart_is_completed_not_cancelled(
 def test_without_a_state_file_a_restart_says_nothing_of_what_it_never_knew(
     fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    fake_imds.respond = lambda seen: document(1, reboot_due_in(3))
+    event = reboot_due_in(3)
+    fake_imds.respond = lambda seen: document(1, event)
     first = start(start_exporter, fake_imds)
     wait_for(lambda: kinds(first) == ["scheduled"], 20, "scheduled logged")
     assert first.stop() == 0
-    time.sleep(4)
+    wait_for(lambda: not_before_passed(event), 10, "the NotBefore to pass while no exporter runs")
     fake_imds.respond = lambda seen: document(3)
     second = start(start_exporter, fake_imds)
     second.wait_ready()
@@ -118,7 +125,8 @@ def test_without_a_state_file_a_restart_says_nothing_of_what_it_never_knew(
 def test_a_cancellation_before_the_not_before_while_watching_is_cancelled(
     fake_imds: FakeIMDS, start_exporter: StartExporter
 ) -> None:
-    fake_imds.respond = lambda seen: document(1, reboot_due_in(600))
+    event = reboot_due_in(600)
+    fake_imds.respond = lambda seen: document(1, event)
     exporter = start(start_exporter, fake_imds)
     wait_for(lambda: kinds(exporter) == ["scheduled"], 20, "scheduled logged")
     fake_imds.respond = lambda seen: document(2)
