@@ -8,8 +8,12 @@
 # The version label is passed in by the release workflow from se_exporter.__version__ (the one place
 # the version is written): --build-arg VERSION=<version>. A local build without it is labelled "dev".
 #
-# Stage 1 builds wheels (the project, and its dependencies at uv.lock's versions and hashes); stage 2 installs them offline
-# from a bind mount, so neither the source tree nor the wheels end up in a layer of the final image.
+# Stage 1 exports the lock's run-time requirements (versions and hashes) and builds the project's wheel;
+# stage 2 installs those requirements, each file by its hash, then the wheel, offline. The layers follow what changes: a change to
+# the sources rebuilds and reinstalls only the project's wheel, the dependencies' layer stays cached until
+# uv.lock changes. Every file stage 2 takes from stage 1 comes by COPY, which every builder (BuildKit,
+# buildah, podman) keys its cache on: buildah leaves a RUN --mount's source out of it, and took a stale
+# install from its cache that way.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
@@ -21,38 +25,24 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_ROOT_USER_ACTION=ignore
 
 WORKDIR /src
-COPY pyproject.toml uv.lock README.md LICENSE ./
+COPY pyproject.toml uv.lock ./
 COPY .ci/uv.txt ./.ci/uv.txt
-COPY se_exporter ./se_exporter
 # The versions and hashes of uv.lock, nothing resolved here: uv (itself installed by its hashes) writes the
-# lock's runtime set out with every file's hash, and pip fetches only files with those hashes. The image
-# carries the [grpc] extra, so OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen).
-# The project's wheel is built by the lock's setuptools (the group "build", by its hashes), not by whatever
-# version build isolation would fetch.
+# lock's runtime set out with every file's hash. The image carries the [grpc] extra, so
+# OTEL_EXPORTER_OTLP_PROTOCOL=grpc works in it (grpc costs memory only when chosen). The project's wheel is
+# built by the lock's setuptools (the group "build", by its hashes), not by whatever version build isolation
+# would fetch.
 RUN pip install --require-hashes --no-deps -r .ci/uv.txt \
-    && uv export --frozen --no-dev --extra grpc --no-emit-project --format requirements-txt --output-file /tmp/locked.txt \
+    && mkdir /requirements \
+    && uv export --frozen --no-dev --extra grpc --no-emit-project --format requirements-txt --output-file /requirements/locked.txt \
     && uv export --frozen --only-group build --no-emit-project --format requirements-txt --output-file /tmp/build.txt \
-    && pip wheel --require-hashes --no-deps --wheel-dir /wheels -r /tmp/locked.txt \
-    && pip install --require-hashes --no-deps -r /tmp/build.txt \
-    && pip wheel --no-build-isolation --no-deps --wheel-dir /wheels .
+    && pip install --require-hashes --no-deps -r /tmp/build.txt
+COPY README.md LICENSE ./
+COPY se_exporter ./se_exporter
+RUN pip wheel --no-build-isolation --no-deps --wheel-dir /wheels .
 
 
 FROM ${PYTHON_IMAGE}
-
-ARG PYTHON_IMAGE
-ARG VERSION=dev
-ARG REVISION=unknown
-ARG CREATED=unknown
-ARG SOURCE=""
-
-LABEL org.opencontainers.image.title="azure-scheduled-events-exporter" \
-      org.opencontainers.image.description="Prometheus exporter and OTLP shipper for Azure Scheduled Events" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.created="${CREATED}" \
-      org.opencontainers.image.source="${SOURCE}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -77,9 +67,30 @@ RUN apt-get update \
     && apt-get install --yes --no-install-recommends tini \
     && rm -rf /var/lib/apt/lists/*
 
-# Offline install of the project's wheel; its dependencies come from the same wheel directory (the lock's).
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-index --find-links=/wheels "$(ls /wheels/azure_scheduled_events_exporter-*.whl)[grpc]"
+# The dependencies from the package index, each file checked against the lock's hash (this layer changes
+# only with uv.lock), then the project's wheel, offline and without resolving anything. The list stays in the image: it says what
+# was installed, with the hashes. The wheel (about 270 kB) stays in a layer below the install.
+COPY --from=builder /requirements/locked.txt /usr/local/share/se-exporter/requirements.txt
+RUN pip install --require-hashes --no-deps -r /usr/local/share/se-exporter/requirements.txt
+COPY --from=builder /wheels/ /tmp/wheels/
+RUN pip install --no-index --no-deps /tmp/wheels/azure_scheduled_events_exporter-*.whl \
+    && rm -rf /tmp/wheels
+
+# The labels last: a release's VERSION, REVISION and CREATED change no layer above them.
+ARG PYTHON_IMAGE
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=""
+
+LABEL org.opencontainers.image.title="azure-scheduled-events-exporter" \
+      org.opencontainers.image.description="Prometheus exporter and OTLP shipper for Azure Scheduled Events" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
 
 # --state.file lives here; a named volume inherits the directory's 10160 ownership.
 VOLUME ["/var/lib/se-exporter"]

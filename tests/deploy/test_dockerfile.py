@@ -54,17 +54,28 @@ def test_hadolint_clean() -> None:
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 
-def test_multi_stage_final_installs_only_the_wheel(stages: list[Stage], final: Stage) -> None:
+def test_multi_stage_final_installs_the_locked_requirements_then_only_the_wheel(
+    stages: list[Stage], final: Stage
+) -> None:
     assert len(stages) >= 2, "builder + final stage expected"
     builder = stages[0]
-    assert builder.name, "the builder stage needs a name for --mount from=/COPY --from="
+    assert builder.name, "the builder stage needs a name for COPY --from="
     assert any("pip wheel" in run.args for run in builder.all("RUN"))
-    # The final stage gets nothing from the build context: only wheels from the builder.
+    # The final stage gets nothing from the build context, and everything from the builder by COPY: buildah
+    # leaves a RUN --mount's source out of its cache key, so a mounted wheel was installed stale from the cache.
     for copy in final.all("COPY") + final.all("ADD"):
         assert f"--from={builder.name}" in copy.args, f"line {copy.line}: final stage copies from the context"
+    for run in final.all("RUN"):
+        assert "--mount" not in run.args, f"line {run.line}: a mount buildah's cache does not key on"
     installs = [run for run in final.all("RUN") if "pip install" in run.args]
-    assert len(installs) == 1, "exactly one pip install in the final stage"
-    assert "--no-index" in installs[0].args and ".whl" in installs[0].args
+    assert len(installs) == 2, "the locked requirements, then the project's wheel"
+    requirements, wheel = installs
+    assert "--require-hashes" in requirements.args and "--no-deps" in requirements.args
+    assert "--no-index" in wheel.args and "--no-deps" in wheel.args and ".whl" in wheel.args
+    # The layers follow what changes: the requirements are exported before the sources come in.
+    export = next(run for run in builder.all("RUN") if "uv export" in run.args)
+    sources = next(copy for copy in builder.all("COPY") if "se_exporter" in copy.args)
+    assert export.line < sources.line, "a change to the sources would export the requirements again"
 
 
 def test_base_images_pinned(stages: list[Stage]) -> None:

@@ -130,14 +130,16 @@ class Podman:
 
     def project_image(self, arch: str = "amd64") -> str:
         """The image ``Dockerfile`` builds for ``arch``, on the local base; built once per content."""
-        base = self.base_image(arch)
         tag = f"{IMAGE_REPOSITORY}:test-{_inputs_hash()}" + ("" if arch == "amd64" else f"-{arch}")
         with cache_lock(f"image-{arch}"):
             if not self.exists(tag):
-                self._build(base, tag, arch)
+                self.build(tag, arch)
         return tag
 
-    def _build(self, base: str, tag: str, arch: str) -> None:
+    def build(self, tag: str, arch: str = "amd64", context: Path = REPO) -> None:
+        """``Dockerfile`` in ``context`` built for ``arch`` on the local base, with the layer cache (every file
+        the final stage takes from the builder comes by COPY, which buildah keys its cache on)."""
+        base = self.base_image(arch)
         mounts = _pip_mounts(CACHE / "build-pip")
         self.run(
             "build",
@@ -149,16 +151,24 @@ class Podman:
             "host",
             "--build-arg",
             f"PYTHON_IMAGE={base}",
-            # buildah leaves a RUN's bind mount (the wheels, from the builder stage) out of its cache key: the
-            # install of a new wheel was taken from the cache and the image ran hours-old code; and once the
-            # builder stage itself comes from the cache, the mount has nothing to bind and the install fails.
-            "--no-cache",
             *mounts,
             "--tag",
             tag,
-            str(REPO),
+            str(context),
             timeout=1800,  # under emulation (arm64), pip alone takes minutes
         )
+
+
+def build_context(into: Path) -> Path:
+    """A copy of what the image is built from (the files ``Dockerfile`` copies, and ``.dockerignore``)."""
+    for name in _BUILD_INPUTS:
+        source, target = REPO / name, into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, target)
+    return into
 
 
 def _inputs_hash() -> str:

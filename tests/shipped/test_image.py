@@ -19,7 +19,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.deploy.support import project_version
-from tests.shipped.containers import Podman
+from tests.shipped.containers import Podman, build_context
 from tests.support.exporter_process import LISTENING
 from tests.support.exposition import series
 from tests.support.fake_imds import FakeIMDS, document, scheduled_event
@@ -64,6 +64,23 @@ def transitions(podman: Podman, name: str) -> list[str]:
 def test_version_is_the_package_version(podman: Podman, image: str) -> None:
     result = podman.run("run", "--rm", image, "--version")
     assert result.stdout.strip() == f"se-exporter {project_version()}"
+
+
+def test_a_rebuild_after_a_change_to_the_sources_runs_the_changed_code(
+    podman: Podman, image: str, tmp_path: Path
+) -> None:
+    """The layer cache serves what did not change and never what did: a RUN --mount of the builder's wheels
+    was left out of buildah's cache key, and a rebuild ran hours-old code (the build had to skip the cache)."""
+    context = build_context(tmp_path / "context")
+    init = context / "se_exporter" / "__init__.py"
+    version = project_version()
+    init.write_text(init.read_text(encoding="utf-8").replace(f'"{version}"', f'"{version}+rebuilt"'), encoding="utf-8")
+    tag = f"{image}-rebuilt"
+    podman.build(tag, context=context)  # after the image's own build: every layer but the sources' is cached
+    try:
+        assert podman.run("run", "--rm", tag, "--version").stdout.strip() == f"se-exporter {version}+rebuilt"
+    finally:
+        podman.run("rmi", "--force", tag, check=False)
 
 
 def test_the_image_holds_exactly_the_locked_versions(podman: Podman, image: str) -> None:
