@@ -159,29 +159,31 @@ class Podman:
         )
 
 
+def _build_files() -> list[Path]:
+    """What the image is built from: the files of ``_BUILD_INPUTS``, without bytecode, in a stable order."""
+    files: list[Path] = []
+    for name in _BUILD_INPUTS:
+        path = REPO / name
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        else:
+            files.append(path)
+    return files
+
+
 def build_context(into: Path) -> Path:
     """A copy of what the image is built from (the files ``Dockerfile`` copies, and ``.dockerignore``)."""
-    for name in _BUILD_INPUTS:
-        source, target = REPO / name, into / name
+    for file in _build_files():
+        target = into / file.relative_to(REPO)
         target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, target)
+        shutil.copy2(file, target)
     return into
 
 
 def _inputs_hash() -> str:
     digest = hashlib.sha256()
-    for name in _BUILD_INPUTS:
-        path = REPO / name
-        files = (
-            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-            if path.is_dir()
-            else [path]
-        )
-        for file in files:
-            digest.update(file.relative_to(REPO).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    for file in _build_files():
+        digest.update(file.relative_to(REPO).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
