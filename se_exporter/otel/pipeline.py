@@ -44,6 +44,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from se_exporter.audit.records import ERROR, WARN, AuditRecord, decode_record, encode_record
 from se_exporter.audit.shipper import LogShipper
+from se_exporter.common.times import time_left
 from se_exporter.durable.database import Database
 from se_exporter.durable.spool import Spool
 from se_exporter.errors import ConfigError
@@ -210,7 +211,7 @@ class Pipeline:
 
     def close(self, timeout: float) -> None:
         """Flush within a bounded time: the spool keeps whatever the collector did not take."""
-        started = time.monotonic()
+        deadline = time.monotonic() + timeout
         if self._shipper is not None:
             self._shipper.close(timeout)
         for exporter in self._span_exporters:
@@ -219,7 +220,7 @@ class Pipeline:
             # The last export may wait on a dead collector for its whole timeout: bound it ourselves.
             stopper = threading.Thread(target=self.tracer_provider.shutdown, name="se-exporter-span-flush", daemon=True)
             stopper.start()
-            stopper.join(max(1.0, timeout - (time.monotonic() - started)))
+            stopper.join(max(1.0, time_left(deadline)))
 
 
 def build_telemetry(config: OTelConfig, attributes: Mapping[str, str], database: Database, version: str) -> Telemetry:
