@@ -9,11 +9,11 @@
 # the version is written): --build-arg VERSION=<version>. A local build without it is labelled "dev".
 #
 # Stage 1 exports the lock's run-time requirements (versions and hashes) and builds the project's wheel;
-# stage 2 installs those requirements, each file by its hash, then the wheel, offline. The layers follow what changes: a change to
-# the sources rebuilds and reinstalls only the project's wheel, the dependencies' layer stays cached until
-# uv.lock changes. Every file stage 2 takes from stage 1 comes by COPY, which every builder (BuildKit,
-# buildah, podman) keys its cache on: buildah leaves a RUN --mount's source out of it, and took a stale
-# install from its cache that way.
+# stage 2 installs those requirements, each file by its hash, then the wheel, offline. The layers follow
+# what changes: a change to the sources rebuilds and reinstalls only the project's wheel, the dependencies'
+# layer stays cached until uv.lock changes. Every file stage 2 takes from stage 1 comes by COPY, which every
+# builder (BuildKit, buildah, podman) keys its cache on: buildah leaves a RUN --mount's source out of it,
+# and took a stale install from its cache that way.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
@@ -70,8 +70,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # The dependencies from the package index, each file checked against the lock's hash (this layer changes
-# only with uv.lock), then the project's wheel, offline and without resolving anything. The list stays in the image: it says what
-# was installed, with the hashes. The wheel (about 270 kB) stays in a layer below the install.
+# only with uv.lock), then the project's wheel, offline and without resolving anything. The list stays in
+# the image: it says what was installed, with the hashes. The wheel (about 270 kB) stays in a layer below
+# the install.
 COPY --from=builder /requirements/locked.txt /usr/local/share/se-exporter/requirements.txt
 RUN pip install --require-hashes --no-deps -r /usr/local/share/se-exporter/requirements.txt
 COPY --from=builder /wheels/ /tmp/wheels/
